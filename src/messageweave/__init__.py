@@ -1,0 +1,1 @@
+"""MessageWeave: a self-hosted mail assistant (JMAP mailbox → Telegram bot)."""

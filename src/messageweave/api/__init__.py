@@ -1,0 +1,1 @@
+"""HTTP handlers: thin — parse, authorize, call a service, answer."""

@@ -1,0 +1,227 @@
+"""Admin and configuration API (reference §3; inventory §2.4)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from redis.exceptions import RedisError
+
+from messageweave.api.services import (
+    bearer,
+    constant_time_eq,
+    require_admin_key,
+    require_config_authorized,
+    services,
+)
+from messageweave.config.model import (
+    SECRET_FIELDS,
+    ConfigInvalid,
+    WireError,
+    empty_values,
+    parse_outbound,
+    validate_outbound,
+)
+from messageweave.config.service import SaveResult, StoredConfigInvalid, StoreUnavailable
+from messageweave.errors import (
+    ApiError,
+    conflict,
+    invalid_request,
+    json_object,
+    service_unavailable,
+    unauthorized,
+)
+from messageweave.store import keys
+from messageweave.store.state import AlreadyConfigured, CorruptValue, RevisionConflict
+
+router = APIRouter()
+
+REVISION_HEADER = "x-business-config-revision"
+# The validation message of a rejected configuration, for the admin page (the body stays the
+# bare envelope).
+CONFIG_ERROR_HEADER = "x-config-error"
+
+
+def invalid_configuration(message: str | None = None) -> ApiError:
+    headers = {CONFIG_ERROR_HEADER: message} if message and message.isascii() else None
+    return ApiError(422, "invalid_configuration", headers=headers)
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid_request() from exc
+
+
+# --- business configuration --------------------------------------------------------------
+
+
+@router.get("/api/business-config")
+async def get_business_config(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    svc = services(request)
+    try:
+        revision, cfg = await svc.config.read_stored()
+    except StoreUnavailable as exc:
+        raise service_unavailable() from exc
+    except StoredConfigInvalid as exc:
+        raise invalid_configuration() from exc
+    if cfg is None:
+        body: dict[str, Any] = {
+            "configured": False,
+            "revision": revision,
+            "values": empty_values(),
+            "secrets_present": dict.fromkeys(SECRET_FIELDS, False),
+        }
+    else:
+        body = {"configured": True, "revision": revision, "values": cfg.values(),
+                "secrets_present": cfg.secrets_present()}
+    return JSONResponse(body, headers={REVISION_HEADER: str(revision)})
+
+
+def _save_response(result: SaveResult, *, with_revision: bool) -> JSONResponse:
+    body: dict[str, Any] = {"persisted": True}
+    if with_revision:
+        body["revision"] = result.revision
+    body["runtime_applied"] = result.runtime_applied
+    body["warnings"] = [w.to_json() for w in result.warnings]
+    return JSONResponse(body, headers={REVISION_HEADER: str(result.revision)})
+
+
+@router.put("/api/business-config")
+async def put_business_config(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    body = _parse_json(await request.body())
+    svc = services(request)
+    try:
+        result = await svc.config.save_patch(body)
+    except WireError as exc:
+        raise invalid_configuration() from exc
+    except ConfigInvalid as exc:
+        raise invalid_configuration(str(exc)) from exc
+    except RevisionConflict as exc:
+        raise conflict() from exc
+    except StoredConfigInvalid as exc:
+        raise invalid_configuration() from exc
+    except (StoreUnavailable, RedisError) as exc:
+        raise service_unavailable() from exc
+    return _save_response(result, with_revision=True)
+
+
+@router.post("/api/business-config/preflight")
+async def preflight_business_config(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    return JSONResponse(await services(request).config.preflight(await request.body()))
+
+
+@router.post("/api/bootstrap")
+async def bootstrap(request: Request) -> JSONResponse:
+    require_admin_key(request)
+    body = _parse_json(await request.body())
+    try:
+        result = await services(request).config.bootstrap(body)
+    except WireError as exc:
+        raise invalid_configuration() from exc
+    except ConfigInvalid as exc:
+        raise invalid_configuration(str(exc)) from exc
+    except AlreadyConfigured as exc:
+        raise conflict() from exc
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return _save_response(result, with_revision=False)
+
+
+# --- admin session -----------------------------------------------------------------------
+
+
+@router.post("/api/admin/session")
+async def create_admin_session(request: Request) -> JSONResponse:
+    require_admin_key(request)
+    token = secrets.token_hex(32)
+    try:
+        await services(request).store.put_admin_session(token)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return JSONResponse({"session": token, "expires_in": keys.ADMIN_SESSION_TTL_S})
+
+
+@router.post("/api/admin/session/revoke", status_code=204)
+async def revoke_admin_session(request: Request) -> Response:
+    """Needs the current session or the admin credential (SPEC C.7), then ends the session."""
+    svc = services(request)
+    token = bearer(request)
+    allowed = constant_time_eq(token, svc.settings.admin_key)
+    if not allowed and token:
+        try:
+            allowed = await svc.store.admin_session_valid(token)
+        except RedisError as exc:
+            raise service_unavailable() from exc
+    if not allowed:
+        raise unauthorized()
+    try:
+        await svc.store.revoke_admin_session()
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return Response(status_code=204)
+
+
+# --- switches and runtime parameters -----------------------------------------------------
+
+
+@router.get("/api/enabled")
+async def get_enabled(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    try:
+        enabled = await services(request).store.enabled()
+    except RedisError:
+        enabled = False
+    return JSONResponse({"enabled": enabled})
+
+
+@router.put("/api/enabled")
+async def put_enabled(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    body = json_object(await request.body())
+    enabled = body.get("enabled")
+    if not isinstance(enabled, bool):
+        raise invalid_configuration("enabled must be a boolean")
+    try:
+        await services(request).store.set_enabled(enabled)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return JSONResponse({"enabled": enabled})
+
+
+@router.get("/api/config")
+async def get_config(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    try:
+        outbound = await services(request).config.read_outbound()
+    except (RedisError, CorruptValue) as exc:
+        raise service_unavailable() from exc
+    return JSONResponse(outbound.to_json())
+
+
+@router.put("/api/config")
+async def put_config(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    body = _parse_json(await request.body())
+    try:
+        outbound = parse_outbound(body)
+    except WireError as exc:
+        raise invalid_request() from exc
+    try:
+        validate_outbound(outbound)
+    except ConfigInvalid as exc:
+        raise invalid_configuration(str(exc)) from exc
+    svc = services(request)
+    try:
+        await svc.store.set_outbound(outbound.to_json())
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    svc.config.outbound = outbound
+    return JSONResponse(outbound.to_json())

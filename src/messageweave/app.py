@@ -1,0 +1,98 @@
+"""`create_app()`: the ASGI application for configured mode or setup mode."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.types import ASGIApp
+
+from messageweave.api import admin, debug, ops
+from messageweave.api.services import Services
+from messageweave.config.service import ConfigService, cancel
+from messageweave.errors import RequestContext, install_handlers, service_unavailable
+from messageweave.settings import Settings
+from messageweave.store.redis import connect
+from messageweave.store.state import ConfigStore
+from messageweave.version import build_version
+from messageweave.web import static
+
+log = logging.getLogger(__name__)
+
+# Outbound HTTP libraries log request URLs, and a Telegram URL carries the bot token.
+for _noisy in ("httpx", "httpcore"):
+    logging.getLogger(_noisy).setLevel(logging.WARNING)
+
+
+def _fastapi(lifespan: object = None) -> FastAPI:
+    app = FastAPI(
+        title="MessageWeave",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,  # type: ignore[arg-type]
+    )
+    install_handlers(app)
+    return app
+
+
+def create_setup_app(settings: Settings) -> ASGIApp:
+    """Setup mode: `/healthz`, `/ready` (always 503), `/api/status` and the page; else 404."""
+    version = build_version()
+    app = _fastapi()
+    router = APIRouter()
+
+    @router.get("/healthz")
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @router.get("/ready")
+    async def ready() -> JSONResponse:
+        raise service_unavailable()
+
+    @router.get("/api/status")
+    async def api_status() -> JSONResponse:
+        return JSONResponse(ops.status_body(settings, version))
+
+    app.include_router(router)
+    app.include_router(static.router)
+    return RequestContext(app)
+
+
+def create_app(settings: Settings) -> ASGIApp:
+    if not settings.configured:
+        log.warning("setup mode: missing %s", ", ".join(settings.missing))
+        return create_setup_app(settings)
+
+    redis = connect(settings.redis_url)
+    store = ConfigStore(redis)
+    svc = Services(
+        settings=settings,
+        redis=redis,
+        store=store,
+        config=ConfigService(store, settings.encryption_key),
+        version=build_version(),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await svc.config.refresh()
+        reload_task = asyncio.create_task(svc.config.run_reload_loop(), name="config-reload")
+        try:
+            yield
+        finally:
+            await cancel(reload_task)
+            await redis.aclose()
+
+    app = _fastapi(lifespan)
+    app.state.services = svc
+    app.include_router(ops.router)
+    app.include_router(admin.router)
+    app.include_router(static.router)
+    if settings.debug_enabled:
+        app.include_router(debug.router)
+    return RequestContext(app)

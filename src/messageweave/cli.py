@@ -1,0 +1,95 @@
+"""The `messageweave` command: `run` (all-in-one) and `serve` (container mode)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+from rich.console import Console
+
+from messageweave.app import create_app
+from messageweave.settings import from_env
+from messageweave.store.redis import EmbeddedRedis
+
+app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
+console = Console()
+
+KEY_FILE = "encryption.key"
+
+DebugOption = Annotated[bool, typer.Option("--debug", help="Mount /debug/* (needs DEBUG_TOKEN).")]
+
+
+def default_data_dir() -> Path:
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    return Path(xdg) / "messageweave" if xdg else Path(".messageweave")
+
+
+def load_or_create_key(data_dir: Path) -> tuple[str, bool]:
+    """The admin key stored in `data_dir` (mode 0600), generating it on first use."""
+    path = data_dir / KEY_FILE
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip(), False
+    key = secrets.token_hex(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key, True
+
+
+@app.command()
+def run(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int | None, typer.Option(help="Port (default: $PORT or 8080).")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Embedded Redis data and the generated key "
+                          "(default: $XDG_DATA_HOME/messageweave or ./.messageweave)."),
+    ] = None,
+    debug: DebugOption = False,
+) -> None:
+    """All-in-one start: embedded Redis and a generated key unless the environment has them."""
+    env = dict(os.environ)
+    directory = (data_dir or default_data_dir()).resolve()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    embedded: EmbeddedRedis | None = None
+    if not env.get("REDIS_URL", "").strip():
+        embedded = EmbeddedRedis(directory / "redis")
+        env["REDIS_URL"] = embedded.start()
+        console.print(f"Embedded Redis running, data in [bold]{directory / 'redis'}[/]")
+    created = False
+    if not env.get("CONFIG_ENCRYPTION_KEY", "").strip():
+        env["CONFIG_ENCRYPTION_KEY"], created = load_or_create_key(directory)
+    try:
+        settings = from_env(env, debug_flag=debug)
+        bind_port = port if port is not None else settings.port
+        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bind_port}/"
+        if created:
+            console.print(
+                "\n[bold]Admin key generated[/] (shown once; it is also the encryption key, "
+                f"stored in {directory / KEY_FILE}):\n\n  {env['CONFIG_ENCRYPTION_KEY']}\n"
+            )
+        console.print(f"Admin page: [bold]{url}[/]")
+        uvicorn.run(create_app(settings), host=host, port=bind_port, log_level="info")
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
+    debug: DebugOption = False,
+) -> None:
+    """Container mode: only the environment; a missing variable serves setup mode."""
+    settings = from_env(debug_flag=debug)
+    uvicorn.run(create_app(settings), host=host, port=settings.port, log_level="info")
+
+
+if __name__ == "__main__":
+    app()

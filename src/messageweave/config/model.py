@@ -1,0 +1,342 @@
+"""The business configuration wire: fields, parsing, merge and validation (inventory §6).
+
+The wire is one JSON object. It is what `/api/bootstrap` and preflight take, what a
+`PUT /api/business-config` patch is merged onto, and (encrypted) what Redis stores.
+Validation runs on the merged wire, in the documented order, with the documented messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import zoneinfo
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Literal
+from urllib.parse import SplitResult, urlsplit
+
+DEFAULT_TIMEZONE = "Asia/Shanghai"
+DEFAULT_TELEGRAM_API = "https://api.telegram.org"
+DEFAULT_NOTIFY_ROLES = ("inbox",)
+DEFAULT_RECONCILE_INTERVAL_S = 60
+DeliveryPolicy = Literal["at_least_once", "at_most_once"]
+DELIVERY_POLICIES: tuple[DeliveryPolicy, ...] = ("at_least_once", "at_most_once")
+EXCLUDED_ROLES = frozenset({"drafts", "sent", "junk", "trash"})
+
+# The reference's 16 fixed-offset zones: the admin page's shortlist (any IANA zone is accepted).
+SHORTLIST_TIMEZONES = (
+    "Etc/UTC", "Africa/Cairo", "Europe/Istanbul", "Africa/Nairobi", "Asia/Dubai", "Asia/Karachi",
+    "Asia/Kolkata", "Asia/Bangkok", "Asia/Ho_Chi_Minh", "Asia/Shanghai", "Asia/Hong_Kong",
+    "Asia/Taipei", "Asia/Singapore", "Asia/Manila", "Asia/Tokyo", "Asia/Seoul",
+)
+
+SECRET_FIELDS = (
+    "bot_token", "jmap_password", "telegram_webhook_secret", "reconcile_token", "worker_token",
+    "llm_api_key",
+)
+# A first save (nothing stored yet) must name every one of these.
+FIRST_SAVE_FIELDS = (
+    "bot_token", "telegram_chat_id", "chat_allowlist", "telegram_webhook_secret", "timezone",
+    "jmap_session_url", "jmap_username", "jmap_password", "llm_enabled", "llm_allow_net",
+    "reconcile_token", "worker_token",
+)
+# A full wire may leave out the timezone (it defaults) and every optional field.
+_WIRE_REQUIRED = tuple(f for f in FIRST_SAVE_FIELDS if f != "timezone")
+_NULLABLE = frozenset({"account_id", "llm_api_key", "llm_base_url", "llm_model"})
+_STR = frozenset({
+    "bot_token", "telegram_webhook_secret", "timezone", "jmap_session_url", "jmap_username",
+    "jmap_password", "reconcile_token", "worker_token", "telegram_api_base_url",
+    "delivery_policy", *_NULLABLE,
+})
+_INT = frozenset({"telegram_chat_id", "reconcile_interval_s"})
+_BOOL = frozenset({"llm_enabled", "llm_allow_net"})
+_INT_LIST = frozenset({"chat_allowlist"})
+_STR_LIST = frozenset({"notify_mailbox_roles"})
+REVISION_FIELD = "revision"
+
+
+class WireError(ValueError):
+    """The JSON is not a business configuration object (unknown field, wrong type, missing)."""
+
+
+class ConfigInvalid(ValueError):
+    """The configuration is well-formed but breaks a rule; the message is user-facing."""
+
+
+@dataclass(frozen=True)
+class BusinessConfig:
+    bot_token: str = field(repr=False)
+    telegram_chat_id: int
+    chat_allowlist: tuple[int, ...]
+    telegram_webhook_secret: str = field(repr=False)
+    jmap_session_url: str
+    jmap_username: str
+    jmap_password: str = field(repr=False)
+    llm_enabled: bool
+    llm_allow_net: bool
+    reconcile_token: str = field(repr=False)
+    worker_token: str = field(repr=False)
+    timezone: str = DEFAULT_TIMEZONE
+    account_id: str | None = None
+    llm_api_key: str | None = field(default=None, repr=False)
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    telegram_api_base_url: str = DEFAULT_TELEGRAM_API
+    notify_mailbox_roles: tuple[str, ...] = DEFAULT_NOTIFY_ROLES
+    reconcile_interval_s: int = DEFAULT_RECONCILE_INTERVAL_S
+    delivery_policy: DeliveryPolicy = "at_least_once"
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = dataclasses.asdict(self)
+        wire["chat_allowlist"] = list(self.chat_allowlist)
+        wire["notify_mailbox_roles"] = list(self.notify_mailbox_roles)
+        return wire
+
+    def values(self) -> dict[str, Any]:
+        """Every field that is not a secret, as `GET /api/business-config` shows it."""
+        return {k: v for k, v in self.to_wire().items() if k not in SECRET_FIELDS}
+
+    def secrets_present(self) -> dict[str, bool]:
+        wire = self.to_wire()
+        return {name: bool((wire[name] or "").strip()) for name in SECRET_FIELDS}
+
+    @property
+    def llm_active(self) -> bool:
+        return self.llm_enabled and self.llm_allow_net
+
+
+FIELD_NAMES = tuple(f.name for f in dataclasses.fields(BusinessConfig))
+
+
+def empty_values() -> dict[str, Any]:
+    """What `GET /api/business-config` shows before anything is saved."""
+    return {
+        "jmap_session_url": "", "jmap_username": "", "account_id": None,
+        "timezone": DEFAULT_TIMEZONE, "telegram_chat_id": None, "chat_allowlist": [],
+        "llm_enabled": False, "llm_allow_net": False, "llm_base_url": None, "llm_model": None,
+        "telegram_api_base_url": DEFAULT_TELEGRAM_API,
+        "notify_mailbox_roles": list(DEFAULT_NOTIFY_ROLES),
+        "reconcile_interval_s": DEFAULT_RECONCILE_INTERVAL_S, "delivery_policy": "at_least_once",
+    }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_field(name: str, value: object, *, patch: bool) -> object:
+    if value is None:
+        if name in _NULLABLE:
+            return None
+        raise WireError(f"{name} must not be null")
+    if name in _STR:
+        if not isinstance(value, str):
+            raise WireError(f"{name} must be a string")
+        return value
+    if name in _BOOL:
+        if not isinstance(value, bool):
+            raise WireError(f"{name} must be a boolean")
+        return value
+    if name in _INT:
+        if patch and name == "telegram_chat_id" and isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError as exc:
+                raise WireError("telegram_chat_id must be an integer") from exc
+        if not _is_int(value):
+            raise WireError(f"{name} must be an integer")
+        return value
+    if name in _INT_LIST:
+        if not isinstance(value, list) or not all(_is_int(v) for v in value):
+            raise WireError(f"{name} must be a list of integers")
+        return tuple(value)
+    if name in _STR_LIST:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise WireError(f"{name} must be a list of strings")
+        return tuple(value)
+    raise WireError(f"unknown field {name}")
+
+
+def _build(values: dict[str, object]) -> BusinessConfig:
+    return BusinessConfig(**values)  # type: ignore[arg-type]
+
+
+def parse_wire(obj: object) -> BusinessConfig:
+    """A full wire: every required field present, no unknown field, right types."""
+    if not isinstance(obj, dict):
+        raise WireError("not a JSON object")
+    unknown = set(obj) - set(FIELD_NAMES)
+    if unknown:
+        raise WireError("unknown field")
+    missing = [name for name in _WIRE_REQUIRED if name not in obj]
+    if missing:
+        raise WireError("missing field")
+    return _build({name: _check_field(name, value, patch=False) for name, value in obj.items()})
+
+
+def parse_patch(obj: object) -> tuple[dict[str, object], int | None]:
+    """A partial wire plus the optional `revision` control field."""
+    if not isinstance(obj, dict):
+        raise WireError("not a JSON object")
+    revision: int | None = None
+    changes: dict[str, object] = {}
+    for name, value in obj.items():
+        if name == REVISION_FIELD:
+            if not _is_int(value) or value < 0:
+                raise WireError("revision must be a non-negative integer")
+            revision = value
+        elif name in FIELD_NAMES:
+            changes[name] = _check_field(name, value, patch=True)
+        else:
+            raise WireError("unknown field")
+    return changes, revision
+
+
+def merge(stored: BusinessConfig | None, changes: dict[str, object]) -> BusinessConfig:
+    """Named fields replace, the rest keep their stored value; a first save must be complete."""
+    if stored is None:
+        if any(name not in changes for name in FIRST_SAVE_FIELDS):
+            raise WireError("first save must name every required field")
+        return _build(dict(changes))
+    return dataclasses.replace(stored, **changes)  # type: ignore[arg-type]
+
+
+@cache
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def valid_timezone(name: str) -> bool:
+    return name in _zones()
+
+
+def all_timezones() -> list[str]:
+    """The shortlist first, then every other IANA zone this installation knows."""
+    rest = sorted(_zones() - set(SHORTLIST_TIMEZONES))
+    return [*SHORTLIST_TIMEZONES, *rest]
+
+
+def _url(raw: str) -> SplitResult | None:
+    try:
+        parts = urlsplit(raw.strip())
+        _ = parts.port  # raises on a malformed port
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.hostname:
+        return None
+    return parts
+
+
+def _clean_origin(parts: SplitResult) -> bool:
+    return parts.username is None and parts.password is None and not parts.query and \
+        not parts.fragment
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _https_or_loopback_http(parts: SplitResult) -> bool:
+    if parts.scheme == "https":
+        return True
+    return parts.scheme == "http" and is_loopback_host(parts.hostname or "")
+
+
+def _blank(value: str | None) -> bool:
+    return value is None or not value.strip()
+
+
+def validate(cfg: BusinessConfig) -> None:
+    """Raise `ConfigInvalid` with the first broken rule, in the reference's order."""
+    for attr, env_name in (
+        ("bot_token", "BOT_TOKEN"),
+        ("jmap_session_url", "JMAP_SESSION_URL"),
+        ("jmap_username", "JMAP_USERNAME"),
+        ("jmap_password", "JMAP_PASSWORD"),
+        ("telegram_webhook_secret", "TG_WEBHOOK_SECRET"),
+        ("reconcile_token", "RECONCILE_TOKEN"),
+        ("worker_token", "WORKER_TOKEN"),
+    ):
+        if _blank(getattr(cfg, attr)):
+            raise ConfigInvalid(f"missing or blank {env_name}")
+    if not valid_timezone(cfg.timezone):
+        raise ConfigInvalid("TIMEZONE must be one of the supported time zones")
+    if cfg.llm_api_key is not None and _blank(cfg.llm_api_key):
+        raise ConfigInvalid("missing or blank LLM_API_KEY")
+    if not cfg.chat_allowlist:
+        raise ConfigInvalid("CHAT_ALLOWLIST must contain at least one chat id")
+    jmap = _url(cfg.jmap_session_url)
+    if jmap is None:
+        raise ConfigInvalid("JMAP_SESSION_URL must be a valid URL")
+    if jmap.scheme != "https" or not _clean_origin(jmap):
+        raise ConfigInvalid("JMAP_SESSION_URL must be HTTPS without credentials or query")
+    if cfg.llm_enabled:
+        if _blank(cfg.llm_base_url):
+            raise ConfigInvalid("LLM_BASE_URL required when LLM enabled")
+        if _blank(cfg.llm_api_key) or _blank(cfg.llm_model):
+            raise ConfigInvalid("LLM credentials required when LLM enabled")
+        llm = _url(cfg.llm_base_url or "")
+        if llm is None:
+            raise ConfigInvalid("LLM_BASE_URL must be a valid URL")
+        if not _https_or_loopback_http(llm) or not _clean_origin(llm):
+            raise ConfigInvalid("LLM_BASE_URL must use HTTPS")
+    tg = _url(cfg.telegram_api_base_url)
+    if tg is None:
+        raise ConfigInvalid("TELEGRAM_API_BASE_URL must be a valid URL")
+    if not _https_or_loopback_http(tg) or not _clean_origin(tg):
+        raise ConfigInvalid("TELEGRAM_API_BASE_URL must use HTTPS")
+    roles = cfg.notify_mailbox_roles
+    if not roles or any(_blank(r) or r.strip().lower() in EXCLUDED_ROLES for r in roles):
+        raise ConfigInvalid(
+            "NOTIFY_MAILBOX_ROLES must list at least one mailbox role other than "
+            "drafts, sent, junk and trash"
+        )
+    if cfg.reconcile_interval_s != 0 and not 10 <= cfg.reconcile_interval_s <= 86_400:
+        raise ConfigInvalid("RECONCILE_INTERVAL_S must be 0 or between 10 and 86400")
+    if cfg.delivery_policy not in DELIVERY_POLICIES:
+        raise ConfigInvalid("DELIVERY_POLICY must be at_least_once or at_most_once")
+
+
+# --- outbound / runtime parameters (`/api/config`) -----------------------------------------
+
+TIMEOUT_MIN_MS = 100
+TIMEOUT_MAX_MS = 300_000
+MAX_RETRIES_CAP = 5
+
+
+@dataclass(frozen=True)
+class OutboundConfig:
+    jmap_timeout_ms: int = 15_000
+    telegram_timeout_ms: int = 10_000
+    llm_timeout_ms: int = 30_000
+    max_retries: int = 3
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+OUTBOUND_FIELDS = tuple(f.name for f in dataclasses.fields(OutboundConfig))
+
+
+def parse_outbound(obj: object) -> OutboundConfig:
+    """All four fields, integers (max_retries 0..255): else `WireError` (→ 400)."""
+    if not isinstance(obj, dict) or set(obj) != set(OUTBOUND_FIELDS):
+        raise WireError("outbound config needs exactly its four fields")
+    if not all(_is_int(obj[name]) and obj[name] >= 0 for name in OUTBOUND_FIELDS):
+        raise WireError("outbound config fields must be non-negative integers")
+    if obj["max_retries"] > 255:
+        raise WireError("max_retries out of range")
+    return OutboundConfig(**obj)
+
+
+def validate_outbound(cfg: OutboundConfig) -> None:
+    for name in ("jmap_timeout_ms", "telegram_timeout_ms", "llm_timeout_ms"):
+        if not TIMEOUT_MIN_MS <= getattr(cfg, name) <= TIMEOUT_MAX_MS:
+            raise ConfigInvalid(f"{name} must be between {TIMEOUT_MIN_MS} and {TIMEOUT_MAX_MS}")
+    if cfg.max_retries > MAX_RETRIES_CAP:
+        raise ConfigInvalid(f"max_retries must be at most {MAX_RETRIES_CAP}")

@@ -1,0 +1,220 @@
+"""The live business configuration of one instance: load, save, preflight, hot reload.
+
+Every instance polls `config:business:revision` (a single GET) every `RELOAD_INTERVAL_S`, so a
+write on any instance is live on all of them well within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.exceptions
+
+from messageweave.config import crypto
+from messageweave.config.model import (
+    BusinessConfig,
+    ConfigInvalid,
+    OutboundConfig,
+    WireError,
+    merge,
+    parse_patch,
+    parse_wire,
+    validate,
+)
+from messageweave.config.runtime import Runtime, Warning, build_runtime
+from messageweave.store.state import (
+    AlreadyConfigured,
+    ConfigStore,
+    CorruptValue,
+    RevisionConflict,
+)
+
+log = logging.getLogger(__name__)
+
+RELOAD_INTERVAL_S = 0.25
+_MERGE_ATTEMPTS = 5
+
+
+class StoreUnavailable(Exception):
+    """Redis could not be reached, or the stored value could not be decrypted."""
+
+
+class StoredConfigInvalid(Exception):
+    """A value is stored but it is not a valid wire (→ 422)."""
+
+
+@dataclass
+class SaveResult:
+    revision: int
+    runtime_applied: bool
+    warnings: list[Warning] = field(default_factory=list)
+
+
+class ConfigService:
+    def __init__(self, store: ConfigStore, key: bytes) -> None:
+        self.store = store
+        self._key = key
+        self.config: BusinessConfig | None = None
+        self.revision = 0
+        self.runtime: Runtime | None = None
+        self.outbound = OutboundConfig()
+        self._reload_lock = asyncio.Lock()
+
+    # --- reading -------------------------------------------------------------------------
+    def _decode(self, ciphertext: str) -> BusinessConfig:
+        try:
+            plain = crypto.decrypt(self._key, ciphertext)
+        except crypto.DecryptionError as exc:
+            raise StoreUnavailable("stored configuration cannot be decrypted") from exc
+        try:
+            cfg = parse_wire(json.loads(plain))
+            validate(cfg)
+        except (ValueError, WireError, ConfigInvalid) as exc:
+            raise StoredConfigInvalid(str(exc)) from exc
+        return cfg
+
+    def _encode(self, cfg: BusinessConfig) -> str:
+        plain = json.dumps(cfg.to_wire(), separators=(",", ":"), ensure_ascii=False)
+        return crypto.encrypt(self._key, plain.encode())
+
+    async def read_stored(self) -> tuple[int, BusinessConfig | None]:
+        try:
+            stored = await self.store.business_config()
+        except redis.exceptions.RedisError as exc:
+            raise StoreUnavailable("redis unavailable") from exc
+        if stored.ciphertext is None:
+            return stored.revision, None
+        return stored.revision, self._decode(stored.ciphertext)
+
+    async def read_outbound(self) -> OutboundConfig:
+        """The stored runtime parameters, defaults when absent (CorruptValue when unreadable)."""
+        value = await self.store.outbound()
+        if value is None:
+            return OutboundConfig()
+        try:
+            return OutboundConfig(**value)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise CorruptValue("config:outbound") from exc
+
+    # --- hot reload ----------------------------------------------------------------------
+    async def refresh(self) -> None:
+        """Load the stored configuration if its revision moved past ours; never raises."""
+        try:
+            remote = await self.store.business_revision()
+            self.outbound = await self.read_outbound()
+        except (redis.exceptions.RedisError, CorruptValue):
+            return
+        if remote <= self.revision:
+            return
+        async with self._reload_lock:
+            if remote <= self.revision:
+                return
+            try:
+                revision, cfg = await self.read_stored()
+            except (StoreUnavailable, StoredConfigInvalid) as exc:
+                log.warning("stored business configuration not loaded: %s", type(exc).__name__)
+                self.revision = remote  # do not retry the same broken revision in a hot loop
+                return
+            self._swap(revision, cfg)
+        if cfg is not None:
+            await self._apply_runtime(revision, cfg)
+
+    def _swap(self, revision: int, cfg: BusinessConfig | None) -> None:
+        if revision >= self.revision:
+            self.revision = revision
+            self.config = cfg
+
+    async def _apply_runtime(self, revision: int, cfg: BusinessConfig) -> list[Warning]:
+        """Build clients for `cfg`; on any failure the previous runtime keeps serving."""
+        runtime, warnings = await build_runtime(cfg, self.outbound)
+        if not warnings and revision >= self.revision:
+            self.runtime = runtime
+        return warnings
+
+    async def run_reload_loop(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+
+    # --- writing -------------------------------------------------------------------------
+    async def save_patch(self, body: object) -> SaveResult:
+        """Merge a patch onto the stored wire, validate, persist atomically, then report."""
+        changes, client_revision = parse_patch(body)
+        for _ in range(_MERGE_ATTEMPTS):
+            revision, stored = await self.read_stored()
+            if client_revision is not None and client_revision != revision:
+                raise RevisionConflict
+            merged = merge(stored, changes)
+            validate(merged)
+            try:
+                new_revision = await self.store.write_business_config(
+                    self._encode(merged), revision
+                )
+            except RevisionConflict:
+                if client_revision is not None:
+                    raise
+                continue  # someone wrote in between: merge onto the newer wire
+            return await self._after_write(new_revision, merged)
+        raise RevisionConflict
+
+    async def bootstrap(self, body: object) -> SaveResult:
+        cfg = parse_wire(body)
+        validate(cfg)
+        try:
+            revision = await self.store.create_business_config(self._encode(cfg))
+        except AlreadyConfigured:
+            raise
+        return await self._after_write(revision, cfg)
+
+    async def _after_write(self, revision: int, cfg: BusinessConfig) -> SaveResult:
+        async with self._reload_lock:
+            self._swap(revision, cfg)
+        warnings = await self._apply_runtime(revision, cfg)
+        return SaveResult(revision=revision, runtime_applied=not warnings, warnings=warnings)
+
+    async def preflight(self, body: bytes) -> dict[str, Any]:
+        """Validate and build a full wire without writing anything; always a 200 answer."""
+
+        def failed(message: str) -> dict[str, Any]:
+            return {"persisted": False, "validation": {"ok": False, "errors": [message]},
+                    "components": None}
+
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return failed("请求体不是有效的 JSON")
+        try:
+            cfg = parse_wire(obj)
+        except WireError:
+            return failed("JSON 不是有效的业务配置对象")
+        try:
+            validate(cfg)
+        except ConfigInvalid as exc:
+            return failed(str(exc))
+        _, warnings = await build_runtime(cfg, self.outbound)
+
+        def component(name: str) -> dict[str, Any]:
+            errors = [w.to_json() for w in warnings if w.component == name]
+            return {"ok": True} if not errors else {"ok": False, "errors": errors}
+
+        return {
+            "persisted": False,
+            "validation": {"ok": True, "errors": []},
+            "components": {
+                "jmap": component("jmap"),
+                "llm": component("llm") if cfg.llm_active else None,
+            },
+        }
+
+
+async def cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,213 @@
+"""The error envelope: every error response is `{"error": code, "request_id": id}`, nothing else.
+
+`RequestContext` is the outermost ASGI layer. It gives each request a 32-hex id (also sent as
+`x-request-id`), refuses oversized bodies with 413 before anything parses them, and turns any
+exception that escapes the app into a 500 envelope.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "x-request-id"
+RETRY_AFTER = "30"
+MAX_BODY_BYTES = 1024 * 1024
+
+# Codes the framework itself produces, mapped onto the envelope.
+_STATUS_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid_configuration",
+    429: "rate_limited",
+    500: "internal_error",
+    503: "service_unavailable",
+}
+
+
+class ApiError(Exception):
+    """An error answer: HTTP status, machine code, and whether clients should retry in 30 s."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        *,
+        retry: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(code)
+        self.status = status
+        self.code = code
+        self.retry = retry
+        self.headers = headers or {}
+
+
+def invalid_request() -> ApiError:
+    return ApiError(400, "invalid_request")
+
+
+def unauthorized() -> ApiError:
+    return ApiError(401, "unauthorized")
+
+
+def conflict() -> ApiError:
+    return ApiError(409, "conflict")
+
+
+def service_unavailable() -> ApiError:
+    return ApiError(503, "service_unavailable", retry=True)
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(16)
+
+
+def request_id_of(scope: Scope) -> str:
+    state = scope.setdefault("state", {})
+    rid = state.get("request_id")
+    if not isinstance(rid, str):
+        rid = new_request_id()
+        state["request_id"] = rid
+    return rid
+
+
+def envelope(
+    scope: Scope,
+    status: int,
+    code: str,
+    *,
+    retry: bool = False,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    rid = request_id_of(scope)
+    out = {REQUEST_ID_HEADER: rid, **(headers or {})}
+    if retry:
+        out["Retry-After"] = RETRY_AFTER
+    return JSONResponse({"error": code, "request_id": rid}, status_code=status, headers=out)
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return envelope(request.scope, exc.status, exc.code, retry=exc.retry, headers=exc.headers)
+
+
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    fallback = "internal_error" if exc.status_code >= 500 else "invalid_request"
+    code = _STATUS_CODES.get(exc.status_code, fallback)
+    retry = exc.status_code in (429, 503)
+    return envelope(request.scope, exc.status_code, code, retry=retry, headers=headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    return envelope(request.scope, 400, "invalid_request")
+
+
+async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s: %s", request.method, request.url.path,
+              type(exc).__name__)
+    return envelope(request.scope, 500, "internal_error")
+
+
+def install_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unhandled)
+
+
+class _BodyTooLarge(ApiError):
+    """Raised from `receive` when a body without Content-Length grows past the limit."""
+
+    def __init__(self) -> None:
+        super().__init__(413, "payload_too_large")
+
+
+class RequestContext:
+    """Outermost ASGI middleware: request id header, body size limit, last-resort 500."""
+
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = request_id_of(scope)
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == REQUEST_ID_HEADER.encode() for k, _ in headers):
+                    headers.append((REQUEST_ID_HEADER.encode(), rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_body:
+            await envelope(scope, 413, "payload_too_large")(scope, receive, send_with_id)
+            return
+
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send_with_id)
+        except _BodyTooLarge:
+            if not started:
+                await envelope(scope, 413, "payload_too_large")(scope, receive, send_with_id)
+        except Exception as exc:  # the app's own handler already answered 500 when it could
+            if not started:
+                log.error("unhandled error: %s", type(exc).__name__)
+                await envelope(scope, 500, "internal_error")(scope, receive, send_with_id)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", []):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """Parse a request body that must be a JSON object, else 400 invalid_request."""
+    import json
+
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid_request() from exc
+    if not isinstance(value, dict):
+        raise invalid_request()
+    return value

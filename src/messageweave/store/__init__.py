@@ -1,0 +1,1 @@
+"""Everything that touches Redis: key names, connections, Lua scripts, typed operations."""

@@ -1,0 +1,111 @@
+"""Typed operations on the configuration keys. Handlers call these, never Redis directly."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+
+from messageweave.store import keys, scripts
+from messageweave.store.redis import Redis
+
+
+class RevisionConflict(Exception):
+    """The stored revision is not the one the write was based on."""
+
+
+class AlreadyConfigured(Exception):
+    """Bootstrap found a configuration already stored."""
+
+
+class CorruptValue(Exception):
+    """A stored value cannot be read back (not JSON, wrong shape)."""
+
+
+@dataclass(frozen=True)
+class StoredBusinessConfig:
+    revision: int
+    ciphertext: str | None
+
+
+def sha256_hex(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+class ConfigStore:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._write = redis.register_script(scripts.WRITE_BUSINESS_CONFIG)
+        self._create = redis.register_script(scripts.CREATE_BUSINESS_CONFIG)
+
+    # --- business configuration ----------------------------------------------------------
+    async def business_revision(self) -> int:
+        raw = await self.redis.get(keys.BUSINESS_CONFIG_REVISION)
+        return int(raw) if raw else 0
+
+    async def business_config(self) -> StoredBusinessConfig:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(keys.BUSINESS_CONFIG_REVISION)
+            pipe.get(keys.BUSINESS_CONFIG)
+            revision, ciphertext = await pipe.execute()
+        return StoredBusinessConfig(int(revision) if revision else 0, ciphertext)
+
+    async def write_business_config(self, ciphertext: str, expected_revision: int | None) -> int:
+        expected = "" if expected_revision is None else str(expected_revision)
+        result = int(await self._write(
+            keys=[keys.BUSINESS_CONFIG, keys.BUSINESS_CONFIG_REVISION], args=[expected, ciphertext]
+        ))
+        if result < 0:
+            raise RevisionConflict
+        await self.redis.publish(keys.CONFIG_CHANNEL, str(result))
+        return result
+
+    async def create_business_config(self, ciphertext: str) -> int:
+        result = int(await self._create(
+            keys=[keys.BUSINESS_CONFIG, keys.BUSINESS_CONFIG_REVISION], args=[ciphertext]
+        ))
+        if result < 0:
+            raise AlreadyConfigured
+        await self.redis.publish(keys.CONFIG_CHANNEL, str(result))
+        return result
+
+    # --- switches and runtime parameters -------------------------------------------------
+    async def enabled(self) -> bool:
+        return await self.redis.get(keys.ENABLED) == "1"
+
+    async def set_enabled(self, enabled: bool) -> None:
+        await self.redis.set(keys.ENABLED, "1" if enabled else "0")
+
+    async def outbound(self) -> dict[str, object] | None:
+        raw = await self.redis.get(keys.OUTBOUND_CONFIG)
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise CorruptValue(keys.OUTBOUND_CONFIG) from exc
+        if not isinstance(value, dict):
+            raise CorruptValue(keys.OUTBOUND_CONFIG)
+        return value
+
+    async def set_outbound(self, value: dict[str, int]) -> None:
+        await self.redis.set(keys.OUTBOUND_CONFIG, json.dumps(value, separators=(",", ":")))
+
+    # --- admin session -------------------------------------------------------------------
+    async def put_admin_session(self, token: str) -> None:
+        await self.redis.set(keys.ADMIN_SESSION, sha256_hex(token), ex=keys.ADMIN_SESSION_TTL_S)
+
+    async def admin_session_valid(self, token: str) -> bool:
+        if not token:
+            return False
+        stored = await self.redis.get(keys.ADMIN_SESSION)
+        if not isinstance(stored, str):
+            return False
+        return hmac.compare_digest(stored.encode(), sha256_hex(token).encode())
+
+    async def revoke_admin_session(self) -> None:
+        await self.redis.delete(keys.ADMIN_SESSION)
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())

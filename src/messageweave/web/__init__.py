@@ -1,0 +1,1 @@
+"""The admin page, packaged with the code and served with strict headers."""
