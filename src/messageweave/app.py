@@ -14,7 +14,12 @@ from starlette.types import ASGIApp
 from messageweave.api import admin, debug, ops
 from messageweave.api.services import Services
 from messageweave.config.service import ConfigService, cancel
-from messageweave.errors import RequestContext, install_handlers, service_unavailable
+from messageweave.errors import (
+    RequestContext,
+    install_handlers,
+    route_methods,
+    service_unavailable,
+)
 from messageweave.settings import Settings
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
@@ -40,6 +45,12 @@ def _fastapi(lifespan: object = None) -> FastAPI:
     return app
 
 
+def _include(app: FastAPI, routers: list[APIRouter]) -> None:
+    for router in routers:
+        app.include_router(router)
+    app.state.route_methods = route_methods(routers)
+
+
 def create_setup_app(settings: Settings) -> ASGIApp:
     """Setup mode: `/healthz`, `/ready` (always 503), `/api/status` and the page; else 404."""
     version = build_version()
@@ -58,8 +69,7 @@ def create_setup_app(settings: Settings) -> ASGIApp:
     async def api_status() -> JSONResponse:
         return JSONResponse(ops.status_body(settings, version))
 
-    app.include_router(router)
-    app.include_router(static.router)
+    _include(app, [router, static.router])
     return RequestContext(app)
 
 
@@ -86,13 +96,13 @@ def create_app(settings: Settings) -> ASGIApp:
             yield
         finally:
             await cancel(reload_task)
+            await svc.config.aclose()
             await redis.aclose()
 
     app = _fastapi(lifespan)
     app.state.services = svc
-    app.include_router(ops.router)
-    app.include_router(admin.router)
-    app.include_router(static.router)
+    routers = [ops.router, admin.router, static.router]
     if settings.debug_enabled:
-        app.include_router(debug.router)
+        routers.append(debug.router)
+    _include(app, routers)
     return RequestContext(app)

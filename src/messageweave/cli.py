@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -21,6 +23,17 @@ console = Console()
 KEY_FILE = "encryption.key"
 
 DebugOption = Annotated[bool, typer.Option("--debug", help="Mount /debug/* (needs DEBUG_TOKEN).")]
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _handle_stop_signals() -> None:
+    """uvicorn shuts down gracefully, then re-raises the signal it caught to the handler that
+    was there before it: this one, so `finally` blocks (the embedded Redis) still run."""
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    signal.signal(signal.SIGINT, _exit_cleanly)
 
 
 def default_data_dir() -> Path:
@@ -54,6 +67,7 @@ def run(
     debug: DebugOption = False,
 ) -> None:
     """All-in-one start: embedded Redis and a generated key unless the environment has them."""
+    _handle_stop_signals()
     env = dict(os.environ)
     directory = (data_dir or default_data_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -87,6 +101,7 @@ def serve(
     debug: DebugOption = False,
 ) -> None:
     """Container mode: only the environment; a missing variable serves setup mode."""
+    _handle_stop_signals()
     settings = from_env(debug_flag=debug)
     uvicorn.run(create_app(settings), host=host, port=settings.port, log_level="info")
 

@@ -8,12 +8,14 @@ exception that escapes the app into a 500 envelope.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -112,7 +114,30 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     fallback = "internal_error" if exc.status_code >= 500 else "invalid_request"
     code = _STATUS_CODES.get(exc.status_code, fallback)
     retry = exc.status_code in (429, 503)
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed_methods(request))
     return envelope(request.scope, exc.status_code, code, retry=retry, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method any route on this path accepts (Starlette reports only the first route's)."""
+    table: list[tuple[re.Pattern[str], set[str]]] = getattr(request.app.state, "route_methods", [])
+    methods: set[str] = set()
+    for pattern, route_methods in table:
+        if pattern.match(request.url.path):
+            methods.update(route_methods)
+    methods.discard("HEAD")
+    return sorted(methods)
+
+
+def route_methods(routers: list[APIRouter]) -> list[tuple[re.Pattern[str], set[str]]]:
+    """(path pattern, methods) for every route, for the `Allow` header of a 405."""
+    table = []
+    for router in routers:
+        for route in router.routes:
+            if isinstance(route, APIRoute) and route.methods:
+                table.append((route.path_regex, set(route.methods)))
+    return table
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

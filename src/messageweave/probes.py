@@ -8,6 +8,7 @@ import httpx
 
 from messageweave.config.model import BusinessConfig
 from messageweave.config.runtime import jmap_origin_probe_url
+from messageweave.mail.jmap import build_ssl_context
 
 PROBE_TIMEOUT_S = 3.0
 
@@ -17,7 +18,9 @@ async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEO
     url = jmap_origin_probe_url(cfg.jmap_session_url)
     auth = httpx.BasicAuth(cfg.jmap_username, cfg.jmap_password)
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=True) as client:
+        async with httpx.AsyncClient(
+            timeout=timeout_s, follow_redirects=True, verify=build_ssl_context()
+        ) as client:
             response = await asyncio.wait_for(client.get(url, auth=auth), timeout_s)
     except (TimeoutError, httpx.TimeoutException):
         return "jmap session probe timed out"

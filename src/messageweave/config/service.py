@@ -133,8 +133,17 @@ class ConfigService:
         """Build clients for `cfg`; on any failure the previous runtime keeps serving."""
         runtime, warnings = await build_runtime(cfg, self.outbound)
         if not warnings and revision >= self.revision:
-            self.runtime = runtime
+            previous, self.runtime = self.runtime, runtime
+        else:
+            previous = runtime
+        if previous is not None:
+            await previous.aclose()
         return warnings
+
+    async def aclose(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.aclose()
+            self.runtime = None
 
     async def run_reload_loop(self) -> None:
         while True:
@@ -196,7 +205,8 @@ class ConfigService:
             validate(cfg)
         except ConfigInvalid as exc:
             return failed(str(exc))
-        _, warnings = await build_runtime(cfg, self.outbound)
+        runtime, warnings = await build_runtime(cfg, self.outbound)
+        await runtime.aclose()
 
         def component(name: str) -> dict[str, Any]:
             errors = [w.to_json() for w in warnings if w.component == name]
@@ -213,8 +223,16 @@ class ConfigService:
 
 
 async def cancel(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task and wait for it to end.
+
+    The cancellation is repeated until the task is done: a library call inside the task can
+    swallow one CancelledError (seen with a Redis command interrupted mid-reply), which would
+    otherwise leave the task running and the shutdown waiting forever.
+    """
     if task is None:
         return
-    task.cancel()
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.1)
     with contextlib.suppress(asyncio.CancelledError):
-        await task
+        task.result()

@@ -13,8 +13,6 @@ OUTBOUND_CONFIG = "config:outbound"
 ENABLED = "config:enabled"
 ADMIN_SESSION = "config:admin_session"
 ADMIN_SESSION_TTL_S = 1800
-# Hot reload: a write publishes its new revision here; instances also poll the revision key.
-CONFIG_CHANNEL = "config:business:changed"
 
 # --- AI consent ----------------------------------------------------------------------------
 CONSENT_AI_PREFIX = "consent:ai:"

@@ -58,7 +58,6 @@ class ConfigStore:
         ))
         if result < 0:
             raise RevisionConflict
-        await self.redis.publish(keys.CONFIG_CHANNEL, str(result))
         return result
 
     async def create_business_config(self, ciphertext: str) -> int:
@@ -67,7 +66,6 @@ class ConfigStore:
         ))
         if result < 0:
             raise AlreadyConfigured
-        await self.redis.publish(keys.CONFIG_CHANNEL, str(result))
         return result
 
     # --- switches and runtime parameters -------------------------------------------------

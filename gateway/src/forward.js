@@ -1,0 +1,105 @@
+// Forwarding to the backend pool: rotation order, failover decision, header hygiene.
+
+import { serviceUnavailable } from "./errors.js";
+
+// RFC 9110 §7.6.1 hop-by-hop fields, plus the legacy ones proxies still see. Host and
+// Content-Length are recomputed by the runtime from the target URL and the buffered body.
+const HOP_BY_HOP = [
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+];
+const REQUEST_ONLY_DROP = ["host", "content-length"];
+
+export const BACKEND_HEADER = "x-lb-backend";
+
+// Every origin once, starting at a random index and rotating: [s, s+1, ..., s-1].
+export function rotation(origins, random = Math.random) {
+  const n = origins.length;
+  if (n === 0) return [];
+  const start = Math.min(n - 1, Math.floor(random() * n));
+  return origins.map((_, i) => origins[(start + i) % n]);
+}
+
+// Whether an attempt's outcome moves on to the next backend: a network error or timeout
+// (no response), or any 5xx. 4xx and everything else is the answer.
+export function shouldFailover(outcome) {
+  if (outcome.error) return true;
+  return outcome.status >= 500 && outcome.status <= 599;
+}
+
+function stripHopByHop(headers, extra = []) {
+  const out = new Headers(headers);
+  const named = (headers.get("connection") ?? "")
+    .split(",")
+    .map((h) => h.trim().toLowerCase())
+    .filter(Boolean);
+  for (const name of [...HOP_BY_HOP, ...extra, ...named]) out.delete(name);
+  return out;
+}
+
+export const requestHeaders = (headers) => stripHopByHop(headers, REQUEST_ONLY_DROP);
+
+export function responseWithBackend(response, origin) {
+  const headers = stripHopByHop(response.headers);
+  headers.set(BACKEND_HEADER, origin);
+  return new Response(response.body, {
+    status: response.status,
+    statusText: response.statusText,
+    headers,
+  });
+}
+
+class Timeout extends Error {
+  constructor(ms) {
+    super(`no response within ${ms} ms`);
+    this.name = "Timeout";
+  }
+}
+
+// One attempt: resolves {response} or {error}. The timeout covers the wait for the response
+// head; a body that is already streaming is not cut off.
+export async function attempt(fetchFn, url, init, timeoutMs) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new Timeout(timeoutMs)), timeoutMs);
+  try {
+    const response = await fetchFn(url, { ...init, signal: controller.signal });
+    return { response, status: response.status };
+  } catch (error) {
+    return { error: controller.signal.aborted ? new Timeout(timeoutMs) : error };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// Send the request to the backends in `order`, at most `maxAttempts` of them, moving on only
+// when shouldFailover() says so. `body` is the buffered request body (ArrayBuffer or null) so
+// that every attempt sends the same bytes.
+export async function forward({ request, body, order, maxAttempts, timeoutMs, fetchFn, log }) {
+  const url = new URL(request.url);
+  const headers = requestHeaders(request.headers);
+  const tries = order.slice(0, Math.max(1, maxAttempts));
+  for (let i = 0; i < tries.length; i++) {
+    const origin = tries[i];
+    const init = {
+      method: request.method,
+      headers,
+      body: body === null ? null : body.slice(0),
+      redirect: "manual",
+    };
+    const outcome = await attempt(fetchFn, origin + url.pathname + url.search, init, timeoutMs);
+    const last = i === tries.length - 1;
+    if (!shouldFailover(outcome)) return responseWithBackend(outcome.response, origin);
+    const why = outcome.error ? `${outcome.error.name}: ${outcome.error.message}` : outcome.status;
+    log?.(`${request.method} ${url.pathname} via ${origin} failed (${why})`);
+    if (last && outcome.response) return responseWithBackend(outcome.response, origin);
+    if (outcome.response) await outcome.response.body?.cancel().catch(() => {});
+  }
+  return serviceUnavailable();
+}

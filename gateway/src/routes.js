@@ -1,0 +1,65 @@
+// The allowlist: the only paths the gateway forwards, each with the one set of methods the
+// backend serves there. Everything else is answered by the gateway itself (404 or 405).
+//
+// One line per route: [path, "METHODS", timeout variable]. A third column marks a long-running
+// route: it gets exactly one attempt (no failover) and the named timeout instead of
+// LB_REQUEST_TIMEOUT_MS. Paths match exactly (no prefixes, no trailing-slash variants).
+// HEAD is deliberately not implied by GET: the backend answers HEAD with 405 as well.
+const ROUTE_TABLE = [
+  ["/", "GET"],
+  ["/assets/config.js", "GET"],
+  ["/assets/styles.css", "GET"],
+  ["/api/status", "GET"],
+  ["/api/config", "GET PUT"],
+  ["/api/business-config", "GET PUT"],
+  ["/api/business-config/preflight", "POST"],
+  ["/api/admin/session", "POST"],
+  ["/api/admin/session/revoke", "POST"],
+  ["/api/enabled", "GET PUT"],
+  ["/webhook/tg", "POST"],
+  ["/push/jmap", "POST"],
+  ["/api/push/register", "POST"],
+  ["/api/telegram/register-webhook", "POST"],
+  ["/api/push/disable", "POST"],
+  ["/reconcile", "POST", "LB_RECONCILE_TIMEOUT_MS"],
+  ["/worker", "POST", "LB_WORKER_TIMEOUT_MS"],
+  ["/ready", "GET"],
+  ["/healthz", "GET"],
+];
+
+// Answered by the gateway itself, never forwarded.
+const LOCAL_TABLE = [["/healthz-worker", "GET"]];
+
+function compile(table, local) {
+  const out = new Map();
+  for (const [path, methods, timeoutVar] of table) {
+    if (out.has(path)) throw new Error(`duplicate route ${path}`);
+    const list = methods.split(" ");
+    out.set(path, {
+      path,
+      methods: new Set(list),
+      allow: list.join(", "),
+      timeoutVar: timeoutVar ?? null,
+      local,
+    });
+  }
+  return out;
+}
+
+export const ROUTES = compile(ROUTE_TABLE, false);
+export const LOCAL_ROUTES = compile(LOCAL_TABLE, true);
+
+// Paths that must never reach a backend, whatever the table says: the one-time bootstrap
+// (it takes the master key) and the debug surface.
+export function neverForwarded(path) {
+  return path === "/api/bootstrap" || path === "/debug" || path.startsWith("/debug/");
+}
+
+// -> {status: "ok", route} | {status: 404} | {status: 405, allow}
+export function matchRoute(method, path) {
+  if (neverForwarded(path)) return { status: 404 };
+  const route = LOCAL_ROUTES.get(path) ?? ROUTES.get(path);
+  if (!route) return { status: 404 };
+  if (!route.methods.has(method)) return { status: 405, allow: route.allow };
+  return { status: "ok", route };
+}

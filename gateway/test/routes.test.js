@@ -1,0 +1,85 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { LOCAL_ROUTES, matchRoute, neverForwarded, ROUTES } from "../src/routes.js";
+
+const EXPECTED = {
+  "/": "GET",
+  "/assets/config.js": "GET",
+  "/assets/styles.css": "GET",
+  "/api/status": "GET",
+  "/api/config": "GET, PUT",
+  "/api/business-config": "GET, PUT",
+  "/api/business-config/preflight": "POST",
+  "/api/admin/session": "POST",
+  "/api/admin/session/revoke": "POST",
+  "/api/enabled": "GET, PUT",
+  "/webhook/tg": "POST",
+  "/push/jmap": "POST",
+  "/api/push/register": "POST",
+  "/api/telegram/register-webhook": "POST",
+  "/api/push/disable": "POST",
+  "/reconcile": "POST",
+  "/worker": "POST",
+  "/ready": "GET",
+  "/healthz": "GET",
+};
+
+test("the table forwards exactly the 19 documented routes with their methods", () => {
+  assert.equal(ROUTES.size, 19);
+  const actual = Object.fromEntries([...ROUTES].map(([path, r]) => [path, r.allow]));
+  assert.deepEqual(actual, EXPECTED);
+});
+
+test("only /reconcile and /worker are long-running, each with its own timeout variable", () => {
+  const long = [...ROUTES.values()].filter((r) => r.timeoutVar !== null);
+  assert.deepEqual(
+    long.map((r) => [r.path, r.timeoutVar]),
+    [
+      ["/reconcile", "LB_RECONCILE_TIMEOUT_MS"],
+      ["/worker", "LB_WORKER_TIMEOUT_MS"],
+    ],
+  );
+});
+
+test("every allowed method matches; other methods are 405 with the Allow list", () => {
+  for (const [path, allow] of Object.entries(EXPECTED)) {
+    for (const method of allow.split(", ")) {
+      assert.equal(matchRoute(method, path).status, "ok", `${method} ${path}`);
+    }
+    for (const method of ["DELETE", "PATCH", "OPTIONS", "HEAD", "POST", "PUT", "GET"]) {
+      if (allow.split(", ").includes(method)) continue;
+      assert.deepEqual(matchRoute(method, path), { status: 405, allow }, `${method} ${path}`);
+    }
+  }
+});
+
+test("HEAD is not implied by GET", () => {
+  assert.deepEqual(matchRoute("HEAD", "/healthz"), { status: 405, allow: "GET" });
+});
+
+test("unknown paths, prefixes and trailing-slash variants are 404", () => {
+  for (const path of ["/nope", "/api", "/api/status/", "/api/statusx", "//api/status",
+    "/api/config/extra", "/healthz/", "/API/STATUS", "/api/%73tatus"]) {
+    assert.deepEqual(matchRoute("GET", path), { status: 404 }, path);
+  }
+});
+
+test("bootstrap and the debug surface are never forwarded", () => {
+  for (const path of ["/api/bootstrap", "/debug", "/debug/ping", "/debug/anything/deeper"]) {
+    assert.ok(neverForwarded(path));
+    for (const method of ["GET", "POST", "PUT"]) {
+      assert.deepEqual(matchRoute(method, path), { status: 404 }, `${method} ${path}`);
+    }
+  }
+  for (const path of [...ROUTES.keys(), ...LOCAL_ROUTES.keys()]) {
+    assert.ok(!neverForwarded(path), `${path} must not be in the table`);
+  }
+});
+
+test("/healthz-worker is the gateway's own GET route", () => {
+  const m = matchRoute("GET", "/healthz-worker");
+  assert.equal(m.status, "ok");
+  assert.equal(m.route.local, true);
+  assert.deepEqual(matchRoute("POST", "/healthz-worker"), { status: 405, allow: "GET" });
+  assert.ok(!ROUTES.has("/healthz-worker"));
+});

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite from a clean checkout: system packages (as root on Debian/Ubuntu), the
+# Python environment, lint and types, the gateway's JavaScript suites, then pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || command -v sudo >/dev/null; }; then
+  bash scripts/install-test-packages.sh
+else
+  echo "[test] not root on Debian/Ubuntu: install the packages of scripts/install-test-packages.sh yourself" >&2
+fi
+
+PYTHON="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+
+echo "[test] ruff"; .venv/bin/ruff check src tests
+echo "[test] mypy"; .venv/bin/mypy src
+echo "[test] gateway"; bash gateway/test.sh
+echo "[test] pytest"; .venv/bin/pytest -q "$@"

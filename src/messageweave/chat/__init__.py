@@ -1,0 +1,1 @@
+"""Talking to the owner through Telegram: sending, conversation, consent, replies."""

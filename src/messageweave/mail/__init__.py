@@ -1,0 +1,1 @@
+"""Mail access: the JMAP client (`messageweave.mail.jmap`)."""

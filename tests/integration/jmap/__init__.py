@@ -1,0 +1,1 @@
+"""Integration tests of the JMAP client against a real Cyrus IMAP server."""

@@ -1,0 +1,26 @@
+"""The atomic configuration writes behave the same on Redis 6.2 (embedded) and 7.0 (Debian)."""
+
+import pytest
+import redis.asyncio as aioredis
+
+from messageweave.store import keys
+from messageweave.store.state import AlreadyConfigured, ConfigStore, RevisionConflict
+
+
+async def test_revision_checked_write_and_create_only(any_redis_url: str) -> None:
+    client = aioredis.from_url(any_redis_url, decode_responses=True)
+    await client.flushdb()
+    store = ConfigStore(client)
+    try:
+        assert await store.create_business_config("v1:a:b") == 1
+        with pytest.raises(AlreadyConfigured):
+            await store.create_business_config("v1:c:d")
+        assert await store.write_business_config("v1:e:f", 1) == 2
+        with pytest.raises(RevisionConflict):
+            await store.write_business_config("v1:g:h", 1)
+        assert await client.get(keys.BUSINESS_CONFIG) == "v1:e:f"
+        assert await store.write_business_config("v1:i:j", None) == 3
+        assert await store.business_revision() == 3
+    finally:
+        await client.flushdb()
+        await client.aclose()

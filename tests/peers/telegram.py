@@ -1,0 +1,357 @@
+"""The Telegram peer: the npm Bot API emulator `telegram-test-api` as a real local process.
+
+`telegram_emulator` (session fixture) installs the pinned package with `npm ci` when
+`telegram_emulator/node_modules` is missing, starts `telegram_emulator/server.js` (the package
+plus our compatibility layer) on a free 127.0.0.1 port and stops it after the session.
+
+Point the code under test at `emulator.base_url` (the `telegram_api_base_url`); any token works,
+so give each test its own token and chat id and they will not see each other's messages.
+The async helpers play the other side: read what the bot sent, play the human writing to the bot
+(delivered to the bot's webhook, with the secret header), and make Bot API calls fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+EMULATOR_DIR = Path(__file__).parent / "telegram_emulator"
+_READY_MARK = "TTA_READY "
+_STARTUP_TIMEOUT_S = 20.0
+_NPM_TIMEOUT_S = 300.0
+
+
+class EmulatorError(RuntimeError):
+    """The emulator could not be installed, started, or answered a control call with an error."""
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """A message the bot sent through sendMessage, as the emulator stored it."""
+
+    message_id: int
+    chat_id: int
+    text: str
+    parse_mode: str | None
+    date: int
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What happened to a simulated user message.
+
+    `queued` when the bot had no webhook (it waits for getUpdates); otherwise the webhook's HTTP
+    `status`, or `error` when the webhook could not be reached.
+    """
+
+    update_id: int
+    message_id: int
+    queued: bool
+    status: int | None = None
+    error: str | None = None
+
+
+class TelegramEmulator:
+    """A running emulator process and its control API. Create with `TelegramEmulator.start()`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+        self._process = process
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+
+    def __repr__(self) -> str:
+        return f"TelegramEmulator(base_url={self.base_url!r}, pid={self.pid})"
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._process.poll() is None
+
+    @classmethod
+    def start(
+        cls, log_dir: Path, *, startup_timeout_s: float = _STARTUP_TIMEOUT_S
+    ) -> TelegramEmulator:
+        """Install if needed, start on a free loopback port, return once it listens."""
+        node = _tool("node")
+        install_packages()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"telegram-emulator-{time.monotonic_ns()}.log"
+        env = {**os.environ, "TTA_PORT": "0", "TTA_HOST": "127.0.0.1"}
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [node, "server.js"],
+                cwd=EMULATOR_DIR,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + startup_timeout_s
+        while time.monotonic() < deadline:
+            port = _ready_port(log_path)
+            if port is not None:
+                return cls(process, port, log_path)
+            if process.poll() is not None:
+                raise EmulatorError(
+                    f"telegram emulator exited with {process.returncode}:\n{_tail(log_path)}"
+                )
+            time.sleep(0.05)
+        _terminate(process)
+        raise EmulatorError(
+            f"telegram emulator not ready after {startup_timeout_s} s:\n{_tail(log_path)}"
+        )
+
+    def stop(self) -> None:
+        _terminate(self._process)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    # --- control API (async: the webhook receiver may share the test's event loop) ---------
+
+    async def sent_messages(self, token: str, chat_id: int | None = None) -> list[SentMessage]:
+        """Messages the bot `token` sent (to `chat_id`, or to any chat), oldest first."""
+        body: dict[str, Any] = {"token": token}
+        if chat_id is not None:
+            body["chat_id"] = chat_id
+        rows = await self._control("/control/sentMessages", body)
+        return [
+            SentMessage(
+                message_id=int(r["message_id"]),
+                chat_id=int(r["chat_id"]),
+                text=str(r["text"]),
+                parse_mode=r["parse_mode"],
+                date=int(r["date"]),
+                params=dict(r["params"]),
+            )
+            for r in rows
+        ]
+
+    async def wait_for_messages(
+        self, token: str, chat_id: int, count: int = 1, timeout_s: float = 5.0
+    ) -> list[SentMessage]:
+        """Poll until the bot sent at least `count` messages to `chat_id`; return them all."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            messages = await self.sent_messages(token, chat_id)
+            if len(messages) >= count or time.monotonic() >= deadline:
+                return messages
+            await asyncio.sleep(0.05)
+
+    async def send_user_message(
+        self,
+        token: str,
+        chat_id: int,
+        text: str,
+        *,
+        from_id: int | None = None,
+        first_name: str = "Test",
+        username: str | None = None,
+        chat_type: str = "private",
+    ) -> Delivery:
+        """Play the human: `text` from `chat_id` to bot `token`.
+
+        With a webhook set, the emulator POSTs the Update (with X-Telegram-Bot-Api-Secret-Token
+        when setWebhook had a secret) and this returns after the webhook answered.
+        Text starting with /command gets a bot_command entity, as Telegram adds one.
+        """
+        body: dict[str, Any] = {
+            "token": token,
+            "chat_id": chat_id,
+            "text": text,
+            "first_name": first_name,
+            "chat_type": chat_type,
+        }
+        if from_id is not None:
+            body["from_id"] = from_id
+        if username is not None:
+            body["username"] = username
+        result = await self._control("/control/userMessage", body)
+        delivery = result["delivery"]
+        return Delivery(
+            update_id=int(result["update_id"]),
+            message_id=int(result["message_id"]),
+            queued=delivery is None,
+            status=None if delivery is None else delivery.get("status"),
+            error=None if delivery is None else delivery.get("error"),
+        )
+
+    async def fail(
+        self,
+        *,
+        token: str | None = None,
+        method: str | None = None,
+        chat_id: int | None = None,
+        error_code: int | None = None,
+        description: str | None = None,
+        retry_after: int | None = None,
+        delay_ms: int | None = None,
+        close: bool = False,
+        raw_body: str | None = None,
+        skip: int | None = None,
+        times: int | None = None,
+    ) -> int:
+        """Make matching Bot API calls fail like Telegram; returns the rule id.
+
+        Unset filters match everything. `error_code` answers `{"ok":false,"error_code",
+        "description","parameters":{"retry_after"}}` with that HTTP status (Telegram's usual
+        descriptions by default: 400 chat not found, 403 bot was blocked by the user, 429 retry
+        after N). `raw_body` answers a non-JSON body instead, `delay_ms` answers late (alone: a
+        slow but successful call), `close` drops the connection. `skip` lets that many matching
+        calls through first; `times` limits how often the rule fires, otherwise it holds until
+        `clear_failures`.
+        """
+        rule: dict[str, Any] = {
+            key: value
+            for key, value in {
+                "token": token,
+                "method": method,
+                "chat_id": chat_id,
+                "error_code": error_code,
+                "description": description,
+                "retry_after": retry_after,
+                "delay_ms": delay_ms,
+                "raw_body": raw_body,
+                "skip": skip,
+                "times": times,
+            }.items()
+            if value is not None
+        }
+        if close:
+            rule["close"] = True
+        result = await self._control("/control/failures", rule)
+        return int(result["id"])
+
+    async def reject_token(self, token: str) -> None:
+        """Answer every call with `token` 401 Unauthorized, as Telegram does for a wrong token."""
+        await self.fail(token=token, error_code=401)
+
+    async def clear_failures(self, token: str | None = None) -> None:
+        await self._control("/control/failures/clear", {} if token is None else {"token": token})
+
+    async def webhook_deliveries(self, token: str | None = None) -> list[dict[str, Any]]:
+        """Every webhook attempt: update_id, url, secret_sent, and status or error."""
+        body = {} if token is None else {"token": token}
+        return list(await self._control("/control/webhookDeliveries", body))
+
+    async def reset(self) -> None:
+        """Forget all messages, webhooks, commands, failure rules and deliveries."""
+        await self._control("/control/reset", {})
+
+    async def _control(self, path: str, body: dict[str, Any]) -> Any:
+        async with httpx.AsyncClient(base_url=self.base_url, trust_env=False, timeout=15) as client:
+            response = await client.post(path, json=body)
+        data = response.json()
+        if response.status_code != 200 or not data.get("ok"):
+            raise EmulatorError(f"{path} -> {response.status_code} {data}")
+        return data["result"]
+
+
+def install_packages() -> None:
+    """`npm ci` into telegram_emulator/node_modules unless a complete install is there.
+
+    A cross-process lock keeps parallel test runs from installing over each other.
+    """
+    if _installed():
+        return
+    npm = _tool("npm")
+    key = hashlib.sha256(str(EMULATOR_DIR).encode()).hexdigest()[:16]
+    lock_path = Path(tempfile.gettempdir()) / f"messageweave-telegram-emulator-{key}.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _installed():
+            return
+        try:
+            done = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=EMULATOR_DIR,
+                capture_output=True,
+                text=True,
+                timeout=_NPM_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise EmulatorError(f"npm ci did not finish in {_NPM_TIMEOUT_S} s") from exc
+        if done.returncode != 0 or not _installed():
+            raise EmulatorError(
+                f"npm ci in {EMULATOR_DIR} failed ({done.returncode}):\n"
+                f"{(done.stdout + done.stderr)[-3000:]}"
+            )
+
+
+def _installed() -> bool:
+    modules = EMULATOR_DIR / "node_modules"
+    # npm writes node_modules/.package-lock.json last, so its presence means a finished install.
+    return (modules / ".package-lock.json").is_file() and (
+        modules / "telegram-test-api" / "package.json"
+    ).is_file()
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise EmulatorError(
+            f"`{name}` is not on PATH. The Telegram tests run the npm package telegram-test-api "
+            "as a real Bot API emulator and need Node.js >= 18 with npm "
+            "(Debian: `apt-get install nodejs npm`)."
+        )
+    return path
+
+
+def _ready_port(log_path: Path) -> int | None:
+    for line in log_path.read_text(errors="replace").splitlines():
+        if line.startswith(_READY_MARK):
+            return int(json.loads(line[len(_READY_MARK) :])["port"])
+    return None
+
+
+def _tail(log_path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def telegram_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TelegramEmulator]:
+    """The emulator for the whole session. Fails (never skips) when Node.js/npm are missing."""
+    try:
+        emulator = TelegramEmulator.start(tmp_path_factory.mktemp("telegram-emulator"))
+    except EmulatorError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield emulator
+    finally:
+        emulator.stop()

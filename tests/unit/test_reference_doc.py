@@ -1,0 +1,55 @@
+"""docs/reference.md must name every Redis key, TTL and route defined in code."""
+
+import inspect
+from pathlib import Path
+
+import pytest
+from fastapi.routing import APIRoute
+
+from messageweave.api import admin, debug, ops
+from messageweave.store import keys
+from messageweave.web import static
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text()
+
+
+def _key_constants() -> list[tuple[str, object]]:
+    return [(name, value) for name, value in vars(keys).items()
+            if name.isupper() and isinstance(value, str | int) and not isinstance(value, bool)]
+
+
+def _key_templates() -> list[tuple[str, str]]:
+    out = []
+    for name, fn in vars(keys).items():
+        if inspect.isfunction(fn) and fn.__module__ == keys.__name__:
+            params = inspect.signature(fn).parameters
+            out.append((name, fn(*(f"{{{p}}}" for p in params))))
+    return out
+
+
+@pytest.mark.parametrize(("name", "value"), _key_constants())
+def test_every_key_constant_is_documented(name: str, value: object) -> None:
+    assert f"`{name}`" in DOC, f"{name} is not named in docs/reference.md"
+    assert str(value) in DOC, f"{name} = {value!r} is not in docs/reference.md"
+
+
+@pytest.mark.parametrize(("name", "template"), _key_templates())
+def test_every_key_template_is_documented(name: str, template: str) -> None:
+    assert f"`{name}()`" in DOC, f"{name}() is not named in docs/reference.md"
+    assert template in DOC, f"{template} is not in docs/reference.md"
+
+
+def _routes() -> list[tuple[str, str]]:
+    out = []
+    for router in (ops.router, admin.router, static.router, debug.router):
+        for route in router.routes:
+            assert isinstance(route, APIRoute)
+            out.extend((method, route.path) for method in sorted(route.methods))
+    return out
+
+
+@pytest.mark.parametrize(("method", "path"), _routes())
+def test_every_route_is_documented(method: str, path: str) -> None:
+    rows = [line for line in DOC.splitlines() if f"| `{path}` |" in line]
+    assert rows, f"{path} has no row in docs/reference.md"
+    assert any(method in row.split("|")[1] for row in rows), f"{method} {path} not documented"
