@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp
 
-from messageweave.api import admin, debug, ops
+from messageweave.api import admin, debug, delivery, mailbox, ops, telegram_admin
 from messageweave.api.services import Services
 from messageweave.config.service import ConfigService, cancel
 from messageweave.errors import (
@@ -20,6 +20,8 @@ from messageweave.errors import (
     route_methods,
     service_unavailable,
 )
+from messageweave.mail.scheduler import run_scheduler
+from messageweave.pipeline.worker import run_worker
 from messageweave.settings import Settings
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
@@ -91,17 +93,23 @@ def create_app(settings: Settings) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await svc.config.refresh()
-        reload_task = asyncio.create_task(svc.config.run_reload_loop(), name="config-reload")
+        tasks = [
+            asyncio.create_task(svc.config.run_reload_loop(), name="config-reload"),
+            asyncio.create_task(run_worker(svc), name="worker"),
+            asyncio.create_task(run_scheduler(svc), name="scheduler"),
+        ]
         try:
             yield
         finally:
-            await cancel(reload_task)
+            for task in reversed(tasks):
+                await cancel(task)
             await svc.config.aclose()
             await redis.aclose()
 
     app = _fastapi(lifespan)
     app.state.services = svc
-    routers = [ops.router, admin.router, static.router]
+    routers = [ops.router, admin.router, mailbox.router, delivery.router, telegram_admin.router,
+               static.router]
     if settings.debug_enabled:
         routers.append(debug.router)
     _include(app, routers)

@@ -9,7 +9,7 @@ from fastapi import Request
 from redis.exceptions import RedisError
 
 from messageweave.config.service import ConfigService
-from messageweave.errors import unauthorized
+from messageweave.errors import service_unavailable, unauthorized
 from messageweave.settings import Settings
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
@@ -66,3 +66,14 @@ async def config_authorized(request: Request) -> bool:
 async def require_config_authorized(request: Request) -> None:
     if not await config_authorized(request):
         raise unauthorized()
+
+
+async def require_enabled(request: Request) -> None:
+    """The global switch (`config:enabled`, off by default). Business routes call this *after*
+    authenticating the caller, so the unauthenticated learn nothing (SPEC C.7)."""
+    try:
+        enabled = await services(request).store.enabled()
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    if not enabled:
+        raise service_unavailable()

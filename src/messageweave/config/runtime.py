@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from messageweave.chat.telegram import TelegramClient
 from messageweave.config.model import BusinessConfig, OutboundConfig
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 
@@ -46,19 +47,32 @@ class Warning:
 
 @dataclass
 class Runtime:
-    """The clients built for one configuration revision."""
+    """The clients built for one configuration revision.
+
+    `jmap` is None when the session could not be fetched (the warning says why);
+    `telegram` always exists (building it does no network I/O).
+    """
 
     config: BusinessConfig
+    telegram: TelegramClient
     jmap: JmapClient | None = None
 
     async def aclose(self) -> None:
         if self.jmap is not None:
             await self.jmap.aclose()
+        await self.telegram.aclose()
 
 
 def jmap_origin_probe_url(configured: str) -> str:
     parts = urlsplit(configured.strip())
     return urlunsplit((parts.scheme, parts.netloc, WELL_KNOWN, "", ""))
+
+
+def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient:
+    return JmapClient(
+        cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password,
+        account_id=cfg.account_id or None, timeout=outbound.jmap_timeout_ms / 1000,
+    )
 
 
 async def build_runtime(
@@ -69,13 +83,14 @@ async def build_runtime(
     The returned runtime owns an open JMAP client when its session could be fetched; whoever
     drops the runtime closes it (`Runtime.aclose`).
     """
-    runtime = Runtime(config=cfg)
+    runtime = Runtime(
+        config=cfg,
+        telegram=TelegramClient(cfg.bot_token, api_base_url=cfg.telegram_api_base_url,
+                                timeout_s=outbound.telegram_timeout_ms / 1000),
+    )
     warnings: list[Warning] = []
     secrets = secrets_of(cfg)
-    client = JmapClient(
-        cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password,
-        account_id=cfg.account_id or None, timeout=outbound.jmap_timeout_ms / 1000,
-    )
+    client = new_jmap_client(cfg, outbound)
     try:
         await client.get_session()
         runtime.jmap = client

@@ -26,7 +26,8 @@ from messageweave.config.model import (
     parse_wire,
     validate,
 )
-from messageweave.config.runtime import Runtime, Warning, build_runtime
+from messageweave.config.runtime import Runtime, Warning, build_runtime, new_jmap_client
+from messageweave.mail.jmap import JmapClient
 from messageweave.store.state import (
     AlreadyConfigured,
     ConfigStore,
@@ -42,6 +43,10 @@ _MERGE_ATTEMPTS = 5
 
 class StoreUnavailable(Exception):
     """Redis could not be reached, or the stored value could not be decrypted."""
+
+
+class NotConfigured(Exception):
+    """No business configuration is live on this instance yet."""
 
 
 class StoredConfigInvalid(Exception):
@@ -64,6 +69,7 @@ class ConfigService:
         self.runtime: Runtime | None = None
         self.outbound = OutboundConfig()
         self._reload_lock = asyncio.Lock()
+        self._jmap_lock = asyncio.Lock()
 
     # --- reading -------------------------------------------------------------------------
     def _decode(self, ciphertext: str) -> BusinessConfig:
@@ -130,15 +136,37 @@ class ConfigService:
             self.config = cfg
 
     async def _apply_runtime(self, revision: int, cfg: BusinessConfig) -> list[Warning]:
-        """Build clients for `cfg`; on any failure the previous runtime keeps serving."""
+        """Build clients for `cfg`. On a failure the previous runtime keeps serving; with no
+        previous runtime the partial one is used (its JMAP client is connected on demand)."""
         runtime, warnings = await build_runtime(cfg, self.outbound)
-        if not warnings and revision >= self.revision:
+        if revision >= self.revision and (not warnings or self.runtime is None):
             previous, self.runtime = self.runtime, runtime
         else:
             previous = runtime
         if previous is not None:
             await previous.aclose()
         return warnings
+
+    async def jmap(self) -> JmapClient:
+        """The live JMAP client, connecting it now if the last build could not.
+
+        Raises `JmapError` (or `NotConfigured`) when there is no way to reach the mailbox.
+        """
+        runtime = self.runtime
+        if runtime is None:
+            raise NotConfigured
+        if runtime.jmap is None:
+            async with self._jmap_lock:
+                if runtime.jmap is None:
+                    client = new_jmap_client(runtime.config, self.outbound)
+                    try:
+                        await client.get_session()
+                    except BaseException:
+                        await client.aclose()
+                        raise
+                    runtime.jmap = client
+        assert runtime.jmap is not None
+        return runtime.jmap
 
     async def aclose(self) -> None:
         if self.runtime is not None:

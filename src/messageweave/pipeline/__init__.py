@@ -1,0 +1,1 @@
+"""The delivery pipeline: Redis Streams in, Telegram messages out, durably."""

@@ -1,0 +1,1 @@
+"""AI summaries through an OpenAI-compatible API."""
