@@ -3,6 +3,8 @@
 # - Cyrus IMAP 3.6 (imapd, lmtpd, squatter, cyrmaster; cyrus-caldav ships the httpd that serves
 #   JMAP), the SASL tools used to create test users (saslpasswd2) and the PLAIN/LOGIN mechanisms;
 # - redis-server (Debian's Redis 7.0, tested beside the embedded 6.2);
+# - chromium (the admin page's browser tests drive it with Playwright) and a CJK font for the
+#   Chinese screenshots;
 # - nodejs and npm when `node` is not on PATH (the Telegram emulator and the gateway need >= 20).
 #
 # Idempotent: does nothing when everything is installed. Runs `apt-get update` only when the
@@ -13,7 +15,7 @@
 # Usage (as root, or through sudo):  scripts/install-test-packages.sh
 set -euo pipefail
 
-PACKAGES="cyrus-common cyrus-imapd cyrus-caldav sasl2-bin libsasl2-modules redis-server"
+PACKAGES="cyrus-common cyrus-imapd cyrus-caldav sasl2-bin libsasl2-modules redis-server chromium fonts-wqy-zenhei"
 command -v node >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs npm"
 
 say() { printf '[install-test-packages] %s\n' "$*" >&2; }
@@ -59,7 +61,7 @@ if command -v systemctl >/dev/null 2>&1; then
 fi
 
 for b in /usr/sbin/cyrmaster /usr/lib/cyrus/bin/httpd /usr/lib/cyrus/bin/squatter /usr/sbin/saslpasswd2 \
-         /usr/bin/redis-server; do
+         /usr/bin/redis-server /usr/bin/chromium; do
   [ -x "$b" ] || { say "ERROR: $b missing after install"; exit 1; }
 done
 say "done"

@@ -11,16 +11,21 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp
 
+from messageweave.aio import cancel
 from messageweave.api import admin, debug, delivery, mailbox, ops, telegram_admin
+from messageweave.api import logs as logs_api
+from messageweave.api import metrics as metrics_api
 from messageweave.api.services import Services
-from messageweave.config.service import ConfigService, cancel
+from messageweave.config.service import ConfigService
 from messageweave.errors import (
     RequestContext,
     install_handlers,
     route_methods,
     service_unavailable,
 )
+from messageweave.logs import RequestLog, add_secret_source, remove_secret_source
 from messageweave.mail.scheduler import run_scheduler
+from messageweave.ops.secrets import service_secrets
 from messageweave.pipeline.worker import run_worker
 from messageweave.settings import Settings
 from messageweave.store.redis import connect
@@ -44,6 +49,7 @@ def _fastapi(lifespan: object = None) -> FastAPI:
         lifespan=lifespan,  # type: ignore[arg-type]
     )
     install_handlers(app)
+    app.add_middleware(RequestLog)
     return app
 
 
@@ -90,8 +96,12 @@ def create_app(settings: Settings) -> ASGIApp:
         version=build_version(),
     )
 
+    def secrets() -> list[str | None]:
+        return service_secrets(svc)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        add_secret_source(secrets)
         await svc.config.refresh()
         tasks = [
             asyncio.create_task(svc.config.run_reload_loop(), name="config-reload"),
@@ -105,11 +115,12 @@ def create_app(settings: Settings) -> ASGIApp:
                 await cancel(task)
             await svc.config.aclose()
             await redis.aclose()
+            remove_secret_source(secrets)
 
     app = _fastapi(lifespan)
     app.state.services = svc
     routers = [ops.router, admin.router, mailbox.router, delivery.router, telegram_admin.router,
-               static.router]
+               logs_api.router, metrics_api.router, static.router]
     if settings.debug_enabled:
         routers.append(debug.router)
     _include(app, routers)

@@ -13,7 +13,9 @@ import typer
 import uvicorn
 from rich.console import Console
 
+from messageweave import cli_mailbox, cli_ops, cli_pipeline
 from messageweave.app import create_app
+from messageweave.logs import configure_logging
 from messageweave.settings import from_env
 from messageweave.store.redis import EmbeddedRedis
 
@@ -89,7 +91,9 @@ def run(
                 f"stored in {directory / KEY_FILE}):\n\n  {env['CONFIG_ENCRYPTION_KEY']}\n"
             )
         console.print(f"Admin page: [bold]{url}[/]")
-        uvicorn.run(create_app(settings), host=host, port=bind_port, log_level="info")
+        configure_logging()
+        uvicorn.run(create_app(settings), host=host, port=bind_port, log_config=None,
+                    access_log=False)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -103,8 +107,14 @@ def serve(
     """Container mode: only the environment; a missing variable serves setup mode."""
     _handle_stop_signals()
     settings = from_env(debug_flag=debug)
-    uvicorn.run(create_app(settings), host=host, port=settings.port, log_level="info")
+    configure_logging()
+    uvicorn.run(create_app(settings), host=host, port=settings.port, log_config=None,
+                access_log=False)
 
+
+cli_ops.register(app)
+cli_pipeline.register(app)
+cli_mailbox.register(app)
 
 if __name__ == "__main__":
     app()

@@ -7,6 +7,8 @@ import pytest
 from fastapi.routing import APIRoute
 
 from messageweave.api import admin, debug, delivery, mailbox, ops, telegram_admin
+from messageweave.api import logs as logs_api
+from messageweave.api import metrics as metrics_api
 from messageweave.store import keys
 from messageweave.web import static
 
@@ -42,7 +44,8 @@ def test_every_key_template_is_documented(name: str, template: str) -> None:
 def _routes() -> list[tuple[str, str]]:
     out = []
     for router in (ops.router, admin.router, mailbox.router, delivery.router,
-                   telegram_admin.router, static.router, debug.router):
+                   telegram_admin.router, static.router, debug.router, logs_api.router,
+                   metrics_api.router):
         for route in router.routes:
             assert isinstance(route, APIRoute)
             out.extend((method, route.path) for method in sorted(route.methods))

@@ -34,6 +34,7 @@ from messageweave.errors import (
     service_unavailable,
     unauthorized,
 )
+from messageweave.ops import audit
 from messageweave.store import keys
 from messageweave.store.state import AlreadyConfigured, CorruptValue, RevisionConflict
 
@@ -109,13 +110,21 @@ async def put_business_config(request: Request) -> JSONResponse:
         raise invalid_configuration() from exc
     except (StoreUnavailable, RedisError) as exc:
         raise service_unavailable() from exc
+    await audit.record_audit(svc, audit.CONFIG_SAVED, fields=audit.changed_fields(body),
+                             revision=result.revision)
     return _save_response(result, with_revision=True)
 
 
 @router.post("/api/business-config/preflight")
 async def preflight_business_config(request: Request) -> JSONResponse:
     await require_config_authorized(request)
-    return JSONResponse(await services(request).config.preflight(await request.body()))
+    try:
+        result = await services(request).config.preflight(await request.body())
+    except StoreUnavailable as exc:
+        raise service_unavailable() from exc
+    except StoredConfigInvalid as exc:
+        raise invalid_configuration() from exc
+    return JSONResponse(result)
 
 
 @router.post("/api/bootstrap")
@@ -132,6 +141,8 @@ async def bootstrap(request: Request) -> JSONResponse:
         raise conflict() from exc
     except RedisError as exc:
         raise service_unavailable() from exc
+    await audit.record_audit(services(request), audit.CONFIG_BOOTSTRAPPED,
+                             fields=audit.changed_fields(body), revision=result.revision)
     return _save_response(result, with_revision=False)
 
 
@@ -146,6 +157,7 @@ async def create_admin_session(request: Request) -> JSONResponse:
         await services(request).store.put_admin_session(token)
     except RedisError as exc:
         raise service_unavailable() from exc
+    await audit.record_audit(services(request), audit.SESSION_CREATED)
     return JSONResponse({"session": token, "expires_in": keys.ADMIN_SESSION_TTL_S})
 
 
@@ -166,6 +178,7 @@ async def revoke_admin_session(request: Request) -> Response:
         await svc.store.revoke_admin_session()
     except RedisError as exc:
         raise service_unavailable() from exc
+    await audit.record_audit(svc, audit.SESSION_REVOKED)
     return Response(status_code=204)
 
 
@@ -193,6 +206,7 @@ async def put_enabled(request: Request) -> JSONResponse:
         await services(request).store.set_enabled(enabled)
     except RedisError as exc:
         raise service_unavailable() from exc
+    await audit.record_audit(services(request), audit.ENABLED_CHANGED, enabled=enabled)
     return JSONResponse({"enabled": enabled})
 
 
@@ -224,4 +238,5 @@ async def put_config(request: Request) -> JSONResponse:
     except RedisError as exc:
         raise service_unavailable() from exc
     svc.config.outbound = outbound
+    await audit.record_audit(svc, audit.OUTBOUND_CHANGED, **outbound.to_json())
     return JSONResponse(outbound.to_json())

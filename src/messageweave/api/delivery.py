@@ -2,6 +2,139 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+
+from messageweave.api.services import (
+    bearer,
+    constant_time_eq,
+    require_config_authorized,
+    require_enabled,
+    services,
+)
+from messageweave.errors import ApiError, invalid_request, service_unavailable, unauthorized
+from messageweave.ops import audit
+from messageweave.pipeline import service
+from messageweave.pipeline.worker import MAX_BATCH, worker_for
+from messageweave.store import keys
+from messageweave.store.oplog import valid_stream_id
 
 router = APIRouter()
+
+SECRET_HEADER = "x-telegram-bot-api-secret-token"
+DEFAULT_DLQ_LIMIT = 50
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid_request() from exc
+
+
+@router.post("/webhook/tg")
+async def telegram_webhook(request: Request) -> Response:
+    svc = services(request)
+    cfg = svc.config.config
+    expected = cfg.telegram_webhook_secret if cfg is not None else ""
+    if not constant_time_eq(request.headers.get(SECRET_HEADER), expected):
+        raise unauthorized()
+    await require_enabled(request)
+    assert cfg is not None
+    try:
+        update = service.parse_update(_json(await request.body()), cfg)
+    except service.InvalidUpdate as exc:
+        raise invalid_request() from exc
+    except service.ChatNotAllowed as exc:
+        raise ApiError(403, "forbidden") from exc
+    try:
+        await service.enqueue_update(svc.redis, update)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return Response(status_code=204)
+
+
+def _batch(body: bytes) -> int:
+    if not body.strip():
+        return MAX_BATCH
+    value = _json(body)
+    if not isinstance(value, dict):
+        raise invalid_request()
+    batch = value.get("batch", 0)
+    if batch is None:
+        batch = 0
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 0:
+        raise invalid_request()
+    return MAX_BATCH if batch == 0 else min(batch, MAX_BATCH)
+
+
+@router.post("/worker")
+async def drain(request: Request) -> Response:
+    svc = services(request)
+    cfg = svc.config.config
+    if not constant_time_eq(bearer(request), cfg.worker_token if cfg is not None else ""):
+        raise unauthorized()
+    await require_enabled(request)
+    batch = _batch(await request.body())
+    try:
+        await worker_for(svc).drain_once(batch)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return Response(status_code=204)
+
+
+@router.get("/api/delivery")
+async def delivery_status(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    try:
+        return JSONResponse(await service.delivery_status(services(request).redis))
+    except RedisError as exc:
+        raise service_unavailable() from exc
+
+
+def _stream(value: object) -> str:
+    if not isinstance(value, str) or value not in keys.STREAMS:
+        raise invalid_request()
+    return value
+
+
+@router.get("/api/dlq")
+async def list_dlq(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    raw_stream = request.query_params.get("stream")
+    streams = list(keys.STREAMS) if raw_stream is None else [_stream(raw_stream)]
+    try:
+        limit = int(request.query_params.get("limit", DEFAULT_DLQ_LIMIT))
+    except ValueError as exc:
+        raise invalid_request() from exc
+    if not 1 <= limit <= service.MAX_DLQ_LIMIT:
+        raise invalid_request()
+    try:
+        entries = await service.dlq_entries(services(request).redis, streams, limit)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return JSONResponse({"entries": [e.to_json() for e in entries]})
+
+
+@router.post("/api/dlq/replay")
+async def replay_dlq(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    body = _json(await request.body())
+    if not isinstance(body, dict) or set(body) - {"stream", "ids"}:
+        raise invalid_request()
+    stream = _stream(body.get("stream"))
+    ids = body.get("ids")
+    if ids is not None and (not isinstance(ids, list)
+                            or not all(isinstance(i, str) and valid_stream_id(i) for i in ids)):
+        raise invalid_request()
+    svc = services(request)
+    try:
+        replayed = await service.replay(svc.redis, stream, ids)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    await audit.record_audit(svc, audit.DLQ_REPLAYED, stream=stream, replayed=replayed)
+    return JSONResponse({"replayed": replayed})

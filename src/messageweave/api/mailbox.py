@@ -2,6 +2,108 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+
+from messageweave.api.services import (
+    Services,
+    bearer,
+    constant_time_eq,
+    require_config_authorized,
+    require_enabled,
+    services,
+)
+from messageweave.config.service import NotConfigured
+from messageweave.errors import ApiError, conflict, json_object, service_unavailable, unauthorized
+from messageweave.mail import push
+from messageweave.mail.jmap import JmapClient, JmapError
+from messageweave.mail.reconcile import ReconcileBusy, ReconcileError
+from messageweave.mail.scheduler import run_pass
+from messageweave.ops.audit import record_audit
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
+
+
+def _reconcile_retry() -> ApiError:
+    return ApiError(503, "reconcile_retry", retry=True)
+
+
+async def _jmap(svc: Services) -> JmapClient:
+    try:
+        return await svc.config.jmap()
+    except (NotConfigured, JmapError) as exc:
+        raise service_unavailable() from exc
+
+
+@router.post("/reconcile", status_code=204)
+async def post_reconcile(request: Request) -> Response:
+    """One reconcile pass now (external cron). The request body is ignored."""
+    svc = services(request)
+    cfg = svc.config.config
+    if cfg is None or not constant_time_eq(bearer(request), cfg.reconcile_token):
+        raise unauthorized()
+    await require_enabled(request)
+    try:
+        await run_pass(svc)
+    except ReconcileBusy as exc:
+        raise conflict() from exc
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    except (ReconcileError, JmapError, NotConfigured) as exc:
+        log.warning("reconcile failed: %s", type(exc).__name__)
+        raise _reconcile_retry() from exc
+    return Response(status_code=204)
+
+
+@router.post("/push/jmap", status_code=204)
+async def post_push(request: Request) -> Response:
+    """RFC 8620 pushes: PushVerification completes verification, StateChange schedules a
+    catch-up. Authentication comes from the body (see `messageweave.mail.push`)."""
+    svc = services(request)
+    body = await request.body()
+    if len(body) > push.MAX_PUSH_BODY_BYTES:
+        raise ApiError(413, "payload_too_large")
+    message = push.parse_push(json_object(body))
+    try:
+        if isinstance(message, push.Verification):
+            await push.require_known_subscription(svc.redis, message)
+        else:
+            await push.require_registration(svc.redis)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    await require_enabled(request)
+    client = await _jmap(svc)
+    if isinstance(message, push.Verification):
+        await push.verify(svc.redis, client, message)
+    else:
+        try:
+            await push.state_changed(svc.redis, client.account_id, message)
+        except RedisError as exc:
+            raise service_unavailable() from exc
+    return Response(status_code=204)
+
+
+@router.post("/api/push/register")
+async def register_push(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    svc = services(request)
+    url = push.callback_url_of(json_object(await request.body()), strict=True)
+    result = await push.register(svc.redis, lambda: _jmap(svc), url, request.state.request_id)
+    if not result.get("idempotent"):
+        await record_audit(svc, "push_registered", subscription_id=result["push_subscription_id"])
+    return JSONResponse(result)
+
+
+@router.post("/api/push/disable")
+async def disable_push(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    svc = services(request)
+    url = push.callback_url_of(json_object(await request.body()), strict=False)
+    result = await push.disable(svc.redis, lambda: _jmap(svc), url)
+    await record_audit(svc, "push_disabled")
+    return JSONResponse(result)

@@ -2,6 +2,38 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from messageweave.api.services import require_config_authorized, services
+from messageweave.chat.telegram import TelegramSendError
+from messageweave.chat.webhook_setup import register_webhook, webhook_url_of
+from messageweave.errors import ApiError, invalid_request, json_object, service_unavailable
+from messageweave.ops import audit
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
+
+
+@router.post("/api/telegram/register-webhook")
+async def post_register_webhook(request: Request) -> JSONResponse:
+    await require_config_authorized(request)
+    svc = services(request)
+    url = webhook_url_of(json_object(await request.body()))
+    if url is None:
+        raise invalid_request()
+    runtime = svc.config.runtime
+    if runtime is None:
+        raise service_unavailable()
+    try:
+        registered = await register_webhook(
+            runtime.telegram, url, runtime.config.telegram_webhook_secret
+        )
+    except TelegramSendError as exc:
+        log.warning("webhook registration refused: %s", exc.failure_class)
+        raise ApiError(502, "telegram_send_failed") from exc
+    await audit.record_audit(svc, audit.WEBHOOK_REGISTERED, url=registered)
+    return JSONResponse({"url": registered})

@@ -1,19 +1,26 @@
 """What the bot answers to a message from its owner.
 
 The worker calls `reply_to_update` for each `stalwart:telegram` entry and sends the replies
-through the same sender, rate governor and ledger as notifications.
+through the same sender, rate governor and ledger as notifications. Unknown text, and a
+`/summary` for an email id the mailbox does not have, get no reply (inventory §5). A mailbox
+that cannot be reached raises `JmapError` (or `NotConfigured`) so the entry is retried.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from messageweave.chat import replies
+from messageweave.chat import consent, intents, render, replies, summarize
 from messageweave.config.model import BusinessConfig, OutboundConfig
 from messageweave.mail.jmap import JmapClient
 from messageweave.store.redis import Redis
+
+log = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,42 @@ class ConversationContext:
 
 async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[Reply]:
     """The replies to one message; an empty list when the bot should stay silent."""
-    text = message.text.strip().lower()
-    if text in ("/help", "help"):
-        return [Reply(message.chat_id, replies.HELP)]
-    return []
+    text = await _answer(message, ctx)
+    return [] if text is None else [Reply(message.chat_id, text)]
+
+
+async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | None:
+    intent = intents.parse_intent(message.text)
+    match intent:
+        case intents.Help():
+            return replies.HELP
+        case intents.GrantConsent():
+            return await consent.grant(ctx.redis, message.chat_id, intent, ctx.now())
+        case intents.RevokeConsent():
+            return await consent.revoke(ctx.redis, message.chat_id)
+        case intents.MissingEmailId():
+            return replies.MISSING_EMAIL_ID
+        case intents.Search(query=query):
+            return await _search(query, ctx)
+        case intents.Summary(email_id=email_id):
+            return await _summary(email_id, message.chat_id, ctx)
+    return None
+
+
+async def _search(query: str, ctx: ConversationContext) -> str:
+    if not query:
+        return replies.SEARCH_EMPTY_QUERY
+    if len(query) > MAX_QUERY_CHARS:
+        return replies.SEARCH_QUERY_TOO_LONG.format(limit=MAX_QUERY_CHARS)
+    client = await ctx.jmap()
+    return render.search_reply(query, await client.search(query, limit=render.MAX_HITS))
+
+
+async def _summary(email_id: str, chat_id: int, ctx: ConversationContext) -> str | None:
+    mail = await summarize.fetch_mail(await ctx.jmap(), email_id)
+    if mail is None:
+        log.info("summary requested for an email the mailbox does not have")
+        return None
+    return await summarize.summary_text(
+        mail, chat_id, redis=ctx.redis, config=ctx.config, outbound=ctx.outbound, now=ctx.now()
+    )

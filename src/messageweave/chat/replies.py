@@ -20,3 +20,33 @@ HELP = (
     "正文和 AI 结果不会持久化，也不会写入日志。\n"
     "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。"
 )
+
+CONSENT_GRANTED = (
+    "AI摘要授权已开启：{label}，到期时间 Unix {expires_at}；仍需使用 /summary <email_id> 请求"
+)
+CONSENT_REVOKED = "AI摘要授权已撤销"
+MISSING_EMAIL_ID = "请提供邮件 ID，例如：摘要 e-123"
+SUMMARY_WITHOUT_CONSENT = (
+    "{sender} — {subject}\n授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+)
+# Not in the original (it sent an empty message, which Telegram refuses): mail without text.
+SUMMARY_NO_TEXT = "（这封邮件没有文本正文）"
+
+SEARCH_EMPTY_QUERY = "请提供搜索关键词，例如：/search 发票"
+SEARCH_QUERY_TOO_LONG = "搜索关键词太长了（最多 {limit} 个字符），请缩短后再试。"
+SEARCH_NO_HITS = "没有找到匹配「{query}」的邮件。"
+SEARCH_HEADER = "搜索「{query}」：共 {count} 封匹配邮件"
+SEARCH_NO_SNIPPETS = "（高亮片段暂不可用，以下为匹配的邮件 ID）"
+SEARCH_NO_SUBJECT = "（无主题）"
+SEARCH_ID_LINE = "- {email_id}"
+SEARCH_HIT_LINE = "- {subject}（{email_id}）"
+SEARCH_PREVIEW_LINE = "  {preview}"
+ELLIPSIS = "…"
+
+
+def consent_granted(label: str, expires_at: int) -> str:
+    return CONSENT_GRANTED.format(label=label, expires_at=expires_at)
+
+
+def summary_without_consent(sender: str | None, subject: str | None) -> str:
+    return SUMMARY_WITHOUT_CONSENT.format(sender=sender or "", subject=subject or "")

@@ -7,7 +7,6 @@ write on any instance is live on all of them well within a second.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 import redis.exceptions
 
+from messageweave.aio import raise_if_cancelling
 from messageweave.config import crypto
 from messageweave.config.model import (
     BusinessConfig,
@@ -114,6 +114,7 @@ class ConfigService:
             remote = await self.store.business_revision()
             self.outbound = await self.read_outbound()
         except (redis.exceptions.RedisError, CorruptValue):
+            raise_if_cancelling()
             return
         if remote <= self.revision:
             return
@@ -214,8 +215,22 @@ class ConfigService:
         warnings = await self._apply_runtime(revision, cfg)
         return SaveResult(revision=revision, runtime_applied=not warnings, warnings=warnings)
 
+    async def _preflight_config(self, obj: object) -> BusinessConfig:
+        """A full wire as sent; otherwise, when a configuration is stored, a patch merged onto
+        it (so stored secrets need not be re-typed). `WireError` when it is neither."""
+        try:
+            return parse_wire(obj)
+        except WireError:
+            changes, _revision = parse_patch(obj)  # the revision is irrelevant to a probe
+            _, stored = await self.read_stored()
+            if stored is None:
+                raise
+            return merge(stored, changes)
+
     async def preflight(self, body: bytes) -> dict[str, Any]:
-        """Validate and build a full wire without writing anything; always a 200 answer."""
+        """Validate and build a full wire, or a patch merged onto the stored configuration,
+        without writing anything. A 200 answer except when the stored configuration cannot be
+        read (`StoreUnavailable`, `StoredConfigInvalid`)."""
 
         def failed(message: str) -> dict[str, Any]:
             return {"persisted": False, "validation": {"ok": False, "errors": [message]},
@@ -226,7 +241,7 @@ class ConfigService:
         except (ValueError, UnicodeDecodeError):
             return failed("请求体不是有效的 JSON")
         try:
-            cfg = parse_wire(obj)
+            cfg = await self._preflight_config(obj)
         except WireError:
             return failed("JSON 不是有效的业务配置对象")
         try:
@@ -248,19 +263,3 @@ class ConfigService:
                 "llm": component("llm") if cfg.llm_active else None,
             },
         }
-
-
-async def cancel(task: asyncio.Task[Any] | None) -> None:
-    """Cancel a background task and wait for it to end.
-
-    The cancellation is repeated until the task is done: a library call inside the task can
-    swallow one CancelledError (seen with a Redis command interrupted mid-reply), which would
-    otherwise leave the task running and the shutdown waiting forever.
-    """
-    if task is None:
-        return
-    while not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=0.1)
-    with contextlib.suppress(asyncio.CancelledError):
-        task.result()

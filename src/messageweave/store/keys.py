@@ -16,6 +16,11 @@ ADMIN_SESSION_TTL_S = 1800
 
 # --- AI consent ----------------------------------------------------------------------------
 CONSENT_AI_PREFIX = "consent:ai:"
+# The durations the owner can choose (inventory §5.1); the key's EX is the chosen one.
+CONSENT_AI_TTL_HOUR_S = 3600
+CONSENT_AI_TTL_DAY_S = 86_400
+CONSENT_AI_TTL_WEEK_S = 604_800
+CONSENT_AI_TTL_MAX_S = 31_536_000
 
 
 def consent_ai(chat_id: int) -> str:
@@ -51,6 +56,51 @@ def retry_counter(stream: str, entry_id: str) -> str:
     return f"retry:{stream}:{entry_id}"
 
 
+# Ledger: the intent written before a Telegram send (hash: consumer, started, progress), removed
+# by the commit; finding one on a later attempt means the earlier attempt died mid-send.
+INTENT_TTL_S = 604_800
+
+
+def delivery_intent(stream: str, entry_id: str) -> str:
+    return f"delivery:intent:{stream}:{entry_id}"
+
+
+# Sorted set: member `{stream}/{entry_id}/{resolution}`, score = detection time (trimmed to 7 d).
+DELIVERY_UNKNOWN = "delivery:unknown_after_send"
+UNKNOWN_RETENTION_S = 604_800
+
+
+def retry_due(stream: str) -> str:
+    """Sorted set of entry ids waiting for a backoff retry, score = due time in ms."""
+    return f"delivery:retry_due:{stream}"
+
+
+WORKER_HEARTBEAT_TTL_S = 15
+
+
+WORKER_HEARTBEAT_PREFIX = "worker:heartbeat:"
+
+
+def worker_heartbeat(consumer: str) -> str:
+    return f"{WORKER_HEARTBEAT_PREFIX}{consumer}"
+
+
+# Rate governor (GCRA: each key holds the lane's theoretical arrival time in ms).
+GOVERNOR_LIMITS = "governor:limits"
+
+
+def governor_bot(bot_id: str) -> str:
+    return f"governor:bot:{bot_id}"
+
+
+def governor_chat(bot_id: str, chat_id: int) -> str:
+    return f"governor:chat:{bot_id}:{chat_id}"
+
+
+def governor_pause(bot_id: str, chat_id: int) -> str:
+    return f"governor:pause:{bot_id}:{chat_id}"
+
+
 # --- idempotency and rate limits -----------------------------------------------------------
 DEDUP_TTL_S = 86_400
 PUSH_VERIFY_RATELIMIT_TTL_S = 30
@@ -73,12 +123,34 @@ RECONCILE_CURSOR = "state:jmap:since"
 RECONCILE_LOCK = "lock:reconcile"
 RECONCILE_LOCK_TTL_S = 60
 RECONCILE_LOCK_RENEW_S = 30
+# Unix seconds: mail received before this instant was already covered by the stored cursor; a
+# re-baseline walks only mail received after it (moved forward by every successful pass).
+RECONCILE_WATERMARK = "state:jmap:watermark"
+# Cluster-wide slot for the built-in schedule: the instance whose SET NX wins runs the pass.
+RECONCILE_SCHEDULE = "schedule:reconcile"
+ORPHAN_SWEEP_SCHEDULE = "schedule:push-orphan-sweep"
+ORPHAN_SWEEP_INTERVAL_S = 300
+# Set by a StateChange push: one pending catch-up per account (many pushes, one pass).
+CATCHUP_TTL_S = 300
+
+
+def reconcile_catchup(account_id: str) -> str:
+    return f"reconcile:catchup:{account_id}"
+
+
+# --- operations logs (streams, trimmed by age with XADD MINID) ---------------------------
+AUDIT_LOG = "log:audit"
+AUDIT_LOG_RETENTION_S = 7_776_000
+SEND_LOG = "log:send"
+SEND_LOG_RETENTION_S = 604_800
 
 # --- push subscriptions --------------------------------------------------------------------
 PUSH_REGISTER_LOCK_TTL_S = 360
 PUSH_REGISTRATION_TTL_S = 604_800
 PUSH_ORPHAN_TTL_S = 604_800
 PUSH_VERIFIED_TTL_S = 300
+PUSH_STATUS_PENDING_TTL_S = 900
+PUSH_STATUS_DISABLED_TTL_S = 86_400
 PUSH_SUBSCRIPTION_ID = "push:subscription:id"
 PUSH_REGISTRATION_CURRENT = "push:registration:current"
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from importlib import resources
 
 from fastapi import APIRouter
 from fastapi.responses import Response
+
+from messageweave.config.model import all_timezones
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -22,9 +25,17 @@ _HTML_ONLY = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
 router = APIRouter()
 
 
+# config.js carries this marker list; it is replaced by every time zone the backend accepts, so
+# the page offers exactly what validation allows (no extra route, nothing the CSP blocks).
+ZONES_MARKER = b'["__MW_TIMEZONES__"]'
+
+
 @cache
 def _asset(name: str) -> bytes:
-    return resources.files("messageweave.web").joinpath(name).read_bytes()
+    data = resources.files("messageweave.web").joinpath(name).read_bytes()
+    if name == "config.js":
+        data = data.replace(ZONES_MARKER, json.dumps(all_timezones()).encode(), 1)
+    return data
 
 
 def _serve(name: str, media_type: str, *, html: bool = False) -> Response:

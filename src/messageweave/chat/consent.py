@@ -1,0 +1,18 @@
+"""Granting and revoking AI summary consent from the chat, with the exact confirmations."""
+
+from __future__ import annotations
+
+from messageweave.chat import replies
+from messageweave.chat.intents import GrantConsent
+from messageweave.store import consent
+from messageweave.store.redis import Redis
+
+
+async def grant(redis: Redis, chat_id: int, intent: GrantConsent, now: float) -> str:
+    expires_at = await consent.grant(redis, chat_id, intent.ttl_s, now)
+    return replies.consent_granted(intent.label, expires_at)
+
+
+async def revoke(redis: Redis, chat_id: int) -> str:
+    await consent.revoke(redis, chat_id)
+    return replies.CONSENT_REVOKED

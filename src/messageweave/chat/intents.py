@@ -1,0 +1,127 @@
+"""What the owner's message asks for: `parse_intent` (inventory §5.1, SPEC C.6).
+
+The order and the triggers are the contract, quirks included: consent phrases are substrings
+(`今天的邮件摘要 e1` grants consent for today), 搜索/查找/检索 only count as a prefix, and
+`/search` must be followed by whitespace or nothing. The one correction: a `/summary` email id
+keeps its case (JMAP ids are case-sensitive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messageweave.store import keys
+
+
+@dataclass(frozen=True)
+class Help:
+    pass
+
+
+@dataclass(frozen=True)
+class Search:
+    query: str
+
+
+@dataclass(frozen=True)
+class GrantConsent:
+    ttl_s: int
+    label: str
+
+
+@dataclass(frozen=True)
+class RevokeConsent:
+    pass
+
+
+@dataclass(frozen=True)
+class Summary:
+    email_id: str
+
+
+@dataclass(frozen=True)
+class MissingEmailId:
+    """A summary or mail query without a usable email id."""
+
+
+@dataclass(frozen=True)
+class Unknown:
+    pass
+
+
+Intent = Help | Search | GrantConsent | RevokeConsent | Summary | MissingEmailId | Unknown
+
+LABEL_ONE_HOUR_TEMPORARY = "临时1小时"
+LABEL_ONE_HOUR = "1小时"
+LABEL_TODAY = "今天"
+LABEL_SEVEN_DAYS = "7天"
+LABEL_UNTIL_REVOKED = "直到撤销（最长365天）"
+
+# (substrings of the lowercased text, TTL, label), checked in this order (rule 4).
+_CONSENT_PHRASES: tuple[tuple[tuple[str, ...], int, str], ...] = (
+    (("临时", "一次"), keys.CONSENT_AI_TTL_HOUR_S, LABEL_ONE_HOUR_TEMPORARY),
+    (("今天",), keys.CONSENT_AI_TTL_DAY_S, LABEL_TODAY),
+    (("7天",), keys.CONSENT_AI_TTL_WEEK_S, LABEL_SEVEN_DAYS),
+    (("直到我撤销", "长期"), keys.CONSENT_AI_TTL_MAX_S, LABEL_UNTIL_REVOKED),
+)
+_AI_ON_EXACT = ("/ai on", "/ai yes")
+_AI_ON_PHRASES = ("开启 ai", "同意摘要", "允许 ai")
+_AI_OFF_EXACT = ("/ai off",)
+_AI_OFF_PHRASES = ("关闭 ai", "撤销授权", "停止摘要")
+_HELP_EXACT = ("/help", "help")
+_HELP_PHRASES = ("帮助", "怎么用")
+_SEARCH_COMMAND = "/search"
+_SEARCH_PREFIXES = ("搜索", "查找", "检索")
+_SUMMARY_COMMAND = "/summary"
+_SUMMARY_PHRASES = ("摘要", "总结")
+_QUERY_PHRASES = ("查询邮件", "查看邮件", "查邮件")
+_ID_EXTRA_CHARS = frozenset("-_")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(text: str) -> str:
+    """Lowercase A-Z only (like Rust's `to_ascii_lowercase`); other letters keep their case."""
+    return text.translate(_ASCII_LOWER)
+
+
+def _contains_any(text: str, needles: tuple[str, ...]) -> bool:
+    return any(needle in text for needle in needles)
+
+
+def _email_id(text: str) -> str | None:
+    """The last whitespace-separated token, if it looks like an email id (SPEC C.6: case kept)."""
+    tokens = text.split()
+    if not tokens:
+        return None
+    token = tokens[-1]
+    if len(token) > 1 and all(
+        (c.isascii() and c.isalnum()) or c in _ID_EXTRA_CHARS for c in token
+    ):
+        return token
+    return None
+
+
+def parse_intent(text: str) -> Intent:
+    raw = text.strip()
+    t = ascii_lower(raw)
+    if t in _HELP_EXACT or _contains_any(t, _HELP_PHRASES):
+        return Help()
+    if raw.startswith(_SEARCH_COMMAND):
+        rest = raw[len(_SEARCH_COMMAND):]
+        if not rest or rest[0].isspace():
+            return Search(rest.strip())
+    for prefix in _SEARCH_PREFIXES:
+        if raw.startswith(prefix):
+            return Search(raw[len(prefix):].strip())
+    for phrases, ttl_s, label in _CONSENT_PHRASES:
+        if _contains_any(t, phrases):
+            return GrantConsent(ttl_s, label)
+    if t in _AI_ON_EXACT or _contains_any(t, _AI_ON_PHRASES):
+        return GrantConsent(keys.CONSENT_AI_TTL_HOUR_S, LABEL_ONE_HOUR)
+    if t in _AI_OFF_EXACT or _contains_any(t, _AI_OFF_PHRASES):
+        return RevokeConsent()
+    asks_summary = t.startswith(_SUMMARY_COMMAND) or _contains_any(t, _SUMMARY_PHRASES)
+    if asks_summary or _contains_any(t, _QUERY_PHRASES):
+        email_id = _email_id(raw)
+        return Summary(email_id) if email_id is not None else MissingEmailId()
+    return Unknown()

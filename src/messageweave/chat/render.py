@@ -1,0 +1,51 @@
+"""Search results as one plain-text reply (inventory §5.2)."""
+
+from __future__ import annotations
+
+import re
+
+from messageweave.chat import replies
+from messageweave.mail.jmap import SearchResult
+
+MAX_HITS = 10
+SUBJECT_MAX_CHARS = 120
+PREVIEW_MAX_CHARS = 160
+
+_MARK = re.compile(r"</?mark>", re.IGNORECASE)
+_ENTITIES = {"&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'", "&apos;": "'", "&amp;": "&"}
+_ENTITY = re.compile("|".join(re.escape(e) for e in _ENTITIES))
+
+
+def clean_snippet(text: str) -> str:
+    """Drop `<mark>`/`</mark>` (any case, paired or not), then decode the six entities in one
+    left-to-right pass (so `&amp;lt;` becomes `&lt;`, not `<`)."""
+    return _ENTITY.sub(lambda m: _ENTITIES[m.group(0)], _MARK.sub("", text))
+
+
+def truncate(text: str, limit: int) -> str:
+    """At most `limit` characters, then `…` when something was cut."""
+    return text if len(text) <= limit else text[:limit] + replies.ELLIPSIS
+
+
+def search_reply(query: str, result: SearchResult) -> str:
+    ids = result.ids[:MAX_HITS]
+    if not ids:
+        return replies.SEARCH_NO_HITS.format(query=query)
+    lines = [replies.SEARCH_HEADER.format(query=query, count=len(ids))]
+    if not result.snippets:
+        lines.append(replies.SEARCH_NO_SNIPPETS)
+        lines.extend(replies.SEARCH_ID_LINE.format(email_id=i) for i in ids)
+        return "\n".join(lines)
+    subjects = {email.id: email.subject for email in result.emails}
+    for snippet in result.snippets[:MAX_HITS]:
+        # The snippet's subject is null when the match is only in the body: show the real one.
+        subject = clean_snippet(snippet.subject or "").strip() or (
+            subjects.get(snippet.email_id) or "").strip()
+        subject = truncate(subject, SUBJECT_MAX_CHARS) if subject else replies.SEARCH_NO_SUBJECT
+        line = replies.SEARCH_HIT_LINE.format(subject=subject, email_id=snippet.email_id)
+        preview = clean_snippet(snippet.preview or "").strip()
+        if preview:
+            line += "\n" + replies.SEARCH_PREVIEW_LINE.format(
+                preview=truncate(preview, PREVIEW_MAX_CHARS))
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""`/summary <email_id>`: the reply for one mail, by consent (inventory §5.2, SPEC C.11).
+
+- no valid consent: the metadata line and the re-consent hint (no content leaves the server);
+- consent and an active LLM: the model's summary, or the local excerpt when the model fails;
+- consent without an active LLM: the local excerpt (the first 300 characters of the text).
+
+Nothing here stores or logs the mail's text or the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from messageweave.chat import replies
+from messageweave.config.model import BusinessConfig, OutboundConfig
+from messageweave.mail.jmap import EmailMeta, JmapClient
+from messageweave.store import consent
+from messageweave.store.redis import Redis
+from messageweave.summary import llm
+
+log = logging.getLogger(__name__)
+
+EXCERPT_CHARS = 300
+# Enough UTF-8 for MAX_INPUT_CHARS of any script (at most 4 bytes a character).
+BODY_MAX_BYTES = llm.MAX_INPUT_CHARS * 4
+_PROPERTIES = ("from", "subject", "receivedAt", "preview")
+
+
+def excerpt(text: str) -> str:
+    return text.strip()[:EXCERPT_CHARS]
+
+
+async def fetch_mail(client: JmapClient, email_id: str) -> EmailMeta | None:
+    found = await client.get_emails(
+        [email_id], properties=_PROPERTIES, fetch_text=True, body_max_bytes=BODY_MAX_BYTES
+    )
+    return found[0] if found else None
+
+
+async def summary_text(
+    mail: EmailMeta,
+    chat_id: int,
+    *,
+    redis: Redis,
+    config: BusinessConfig,
+    outbound: OutboundConfig,
+    now: float,
+) -> str:
+    if not await consent.is_valid(redis, chat_id, now):
+        return replies.summary_without_consent(mail.sender, mail.subject)
+    text = mail.text or ""
+    if not text.strip():
+        return replies.SUMMARY_NO_TEXT
+    if config.llm_active:
+        try:
+            return await llm.summarize(config, outbound, mail.subject, text)
+        except llm.LlmError as exc:
+            log.warning("llm summary failed (%s); sending the local excerpt", exc)
+    return excerpt(text)

@@ -1,0 +1,143 @@
+"""Operator commands: `diagnose`, `test-notify`, `bootstrap` (registered on the main app)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.console import Console
+
+from messageweave.chat.telegram import TelegramClient, TelegramSendError
+from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
+from messageweave.ops.diagnose import Check, run_checks
+from messageweave.settings import Settings, from_env
+from messageweave.store.redis import connect
+from messageweave.store.state import ConfigStore
+
+console = Console()
+
+_MARKS = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
+
+
+def print_checks(checks: list[Check]) -> None:
+    for check in checks:
+        console.print(f"{_MARKS[check.status]} [bold]{check.name}[/]: {check.detail}",
+                      highlight=False)
+        if check.remedy and check.status != "ok":
+            console.print(f"      → {check.remedy}", highlight=False)
+
+
+def diagnose() -> None:
+    """Check the environment, Redis, the configuration, JMAP, Telegram and the queues."""
+    checks = asyncio.run(run_checks(from_env()))
+    print_checks(checks)
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        console.print(f"\n[red]{len(failed)} check(s) failed[/]")
+        raise typer.Exit(1)
+    console.print("\n[green]all checks passed[/]")
+
+
+async def _send_test(settings: Settings, chat: int | None, text: str) -> str:
+    redis = connect(settings.redis_url)
+    try:
+        _, cfg = await ConfigService(ConfigStore(redis), settings.encryption_key).read_stored()
+    finally:
+        await redis.aclose()
+    if cfg is None:
+        raise RuntimeError("nothing configured yet: save a configuration first")
+    chat_id = cfg.telegram_chat_id if chat is None else chat
+    if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
+        raise RuntimeError(f"chat {chat_id} is not in the allowlist")
+    async with TelegramClient(cfg.bot_token, api_base_url=cfg.telegram_api_base_url) as bot:
+        ids = await bot.send_text(chat_id, text)
+    return f"sent to chat {chat_id} (message id {', '.join(map(str, ids))})"
+
+
+def test_notify(
+    chat: Annotated[int | None, typer.Option(help="Chat id (default: the configured chat).")]
+    = None,
+    text: Annotated[str, typer.Option(help="Message text.")]
+    = "messageweave: test notification",
+) -> None:
+    """Send one Telegram message with the stored configuration."""
+    settings = from_env()
+    if settings.missing:
+        console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
+        raise typer.Exit(1)
+    try:
+        result = asyncio.run(_send_test(settings, chat, text))
+    except TelegramSendError as exc:
+        console.print(f"[red]fail[/] telegram refused: {exc.failure_class}", highlight=False)
+        raise typer.Exit(1) from None
+    except (RuntimeError, StoreUnavailable, StoredConfigInvalid, OSError) as exc:
+        console.print(f"[red]fail[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    console.print(f"[green]ok[/] {result}", highlight=False)
+
+
+def _admin_key(data_dir: Path | None) -> str:
+    from messageweave.cli import KEY_FILE, default_data_dir  # the command module imports us
+
+    key = os.environ.get("CONFIG_ENCRYPTION_KEY", "").strip()
+    if key:
+        return key
+    path = (data_dir or default_data_dir()) / KEY_FILE
+    try:
+        return path.read_text().strip()
+    except OSError:
+        console.print(f"[red]fail[/] no CONFIG_ENCRYPTION_KEY and no key file at {path}")
+        raise typer.Exit(1) from None
+
+
+def bootstrap(
+    file: Annotated[Path, typer.Option("--file", help="The full configuration (JSON).")],
+    url: Annotated[str, typer.Option(help="The running instance.")] = "http://127.0.0.1:8080",
+    data_dir: Annotated[Path | None, typer.Option(
+        help="Where `messageweave run` keeps its key (when CONFIG_ENCRYPTION_KEY is unset).")]
+    = None,
+) -> None:
+    """Store a first configuration on a running instance (POST /api/bootstrap)."""
+    try:
+        body = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]fail[/] cannot read {file}: {type(exc).__name__}")
+        raise typer.Exit(1) from None
+    key = _admin_key(data_dir)
+    try:
+        response = httpx.post(url.rstrip("/") + "/api/bootstrap", json=body, timeout=60,
+                              headers={"Authorization": f"Bearer {key}"})
+    except httpx.HTTPError as exc:
+        console.print(f"[red]fail[/] {url} unreachable ({type(exc).__name__})")
+        raise typer.Exit(1) from None
+    if response.status_code == 409:
+        console.print("[red]fail[/] already configured: change it on the admin page instead")
+        raise typer.Exit(1)
+    if response.status_code != 200:
+        reason = response.headers.get("x-config-error") or _code(response)
+        console.print(f"[red]fail[/] HTTP {response.status_code}: {reason}", highlight=False)
+        raise typer.Exit(1)
+    result = response.json()
+    console.print(f"[green]ok[/] configuration stored (revision "
+                  f"{response.headers.get('x-business-config-revision', '?')})")
+    for warning in result.get("warnings", []):
+        console.print(f"[yellow]warn[/] {warning.get('component')} {warning.get('step')}: "
+                      f"{warning.get('detail')}", highlight=False)
+
+
+def _code(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("error"))
+    except ValueError:
+        return response.text[:200]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(diagnose)
+    app.command("test-notify")(test_notify)
+    app.command()(bootstrap)

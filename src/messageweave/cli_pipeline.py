@@ -1,0 +1,124 @@
+"""`messageweave drain` and `messageweave dlq`: the pipeline from the command line.
+
+Both read the environment like `serve` (REDIS_URL, CONFIG_ENCRYPTION_KEY) and load the stored
+business configuration, so they work next to (or instead of) running instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+import typer
+
+from messageweave.api.services import Services
+from messageweave.config.service import ConfigService
+from messageweave.pipeline import service
+from messageweave.pipeline.worker import Worker
+from messageweave.settings import from_env
+from messageweave.store import keys
+from messageweave.store.redis import connect
+from messageweave.store.state import ConfigStore
+from messageweave.version import build_version
+
+dlq_app = typer.Typer(help="List and replay dead-lettered events.", no_args_is_help=True)
+
+
+@asynccontextmanager
+async def _services() -> AsyncIterator[Services]:
+    settings = from_env()
+    if not settings.configured:
+        raise typer.BadParameter(f"missing {', '.join(settings.missing)}")
+    redis = connect(settings.redis_url)
+    store = ConfigStore(redis)
+    svc = Services(settings=settings, redis=redis, store=store,
+                   config=ConfigService(store, settings.encryption_key),
+                   version=build_version())
+    try:
+        await svc.config.refresh()
+        yield svc
+    finally:
+        await svc.config.aclose()
+        await redis.aclose()
+
+
+async def _drain(loop: bool, batch: int) -> None:
+    async with _services() as svc:
+        if loop:
+            reload = asyncio.create_task(svc.config.run_reload_loop())
+            worker = asyncio.create_task(Worker(svc).run())
+            # SIGTERM: stop like Ctrl-C (in-flight entries released, heartbeat dropped).
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.cancel)
+            try:
+                await worker
+            except asyncio.CancelledError:
+                pass
+            finally:
+                reload.cancel()
+        else:
+            result = await Worker(svc).drain_once(batch)
+            typer.echo(json.dumps({"processed": result.processed, "outcomes": result.outcomes}))
+
+
+def drain(
+    once: Annotated[bool, typer.Option("--once", help="Drain one batch per stream and exit.")]
+    = False,
+    loop: Annotated[bool, typer.Option("--loop", help="Run the continuous worker.")] = False,
+    batch: Annotated[int, typer.Option(help="Entries per stream for --once (max 10).")] = 10,
+) -> None:
+    """Deliver queued events (for cron-driven deployments, or a dedicated worker process)."""
+    if once == loop:
+        raise typer.BadParameter("give exactly one of --once or --loop")
+    try:
+        asyncio.run(_drain(loop, batch))
+    except KeyboardInterrupt:
+        pass
+
+
+def _stream(name: str) -> str:
+    if name not in keys.STREAMS:
+        raise typer.BadParameter(f"stream must be one of {', '.join(keys.STREAMS)}")
+    return name
+
+
+@dlq_app.command("list")
+def dlq_list(
+    stream: Annotated[str | None, typer.Option(help="stalwart:jmap or stalwart:telegram")]
+    = None,
+    limit: Annotated[int, typer.Option(min=1, max=service.MAX_DLQ_LIMIT)] = 50,
+) -> None:
+    """Print dead-lettered events as JSON lines (id, stream, class, reason, attempts, time)."""
+    streams = list(keys.STREAMS) if stream is None else [_stream(stream)]
+
+    async def main() -> None:
+        async with _services() as svc:
+            for entry in await service.dlq_entries(svc.redis, streams, limit):
+                typer.echo(json.dumps(entry.to_json(), ensure_ascii=False))
+
+    asyncio.run(main())
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    stream: Annotated[str, typer.Argument(help="stalwart:jmap or stalwart:telegram")],
+    ids: Annotated[list[str] | None, typer.Argument(help="DLQ entry ids (default: all)")]
+    = None,
+) -> None:
+    """Put dead-lettered events back on their stream."""
+    name = _stream(stream)
+
+    async def main() -> None:
+        async with _services() as svc:
+            replayed = await service.replay(svc.redis, name, ids or None)
+            typer.echo(json.dumps({"replayed": replayed}))
+
+    asyncio.run(main())
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(drain)
+    app.add_typer(dlq_app, name="dlq")

@@ -1,0 +1,164 @@
+"""Structured logs: one JSON object per line, every configured secret removed.
+
+`configure_logging()` (called by `messageweave run` / `serve`) puts one handler on the root
+logger; uvicorn's own loggers propagate to it. Each line is
+`{"time","level","logger","message",...}` plus the request id of the request being served and
+any `extra={"fields": {...}}` the call site gave. `RequestLog` writes one line per request:
+`{"event":"request","request_id","method","path","status","duration_ms"}` (the path only,
+never the query string: `/debug/notify?text=` carries message text).
+
+Redaction happens on the way out, for every record of every logger: `scheme://user:pass@`
+becomes `scheme://<credentials>@`, `/bot<token>` paths lose the token, and every value
+returned by a registered secret source (the admin key, the debug token, the Redis password,
+each secret of the live business configuration) becomes `<secret>`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from messageweave.config.runtime import scrub
+from messageweave.errors import request_id_of
+
+SecretSource = Callable[[], Iterable[str | None]]
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "request_id", default=None
+)
+_sources: list[SecretSource] = []
+_MIN_SECRET_LEN = 4  # shorter values would turn ordinary words into "<secret>"
+
+
+def add_secret_source(source: SecretSource) -> None:
+    """Register a callable whose values are removed from every log line from now on."""
+    _sources.append(source)
+
+
+def remove_secret_source(source: SecretSource) -> None:
+    if source in _sources:
+        _sources.remove(source)
+
+
+def current_secrets() -> list[str]:
+    values: set[str] = set()
+    for source in list(_sources):
+        try:
+            found = list(source())
+        except Exception:  # a broken source must never stop logging
+            continue
+        values.update(v for v in found if v and len(v.strip()) >= _MIN_SECRET_LEN)
+    return sorted(values, key=len, reverse=True)  # longest first: a token before its parts
+
+
+def redact(text: str) -> str:
+    return scrub(text, list(current_secrets()))
+
+
+def redis_url_password(url: str) -> str | None:
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+class RedactionFilter(logging.Filter):
+    """Rewrites a record's message and exception text with every secret removed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            message = str(record.msg)
+        record.msg, record.args = redact(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.exc_info = None  # the traceback is kept only as the redacted text
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        rid = request_id_var.get()
+        if rid is not None:
+            line["request_id"] = rid
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            line.update(fields)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line["exception"] = record.exc_text
+        # A second pass over the finished line: `fields` are redacted too.
+        return redact(json.dumps(line, ensure_ascii=False, default=str))
+
+
+def configure_logging(stream: IO[str] | None = None, level: int = logging.INFO) -> logging.Handler:
+    """One JSON handler with the redaction filter on the root logger (replacing any other)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(RedactionFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    return handler
+
+
+_request_log = logging.getLogger("messageweave.request")
+
+
+class RequestLog:
+    """ASGI middleware: binds the request id for the duration of a request, then logs it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = request_id_of(scope)
+        token = request_id_var.set(rid)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            _request_log.info(
+                "%s %s %d", scope["method"], scope["path"], status,
+                extra={"fields": {
+                    "event": "request", "method": scope["method"], "path": scope["path"],
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                }},
+            )
+            request_id_var.reset(token)

@@ -1,0 +1,348 @@
+"""Gap-free new-mail discovery (SPEC B.9 with the corrections of C.2).
+
+One pass, under `lock:reconcile`:
+
+- **First run** (no cursor): record the current Email state and the watermark (now). Nothing that
+  is already in the mailbox is notified.
+- **Replay** (cursor = a bare Email state): `Email/changes` from it, the window growing 100 →
+  4096 while the server says `hasMoreChanges`. Only `created` ids notify, and only when the email
+  sits in a notify mailbox (roles from `notify_mailbox_roles`, default inbox) and in no Drafts /
+  Sent / Junk / Trash mailbox. `updated` and `destroyed` never notify.
+- **Re-baseline** (the server cannot calculate changes, or rejects the state): take the current
+  state and walk only mail received after the watermark (`Email/query {after}`, oldest first,
+  paged). The cursor `baseline:{hex(state)}:{position}` lets a walk cut by a budget resume; when
+  the walk ends, replay continues from that state.
+
+The cursor is saved after every page, by a Lua script that writes only while this pass still owns
+the lock: a lost lease aborts the pass without moving the cursor. Each enqueue is the atomic
+`claim_dedup_and_enqueue`, so a page replayed after a crash enqueues nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from messageweave.mail.jmap import (
+    CannotCalculateChanges,
+    EmailMeta,
+    InvalidArguments,
+    JmapClient,
+)
+from messageweave.ops.metrics import observe_reconcile
+from messageweave.store import keys
+from messageweave.store.mailbox import Lock, enqueue_new_mail, read_cursor, reconcile_lock
+from messageweave.store.mailbox import save_cursor as _save_cursor
+from messageweave.store.redis import Redis
+
+log = logging.getLogger(__name__)
+
+BASELINE_PREFIX = "baseline:"
+EXCLUDED_ROLES = frozenset({"drafts", "sent", "junk", "trash"})
+# Mail received up to this long before a good pass may be walked again after a re-baseline (its
+# dedup key absorbs the repeat); it covers clock skew between us and the JMAP server.
+WATERMARK_SKEW_S = 60
+OLDEST_FIRST = ({"property": "receivedAt", "isAscending": True},)
+WALK_PROPERTIES = ("mailboxIds", "receivedAt")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per-pass limits (SPEC B.9). A pass cut by one saves its cursor and ends cleanly."""
+
+    page_size: int = 100  # BASELINE_PAGE_SIZE
+    max_walk_pages: int = 100  # BASELINE_MAX_PAGES
+    max_walk_emails: int = 10_000  # BASELINE_MAX_EMAILS
+    max_change_pages: int = 100  # RECONCILE_MAX_PAGES
+    seconds: float = 20.0  # RECONCILE_BUDGET
+    initial_window: int = 100
+    window_cap: int = 4096  # CHANGE_WINDOW_CAP
+
+
+class ReconcileError(Exception):
+    """A pass could not run or finish (the cursor keeps its last checkpoint)."""
+
+
+class ReconcileBusy(ReconcileError):
+    """Another pass holds `lock:reconcile`."""
+
+
+class LeaseLost(ReconcileError):
+    """The lock expired or was taken during the pass; the cursor was not moved."""
+
+
+# ---------------------------------------------------------------------------------- cursor
+
+
+@dataclass(frozen=True)
+class Walk:
+    state: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Replay:
+    state: str
+
+
+def encode_walk(state: str, position: int) -> str:
+    return f"{BASELINE_PREFIX}{state.encode().hex()}:{position}"
+
+
+def parse_cursor(raw: str) -> Walk | Replay | None:
+    """`baseline:{hex(state)}:{position}` → Walk; any other string → Replay. A baseline cursor
+    that does not decode → None (start a new baseline)."""
+    if not raw.startswith(BASELINE_PREFIX):
+        return Replay(raw)
+    body = raw[len(BASELINE_PREFIX):]
+    hex_state, sep, position = body.rpartition(":")
+    if not sep or not position.isdigit():
+        return None
+    try:
+        state = bytes.fromhex(hex_state).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return Walk(state, int(position))
+
+
+# ---------------------------------------------------------------------------------- pass
+
+
+@dataclass
+class Progress:
+    """What a pass did so far (also its result). `phase`: first_run, replay, walk, done."""
+
+    phase: str = "start"
+    pages: int = 0
+    emails: int = 0
+    enqueued: int = 0
+    rebaselined: bool = False
+    complete: bool = False
+    cursor: str | None = None
+    enqueued_ids: list[str] = field(default_factory=list)
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+class _Lease:
+    """Renews the lock every RECONCILE_LOCK_RENEW_S; `lost` once a renewal fails."""
+
+    def __init__(self, lock: Lock, renew_every_s: float) -> None:
+        self.lock = lock
+        self.lost = False
+        self._every = renew_every_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="reconcile-lease")
+
+    async def _run(self) -> None:
+        while not self.lost:
+            await asyncio.sleep(self._every)
+            try:
+                self.lost = not await self.lock.renew()
+            except Exception:  # a Redis error: we cannot prove we still own the lease
+                self.lost = True
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class Reconciler:
+    """One pass over the mailbox of `client`'s account; `run()` owns no lock (see `reconcile`)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        client: JmapClient,
+        lock: Lock,
+        roles: Iterable[str],
+        *,
+        budget: Budget | None = None,
+        on_progress: ProgressCallback | None = None,
+        lease: _Lease | None = None,
+    ) -> None:
+        self.redis = redis
+        self.client = client
+        self.lock = lock
+        self.roles = frozenset(r.lower() for r in roles) - EXCLUDED_ROLES
+        self.budget = budget or Budget()
+        self._on_progress = on_progress
+        self._lease = lease
+        self.progress = Progress()
+        self._deadline = 0.0
+        self._notify: frozenset[str] = frozenset()
+        self._excluded: frozenset[str] = frozenset()
+
+    async def run(self) -> Progress:
+        started = time.time()
+        self._deadline = time.monotonic() + self.budget.seconds
+        stored = await read_cursor(self.redis)
+        parsed = parse_cursor(stored.cursor) if stored.cursor is not None else None
+        if stored.cursor is None or (stored.watermark is None and not isinstance(parsed, Replay)):
+            state = await self.client.email_state()
+            await self._save(state, int(started))
+            self._report("first_run", complete=True)
+            return self.progress
+        await self._load_mailboxes()
+        watermark = stored.watermark if stored.watermark is not None else int(started)
+        if parsed is None:
+            parsed = Walk(await self.client.email_state(), 0)
+            self.progress.rebaselined = True
+        if isinstance(parsed, Walk):
+            walked = await self._walk(parsed, watermark)
+            if walked is None:
+                return self.progress
+            state = walked
+        else:
+            state = parsed.state
+        if await self._replay(state, watermark):
+            await self._save(self.progress.cursor or state, int(started) - WATERMARK_SKEW_S)
+            self._report("done", complete=True)
+        return self.progress
+
+    # -------------------------------------------------------------- replay
+
+    async def _replay(self, state: str, watermark: int) -> bool:
+        """Email/changes from `state`; True when caught up, False when a budget cut it."""
+        window = max(1, self.budget.initial_window)
+        pages = 0
+        while True:
+            if pages >= self.budget.max_change_pages or self._out_of_time():
+                return False
+            self._check_lease()
+            try:
+                changes = await self.client.email_changes(state, window)
+            except (CannotCalculateChanges, InvalidArguments) as exc:
+                if self.progress.rebaselined:
+                    raise ReconcileError(f"Email/changes failed right after a re-baseline: "
+                                         f"{exc.type}") from exc
+                log.warning("reconcile: %s from the stored state, re-baselining", exc.type)
+                self.progress.rebaselined = True
+                walked = await self._walk(Walk(await self.client.email_state(), 0), watermark)
+                if walked is None:
+                    return False
+                state = walked
+                window, pages = max(1, self.budget.initial_window), 0
+                continue
+            await self._enqueue_created(changes.created)
+            state = changes.new_state
+            pages += 1
+            await self._save(state)
+            self._report("replay")
+            if not changes.has_more:
+                return True
+            window = min(window * 2, self.budget.window_cap)
+
+    async def _enqueue_created(self, created: list[str]) -> None:
+        if not created:
+            return
+        emails = await self.client.get_emails(created, properties=WALK_PROPERTIES)
+        await self._enqueue(emails)
+
+    # -------------------------------------------------------------- walk
+
+    async def _walk(self, walk: Walk, watermark: int) -> str | None:
+        """Walk mail received after `watermark`; the state to replay from when the walk is
+        over, or None when a budget cut it (the walk cursor is saved)."""
+        after = datetime.fromtimestamp(watermark, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        position, pages, emails = walk.position, 0, 0
+        await self._save(encode_walk(walk.state, position))
+        while True:
+            if (pages >= self.budget.max_walk_pages or emails >= self.budget.max_walk_emails
+                    or self._out_of_time()):
+                return None
+            self._check_lease()
+            page = await self.client.query_and_get(
+                {"after": after}, OLDEST_FIRST, self.budget.page_size,
+                position=position, properties=WALK_PROPERTIES,
+            )
+            await self._enqueue(page.emails)
+            position += len(page.ids)
+            pages += 1
+            emails += len(page.ids)
+            if len(page.ids) < self.budget.page_size:
+                await self._save(walk.state)
+                return walk.state
+            await self._save(encode_walk(walk.state, position))
+            self._report("walk")
+
+    # -------------------------------------------------------------- helpers
+
+    async def _load_mailboxes(self) -> None:
+        boxes = await self.client.mailboxes()
+        self._notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in self.roles)
+        self._excluded = frozenset(
+            b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES
+        )
+
+    def _notifies(self, email: EmailMeta) -> bool:
+        return bool(email.mailbox_ids & self._notify) and not (email.mailbox_ids & self._excluded)
+
+    async def _enqueue(self, emails: list[EmailMeta]) -> None:
+        account = self.client.account_id
+        for email in emails:
+            self.progress.emails += 1
+            if self._notifies(email) and await enqueue_new_mail(self.redis, account, email.id):
+                self.progress.enqueued += 1
+                self.progress.enqueued_ids.append(email.id)
+
+    async def _save(self, cursor: str, watermark: int | None = None) -> None:
+        self._check_lease()
+        if not await _save_cursor(self.redis, self.lock, cursor, watermark):
+            raise LeaseLost("lock:reconcile was lost; cursor not moved")
+        self.progress.cursor = cursor
+
+    def _check_lease(self) -> None:
+        if self._lease is not None and self._lease.lost:
+            raise LeaseLost("lock:reconcile was lost; cursor not moved")
+
+    def _out_of_time(self) -> bool:
+        return time.monotonic() >= self._deadline
+
+    def _report(self, phase: str, *, complete: bool = False) -> None:
+        self.progress.phase = phase
+        self.progress.pages += 0 if complete else 1
+        self.progress.complete = complete
+        if self._on_progress is not None:
+            self._on_progress(self.progress)
+
+
+async def reconcile(
+    redis: Redis,
+    client: JmapClient,
+    roles: Iterable[str],
+    *,
+    budget: Budget | None = None,
+    on_progress: ProgressCallback | None = None,
+    renew_every_s: float = keys.RECONCILE_LOCK_RENEW_S,
+) -> Progress:
+    """One pass under `lock:reconcile` (ReconcileBusy when another pass holds it).
+
+    JMAP and Redis errors propagate (the cursor keeps its last checkpoint)."""
+    lock = reconcile_lock(redis)
+    if not await lock.acquire():
+        raise ReconcileBusy("another reconcile pass is running")
+    lease = _Lease(lock, renew_every_s)
+    lease.start()
+    ok = False
+    try:
+        await client.get_session()
+        result = await Reconciler(redis, client, lock, roles, budget=budget,
+                                  on_progress=on_progress, lease=lease).run()
+        ok = True
+        return result
+    finally:
+        observe_reconcile(ok)
+        await lease.stop()
+        with contextlib.suppress(Exception):
+            await lock.release()

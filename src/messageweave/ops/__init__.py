@@ -1,0 +1,1 @@
+"""Operations: the audit and send logs, metrics, and the checks `diagnose` runs."""

@@ -1,0 +1,103 @@
+"""What one stream entry becomes: the Telegram messages to send, or a classified failure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messageweave.api.services import Services
+from messageweave.chat.conversation import (
+    ConversationContext,
+    IncomingMessage,
+    reply_to_update,
+)
+from messageweave.chat.telegram import FailureClass
+from messageweave.config.service import NotConfigured
+from messageweave.mail.jmap import JmapAuthError, JmapError
+from messageweave.pipeline.notify import render_notification
+from messageweave.store import keys
+from messageweave.store.streams import Entry
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    chat_id: int
+    text: str
+
+
+class DeliveryFailure(Exception):
+    """A classified failure; `reason` is short and never holds mail content or a secret."""
+
+    def __init__(self, failure_class: FailureClass, reason: str,
+                 retry_after: float | None = None, chat_id: int | None = None) -> None:
+        super().__init__(reason)
+        self.failure_class = failure_class
+        self.reason = reason[:300]
+        self.retry_after = retry_after
+        self.chat_id = chat_id
+
+
+def kind_of(stream: str) -> str:
+    return "notification" if stream == keys.STREAM_JMAP else "reply"
+
+
+def lane_of(entry: Entry, svc: Services) -> int:
+    """The chat the entry's messages go to (its per-chat order lane)."""
+    if entry.stream == keys.STREAM_JMAP:
+        cfg = svc.config.config
+        return cfg.telegram_chat_id if cfg is not None else 0
+    try:
+        return int(entry.fields.get("chat_id", "0"))
+    except ValueError:
+        return 0
+
+
+async def outgoing_for(entry: Entry, svc: Services) -> list[Outgoing]:
+    if entry.stream == keys.STREAM_JMAP:
+        return await _notification(entry, svc)
+    if entry.stream == keys.STREAM_TELEGRAM:
+        return await _replies(entry, svc)
+    raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "unknown stream")
+
+
+async def _notification(entry: Entry, svc: Services) -> list[Outgoing]:
+    cfg = svc.config.config
+    if cfg is None:
+        raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+    email_id = entry.fields.get("email_id", "").strip()
+    account_id = entry.fields.get("account_id", "").strip()
+    if not email_id:
+        raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "entry has no email_id")
+    try:
+        client = await svc.config.jmap()
+        if account_id and account_id != client.account_id:
+            raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "account is not the configured one")
+        found = await client.get_emails([email_id])
+    except NotConfigured as exc:
+        raise DeliveryFailure(FailureClass.TRANSIENT, "not configured") from exc
+    except JmapAuthError as exc:
+        raise DeliveryFailure(FailureClass.AUTH, "jmap authentication failed") from exc
+    except JmapError as exc:
+        raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
+    if not found:
+        raise DeliveryFailure(FailureClass.NOT_FOUND, "email not found")
+    return [Outgoing(cfg.telegram_chat_id, render_notification(found[0], cfg.timezone))]
+
+
+async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
+    cfg = svc.config.config
+    if cfg is None:
+        raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+    text = entry.fields.get("text")
+    chat = entry.fields.get("chat_id")
+    if text is None or not chat:
+        return []  # not a text message: acknowledged, no reply
+    try:
+        chat_id = int(chat)
+    except ValueError as exc:
+        raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "chat_id is not an integer") from exc
+    ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.config.jmap)
+    try:
+        replies = await reply_to_update(IncomingMessage(chat_id, text), ctx)
+    except (JmapError, NotConfigured) as exc:
+        raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
+    return [Outgoing(r.chat_id, r.text) for r in replies]

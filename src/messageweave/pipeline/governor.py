@@ -1,0 +1,100 @@
+"""The cluster-wide Telegram rate governor (SPEC D.2), a GCRA in one Lua script.
+
+Lanes: the bot (≤30 msg/s), each private chat (≤1 msg/s), each group chat (≤20 msg/min;
+Telegram group ids are negative). Every instance asks the same Redis keys, so the limits hold
+for the whole cluster. A 429 pauses the chat's lane for `retry_after` seconds everywhere.
+
+The limits can be changed (e.g. lifted for the benchmark) in the hash `governor:limits`
+(`bot_per_s`, `chat_per_s`, `group_per_min`; 0 = unlimited); absent fields use Telegram's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+from messageweave.store import keys
+from messageweave.store.redis import Redis
+
+DEFAULT_BOT_PER_S = 30
+DEFAULT_CHAT_PER_S = 1
+DEFAULT_GROUP_PER_MIN = 20
+MAX_WAIT_S = 5.0
+
+# KEYS: governor:limits, bot lane, chat lane, chat pause   ARGV: is_group (0/1)
+# → 0 when a send may go now (both lanes charged), else the milliseconds to wait.
+ACQUIRE = """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local pause = redis.call('PTTL', KEYS[4])
+if pause > 0 then return pause end
+local l = redis.call('HMGET', KEYS[1], 'bot_per_s', 'chat_per_s', 'group_per_min')
+local bot = tonumber(l[1] or '30')
+local interval_bot = 0
+if bot > 0 then interval_bot = 1000 / bot end
+local interval_chat = 0
+if ARGV[1] == '1' then
+  local g = tonumber(l[3] or '20')
+  if g > 0 then interval_chat = 60000 / g end
+else
+  local c = tonumber(l[2] or '1')
+  if c > 0 then interval_chat = 1000 / c end
+end
+local tat_bot = tonumber(redis.call('GET', KEYS[2]) or '0')
+local tat_chat = tonumber(redis.call('GET', KEYS[3]) or '0')
+local wait = 0
+if interval_bot > 0 and tat_bot > now then wait = tat_bot - now end
+if interval_chat > 0 and tat_chat > now and tat_chat - now > wait then wait = tat_chat - now end
+if wait > 0 then return math.ceil(wait) end
+if interval_bot > 0 then
+  local step = math.ceil(interval_bot)
+  redis.call('SET', KEYS[2], string.format('%.0f', math.max(tat_bot, now) + step), 'PX',
+    string.format('%d', step + 1000))
+end
+if interval_chat > 0 then
+  local step = math.ceil(interval_chat)
+  redis.call('SET', KEYS[3], string.format('%.0f', math.max(tat_chat, now) + step), 'PX',
+    string.format('%d', step + 1000))
+end
+return 0
+"""
+
+
+def bot_id(token: str) -> str:
+    """The numeric part of a bot token (public); a digest when the token has none."""
+    head, sep, _ = token.partition(":")
+    if sep and head.isdigit():
+        return head
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+class Governor:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def wait_ms(self, bot: str, chat_id: int) -> int:
+        """Charge one send to the lanes, or say how long to wait before asking again."""
+        result = await self.redis.eval(
+            ACQUIRE, 4, keys.GOVERNOR_LIMITS, keys.governor_bot(bot),
+            keys.governor_chat(bot, chat_id), keys.governor_pause(bot, chat_id),
+            "1" if chat_id < 0 else "0",
+        )
+        return int(result)
+
+    async def acquire(self, bot: str, chat_id: int) -> None:
+        """Wait until a send to `chat_id` is allowed on every instance's shared budget."""
+        while True:
+            wait = await self.wait_ms(bot, chat_id)
+            if wait <= 0:
+                return
+            await asyncio.sleep(min(wait / 1000, MAX_WAIT_S))
+
+    async def pause(self, bot: str, chat_id: int, seconds: float) -> None:
+        """A 429 for this chat: every instance holds the lane for `seconds`."""
+        await self.redis.set(keys.governor_pause(bot, chat_id), "1",
+                             px=max(1, int(seconds * 1000)))
+
+    async def set_limits(self, *, bot_per_s: int, chat_per_s: int, group_per_min: int) -> None:
+        await self.redis.hset(keys.GOVERNOR_LIMITS, mapping={
+            "bot_per_s": bot_per_s, "chat_per_s": chat_per_s, "group_per_min": group_per_min})

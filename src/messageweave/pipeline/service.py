@@ -1,0 +1,90 @@
+"""What the delivery routes and the CLI call: ingress parsing, queue stats, DLQ list/replay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from messageweave.config.model import BusinessConfig
+from messageweave.pipeline.ledger import Ledger
+from messageweave.store import keys
+from messageweave.store.redis import Redis
+from messageweave.store.streams import DlqEntry, StreamStore
+
+MAX_DLQ_LIMIT = 500
+
+
+class InvalidUpdate(ValueError):
+    """The body is not a Telegram Update."""
+
+
+class ChatNotAllowed(Exception):
+    """The update comes from a chat outside the allowlist."""
+
+
+@dataclass(frozen=True)
+class Update:
+    update_id: int
+    fields: dict[str, str]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_update(body: object, cfg: BusinessConfig) -> Update:
+    """Keep only what the worker needs: update_id, and the message's chat id and text."""
+    if not isinstance(body, dict) or not _is_int(body.get("update_id")):
+        raise InvalidUpdate
+    update_id = int(body["update_id"])
+    if update_id < 0:
+        raise InvalidUpdate
+    fields = {"update_id": str(update_id)}
+    message = body.get("message")
+    if message is None:
+        return Update(update_id, fields)
+    chat = message.get("chat") if isinstance(message, dict) else None
+    if not isinstance(chat, dict) or not _is_int(chat.get("id")):
+        raise InvalidUpdate
+    chat_id = int(chat["id"])
+    if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
+        raise ChatNotAllowed
+    fields["chat_id"] = str(chat_id)
+    text = message.get("text")
+    if isinstance(text, str):
+        fields["text"] = text
+    return Update(update_id, fields)
+
+
+async def enqueue_update(redis: Redis, update: Update) -> bool:
+    """False when Telegram redelivered an update already queued."""
+    return await StreamStore(redis).enqueue_update(update.update_id, update.fields) is not None
+
+
+async def delivery_status(redis: Redis) -> dict[str, Any]:
+    store = StreamStore(redis)
+    return {
+        "streams": {stream: await store.stats(stream) for stream in keys.STREAMS},
+        "unknown_after_send": await Ledger(redis, "").unknown_count(),
+    }
+
+
+async def dlq_entries(redis: Redis, streams: list[str], limit: int) -> list[DlqEntry]:
+    store = StreamStore(redis)
+    out: list[DlqEntry] = []
+    for stream in streams:
+        out += await store.dlq_list(stream, limit - len(out))
+        if len(out) >= limit:
+            break
+    return out
+
+
+async def replay(redis: Redis, stream: str, ids: list[str] | None) -> int:
+    """Put DLQ entries back on their stream (all of them when `ids` is None)."""
+    store = StreamStore(redis)
+    targets = ids if ids is not None else await store.dlq_ids(stream)
+    replayed = 0
+    for dlq_id in targets:
+        if await store.replay(stream, dlq_id):
+            replayed += 1
+    return replayed

@@ -1,0 +1,66 @@
+"""Read-only numbers about the pipeline for `/metrics`, `/debug/worker` and `diagnose`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.exceptions import ResponseError
+
+from messageweave.store import keys
+from messageweave.store.redis import Redis
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    stream: str
+    length: int
+    pending: int
+    dlq: int
+
+
+async def stream_stats(redis: Redis) -> list[StreamStats]:
+    """Length, pending entries of the consumer group (0 before the group exists), DLQ size."""
+    out = []
+    for stream in keys.STREAMS:
+        length = int(await redis.xlen(stream))
+        try:
+            summary = await redis.xpending(stream, keys.CONSUMER_GROUP)
+            pending = int(summary["pending"]) if summary else 0
+        except ResponseError:  # NOGROUP: nothing was ever consumed
+            pending = 0
+        out.append(StreamStats(stream, length, pending, int(await redis.xlen(keys.dlq(stream)))))
+    return out
+
+
+async def reconcile_cursor(redis: Redis) -> str | None:
+    value = await redis.get(keys.RECONCILE_CURSOR)
+    return value if isinstance(value, str) else None
+
+
+async def push_registered(redis: Redis) -> bool:
+    return bool(await redis.exists(keys.PUSH_REGISTRATION_CURRENT))
+
+
+async def unknown_after_send(redis: Redis) -> int | None:
+    """The pipeline's count of sends whose outcome is unknown, when the pipeline keeps one.
+
+    The key is the pipeline's (`keys.DELIVERY_UNKNOWN`, a sorted set today); when it is not
+    defined this is None and the metric is left out. Any Redis type is read as "how many": a
+    counter or a collection's size.
+    """
+    key = getattr(keys, "DELIVERY_UNKNOWN", None)
+    if not isinstance(key, str):
+        return None
+    kind = str(await redis.type(key))
+    sizes = {"string": None, "list": redis.llen, "set": redis.scard, "zset": redis.zcard,
+             "hash": redis.hlen, "stream": redis.xlen}
+    if kind == "none":
+        return 0
+    if kind == "string":
+        raw = await redis.get(key)
+        try:
+            return int(raw or 0)
+        except ValueError:
+            return None
+    size = sizes.get(kind)
+    return int(await size(key)) if size is not None else None

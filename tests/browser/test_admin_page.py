@@ -1,0 +1,348 @@
+"""The admin page in Debian's chromium against the real service (no mocked fetch)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from playwright.sync_api import Page, Request, expect
+
+from messageweave.store import keys
+from tests.browser.conftest import LiveService, PageRun, save_configuration
+from tests.conftest import ADMIN_KEY, CYRUS_PASSWORD, CYRUS_USER, sample_wire
+from tests.peers.cyrus import CyrusServer
+
+SECRETS = ("123456:bot-token-SECRET", "webhook-SECRET", "jmap-password-SECRET",
+           "reconcile-SECRET", "worker-SECRET")
+BIZ = "/api/business-config"
+
+
+def open_page(page: Page, service: LiveService) -> None:
+    page.goto(service.base_url + "/")
+    expect(page.locator("#setup-summary")).not_to_have_text(re.compile("Checking|正在检查"))
+
+
+def sign_in(page: Page, key: str = ADMIN_KEY) -> None:
+    page.fill("#auth-key", key)
+    page.click("#auth-submit")
+    expect(page.locator("#admin")).to_be_visible()
+
+
+def signed_in(page: Page, service: LiveService, revision: int | None = None) -> None:
+    open_page(page, service)
+    sign_in(page)
+    state = page.locator("#biz-state")
+    if revision is None:
+        expect(state).to_contain_text("Nothing saved yet")
+    else:
+        expect(state).to_contain_text(f"revision {revision}")
+
+
+def is_put(request: Request) -> bool:
+    return request.method == "PUT" and request.url.endswith(BIZ)
+
+
+def is_preflight(request: Request) -> bool:
+    return request.method == "POST" and request.url.endswith(BIZ + "/preflight")
+
+
+def body_of(request: Request) -> Any:
+    assert request.post_data is not None
+    return json.loads(request.post_data)
+
+
+def dom_text_and_values(page: Page) -> str:
+    result: str = page.evaluate("""() => document.documentElement.outerHTML + '\\n' +
+        Array.from(document.querySelectorAll('input, textarea, select'))
+             .map(el => el.value).join('\\n')""")
+    return result
+
+
+def worker_put(service: LiveService, patch: dict[str, Any]) -> httpx.Response:
+    """Another operator's write, authorized with the configuration's worker token."""
+    return httpx.put(service.base_url + BIZ, json=patch,
+                     headers={"Authorization": "Bearer worker-SECRET"})
+
+
+def test_setup_mode_lists_the_missing_variables_and_offers_no_sign_in(
+    setup_service: LiveService, page_run: PageRun, shot: Any
+) -> None:
+    page = page_run.page
+    open_page(page, setup_service)
+    expect(page.locator("#setup-summary")).to_contain_text("Setup mode")
+    expect(page.locator("#setup-missing li")).to_have_text(["REDIS_URL", "CONFIG_ENCRYPTION_KEY"])
+    expect(page.locator("#auth-card")).to_be_hidden()
+    page.click("#setup-recheck")
+    expect(page.locator("#setup-missing li")).to_have_count(2)
+    shot(page, "setup-mode")
+
+
+def test_sign_in_rejects_a_wrong_credential_then_accepts_the_right_one_by_keyboard(
+    service: LiveService, page_run: PageRun, redis_sync: redis.Redis, shot: Any
+) -> None:
+    page = page_run.page
+    open_page(page, service)
+    expect(page.locator("#setup-summary")).to_contain_text("configured")
+    page.fill("#auth-key", "00" * 32)
+    page.keyboard.press("Enter")
+    expect(page.locator("#auth-msg")).to_contain_text("Wrong credential")
+    expect(page.locator("#admin")).to_be_hidden()
+    shot(page, "sign-in-wrong-credential")
+    page.fill("#auth-key", "")
+    page.locator("#auth-key").focus()
+    page.keyboard.type(ADMIN_KEY)
+    page.keyboard.press("Enter")
+    expect(page.locator("#admin")).to_be_visible()
+    expect(page.locator("#session-expiry")).to_have_text(
+        "Admin session expires in about 30 minutes.")
+    expect(page.locator("#auth-key")).to_have_value("")
+    assert redis_sync.get(keys.ADMIN_SESSION) is not None
+    assert page.context.cookies() == []
+    assert page.evaluate("localStorage.length + sessionStorage.length") == 0
+
+
+def test_first_save_sends_the_full_configuration_and_lists_runtime_warnings(
+    service: LiveService, page_run: PageRun, shot: Any
+) -> None:
+    page = page_run.page
+    signed_in(page, service)
+    wire = sample_wire(chat_allowlist=[4242, -1001234567890123])
+    for name in ("jmap_session_url", "jmap_username", "jmap_password", "bot_token",
+                 "telegram_webhook_secret", "reconcile_token", "worker_token"):
+        page.fill(f"#f-{name}", wire[name])
+    page.fill("#f-telegram_chat_id", str(wire["telegram_chat_id"]))
+    page.fill("#f-chat_allowlist", "4242, -1001234567890123")
+    page.fill("#tz-filter", "Tokyo")
+    page.select_option("#f-timezone", "Asia/Tokyo")
+    with page.expect_request(is_put) as sent:
+        page.click("#biz-save")
+    body = body_of(sent.value)
+    expected = {**wire, "timezone": "Asia/Tokyo"}
+    assert {k: body[k] for k in expected} == expected
+    assert body["llm_api_key"] is None and "revision" not in body
+    # The JMAP port of sample_wire is closed: saved, and the failed step is listed.
+    expect(page.locator("#biz-msg")).to_contain_text("Saved (revision 1), but not hot-reloaded")
+    expect(page.locator("#biz-warnings li").first).to_contain_text("jmap · connect:")
+    expect(page.locator("#biz-state")).to_contain_text("revision 1")
+    shot(page, "first-save-warnings")
+
+
+def test_readback_shows_no_secret_value_anywhere_in_the_dom(
+    configured: LiveService, page_run: PageRun, shot: Any
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    expect(page.locator("#f-jmap_username")).to_have_value("alice")
+    expect(page.locator("#f-chat_allowlist")).to_have_value("4242")
+    expect(page.locator("#f-timezone")).to_have_value("Asia/Shanghai")
+    expect(page.locator("#m-bot_token")).to_contain_text("Set.")
+    expect(page.locator("#m-llm_api_key")).to_contain_text("Not set")
+    dom = dom_text_and_values(page)
+    assert [s for s in SECRETS if s in dom] == []
+    shot(page, "configuration")
+
+
+def test_changing_one_field_sends_only_that_field_and_the_revision(
+    configured: LiveService, page_run: PageRun
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    page.fill("#f-jmap_username", "bob")
+    with page.expect_request(is_put) as sent:
+        page.click("#biz-save")
+    assert body_of(sent.value) == {"jmap_username": "bob", "revision": 1}
+    expect(page.locator("#biz-state")).to_contain_text("revision 2")
+    expect(page.locator("#f-jmap_username")).to_have_value("bob")
+    page.click("#biz-save")
+    expect(page.locator("#biz-msg")).to_have_text("Nothing to submit: no field changed.")
+
+
+def test_a_concurrent_change_elsewhere_shows_the_conflict_and_reloads(
+    configured: LiveService, page_run: PageRun
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    assert worker_put(configured, {"jmap_username": "carol"}).status_code == 200
+    page.fill("#f-account_id", "acct-1")
+    with page.expect_response(lambda r: is_put(r.request)) as answered:
+        page.click("#biz-save")
+    assert answered.value.status == 409
+    expect(page.locator("#biz-error")).to_contain_text("Someone else changed the configuration")
+    expect(page.locator("#biz-state")).to_contain_text("revision 2")
+    expect(page.locator("#f-jmap_username")).to_have_value("carol")
+
+
+def test_a_rejected_value_shows_the_servers_rule_next_to_the_form(
+    configured: LiveService, page_run: PageRun
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    page.fill("#f-jmap_session_url", "http://mail.example.com/jmap")
+    page.click("#biz-save")
+    expect(page.locator("#biz-error")).to_have_text(
+        "The server rejected the configuration: "
+        "JMAP_SESSION_URL must be HTTPS without credentials or query")
+
+
+@pytest.fixture
+def cyrus_configured(
+    service: LiveService, cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch
+) -> LiveService:
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))  # trust Cyrus's CA like an operator
+    save_configuration(service, sample_wire(jmap_session_url=cyrus.origin + "/",
+                                            jmap_username=CYRUS_USER,
+                                            jmap_password=CYRUS_PASSWORD))
+    return service
+
+
+def test_test_connection_with_a_stored_configuration_needs_no_retyped_secrets(
+    cyrus_configured: LiveService, page_run: PageRun, shot: Any
+) -> None:
+    page = page_run.page
+    signed_in(page, cyrus_configured, revision=1)
+    with page.expect_request(is_preflight) as sent:
+        page.click("#biz-test")
+    assert body_of(sent.value) == {}
+    expect(page.locator("#preflight-result")).to_have_text("Validation passed.")
+    expect(page.locator("#preflight-issues li")).to_have_text(
+        ["jmap: reachable.", "llm: not probed (needs both AI switches on)."])
+    shot(page, "test-connection")
+    page.fill("#f-jmap_password", "wrong-password")
+    with page.expect_request(is_preflight) as sent:
+        page.click("#biz-test")
+    assert body_of(sent.value) == {"jmap_password": "wrong-password"}
+    expect(page.locator("#preflight-issues li").first).to_have_text("jmap: failed.")
+
+
+def test_enable_switch_round_trip(
+    configured: LiveService, page_run: PageRun, redis_sync: redis.Redis
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    switch = page.locator("#enabled")
+    expect(switch).not_to_be_checked()
+    switch.check()
+    expect(page.locator("#enabled-msg")).to_have_text("Business processing is now on.")
+    assert redis_sync.get(keys.ENABLED) == "1"
+    page.reload()
+    sign_in(page)
+    expect(switch).to_be_checked()
+    switch.uncheck()
+    expect(page.locator("#enabled-msg")).to_have_text("Business processing is now off.")
+    assert redis_sync.get(keys.ENABLED) == "0"
+
+
+def test_sign_out_revokes_the_session_and_clears_the_page(
+    configured: LiveService, page_run: PageRun, redis_sync: redis.Redis
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    page.fill("#f-bot_token", "typed-but-not-saved")
+    page.click("#sign-out")
+    expect(page.locator("#auth-msg")).to_contain_text("Signed out")
+    expect(page.locator("#admin")).to_be_hidden()
+    assert redis_sync.get(keys.ADMIN_SESSION) is None
+    assert page.evaluate("window.__mw.hasSession()") is False
+    assert "typed-but-not-saved" not in dom_text_and_values(page)
+    assert "alice" not in dom_text_and_values(page)
+
+
+def test_an_ended_session_returns_to_sign_in_with_a_message(
+    configured: LiveService, page_run: PageRun, redis_sync: redis.Redis
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    redis_sync.delete(keys.ADMIN_SESSION)  # e.g. a sign-in elsewhere took the single slot
+    page.click("#biz-reload")
+    expect(page.locator("#auth-msg")).to_contain_text("Your admin session ended")
+    expect(page.locator("#admin")).to_be_hidden()
+
+
+def test_runtime_parameters_restore_defaults_and_save(
+    configured: LiveService, page_run: PageRun, redis_sync: redis.Redis
+) -> None:
+    page = page_run.page
+    signed_in(page, configured, revision=1)
+    expect(page.locator("#rt-jmap_timeout_ms")).to_have_value("15000")
+    page.fill("#rt-max_retries", "9")
+    page.click("#runtime-save")
+    expect(page.locator("#runtime-msg")).to_contain_text("retries 0–5")
+    page.fill("#rt-max_retries", "5")
+    page.click("#runtime-save")
+    expect(page.locator("#runtime-msg")).to_have_text("Runtime parameters saved.")
+    assert json.loads(redis_sync.get(keys.OUTBOUND_CONFIG) or "{}")["max_retries"] == 5
+    page.click("#runtime-defaults")
+    expect(page.locator("#rt-max_retries")).to_have_value("3")
+
+
+def test_chinese_locale_renders_with_no_missing_keys(
+    configured: LiveService, zh_page_run: PageRun, shot: Any
+) -> None:
+    page = zh_page_run.page
+    open_page(page, configured)
+    sign_in(page)
+    expect(page.locator("#biz-state")).to_contain_text("修订号 1")
+    page.click("#biz-test")
+    expect(page.locator("#preflight-result")).to_have_text("校验通过。")
+    report = page.evaluate("""() => {
+        const mw = window.__mw, zh = mw.messages.zh, en = mw.messages.en;
+        const keys = o => Object.keys(o).sort().join('|');
+        const wrong = Array.from(document.querySelectorAll('[data-i18n]'))
+            .filter(el => el.textContent !== zh[el.dataset.i18n]).map(el => el.dataset.i18n);
+        const ph = Array.from(document.querySelectorAll('[data-i18n-placeholder]'))
+            .filter(el => el.placeholder !== zh[el.dataset.i18nPlaceholder]).length;
+        return {lang: mw.lang, htmlLang: document.documentElement.lang,
+                sameKeys: keys(zh) === keys(en), missing: mw.missing, wrong: wrong, ph: ph,
+                blank: Object.keys(zh).filter(k => !zh[k].trim())};
+    }""")
+    assert report == {"lang": "zh", "htmlLang": "zh-CN", "sameKeys": True, "missing": [],
+                      "wrong": [], "ph": 0, "blank": []}
+    expect(page.locator("#biz-title")).to_have_text("业务配置")
+    shot(page, "chinese")
+
+
+def test_phone_width_page_has_no_horizontal_scroll(
+    configured: LiveService, phone_page_run: PageRun, shot: Any
+) -> None:
+    page = phone_page_run.page
+    signed_in(page, configured, revision=1)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    shot(page, "phone")
+
+
+def test_timezone_search_offers_every_zone_the_backend_accepts(
+    service: LiveService, page_run: PageRun
+) -> None:
+    page = page_run.page
+    signed_in(page, service)
+    zones = page.evaluate("window.__mw.zones")
+    assert zones[:2] == ["Etc/UTC", "Africa/Cairo"] and "America/Argentina/Buenos_Aires" in zones
+    page.fill("#tz-filter", "buenos")
+    options = page.locator("#f-timezone option")
+    expect(options).to_have_count(3)  # the current choice stays, plus the zone and its alias
+    assert options.all_inner_texts()[0].startswith("Asia/Shanghai")
+    page.select_option("#f-timezone", "America/Argentina/Buenos_Aires")
+    assert "(UTC-3)" in options.nth(1).inner_text()
+
+
+def test_dead_letter_entries_are_listed_and_replayed(
+    configured: LiveService, page_run: PageRun, redis_sync: redis.Redis
+) -> None:
+    page = page_run.page
+    dlq_id = redis_sync.xadd(keys.dlq(keys.STREAM_JMAP), {
+        "payload": json.dumps({"kind": "catch_up"}), "failure_class": "permission",
+        "reason": "mailbox refused", "attempts": "1", "failed_at": "1700000000000"})
+    signed_in(page, configured, revision=1)
+    expect(page.locator("#delivery-rows tr").first).to_contain_text("stalwart:jmap")
+    page.click("#dlq-show")
+    entry = page.locator("#dlq-list li")
+    expect(entry).to_have_count(1)
+    expect(entry).to_contain_text(f"{dlq_id} · permission · mailbox refused · attempts 1")
+    page.click("#dlq-replay-all")
+    expect(page.locator("#dlq-msg")).to_have_text("Replayed 1 entries.")
+    expect(page.locator(f"#dlq-list li:has-text('{dlq_id}')")).to_have_count(0)

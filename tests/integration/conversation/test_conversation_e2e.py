@@ -1,0 +1,162 @@
+"""End to end, as the owner lives it: the Bot API emulator plays the user and calls our HTTPS
+webhook (registered through `/api/telegram/register-webhook`); the in-process worker answers
+through the emulator's sendMessage. Mail comes from Cyrus, summaries from fakellm."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import string
+import time
+
+import httpx
+
+from messageweave.store import keys
+from tests.integration.conversation.conftest import Served, llm_wire
+from tests.peers.fakellm import SUMMARY, FakeLlm
+
+HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+
+
+async def bot_api(served: Served, method: str) -> dict:
+    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+        response = await client.post(f"{served.emulator.base_url}/bot{served.token}/{method}")
+    body: dict = response.json()
+    assert body["ok"], body
+    return body
+
+
+async def test_register_webhook_sets_url_secret_and_command_menu(served: Served) -> None:
+    info = (await bot_api(served, "getWebhookInfo"))["result"]
+    assert info["url"] == f"{served.url}/webhook/tg"
+    assert info["allowed_updates"] == ["message"]
+    commands = [c["command"] for c in (await bot_api(served, "getMyCommands"))["result"]]
+    assert commands == ["help", "search", "summary", "ai"]
+    # the secret: the emulator's delivery carries it and our webhook accepts it
+    assert await served.say("/help") == 204
+    [delivery] = await served.emulator.webhook_deliveries(served.token)
+    assert delivery["secret_sent"] is True and delivery["status"] == 204
+
+
+async def test_help(served: Served) -> None:
+    await served.say("/help")
+    [reply] = await served.replies(1)
+    assert reply.startswith("使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。")
+
+
+async def test_consent_phrases_set_their_ttl_and_revoke_deletes_it(served: Served) -> None:
+    key = keys.consent_ai(served.chat)
+    expected = [("临时一次", 3600, "临时1小时"), ("今天", 86400, "今天"), ("7天", 604800, "7天"),
+                ("长期", 31536000, "直到撤销（最长365天）"), ("/ai on", 3600, "1小时")]
+    for n, (phrase, ttl, label) in enumerate(expected, start=1):
+        before = int(time.time())
+        await served.say(phrase)
+        reply = (await served.replies(n))[-1]
+        expiry = int(await served.redis.get(key))
+        assert before + ttl <= expiry <= int(time.time()) + ttl
+        assert reply == (f"AI摘要授权已开启：{label}，到期时间 Unix {expiry}；"
+                         "仍需使用 /summary <email_id> 请求")
+        assert ttl - 3 <= await served.redis.ttl(key) <= ttl
+    await served.say("/ai off")
+    assert (await served.replies(len(expected) + 1))[-1] == "AI摘要授权已撤销"
+    assert not await served.redis.exists(key)
+
+
+async def test_summary_with_and_without_consent(served: Served, fakellm_server: FakeLlm) -> None:
+    await served.configure(**llm_wire(fakellm_server))
+    email_id = served.cyrus.append(subject="March invoice", body="Please pay 1200 EUR.").email_id
+    before = await fakellm_server.total_requests()
+    await served.say(f"/summary {email_id}")
+    [without] = await served.replies(1)
+    assert without == f"Bob Example <bob@example.org> — March invoice\n{HINT}"
+    assert await fakellm_server.total_requests() == before  # no content left the server
+
+    await served.say("/ai on")
+    await served.say(f"/summary {email_id}")
+    replies = await served.replies(3)
+    assert replies[2] == SUMMARY and len(replies[2]) <= 300
+    assert await fakellm_server.total_requests() == before + 1
+
+
+async def test_summary_falls_back_to_the_excerpt_when_the_llm_fails(
+    served: Served, fakellm_server: FakeLlm
+) -> None:
+    await served.configure(**llm_wire(fakellm_server, "broken"))
+    body = "Bitte bis Freitag bestätigen. " * 20
+    email_id = served.cyrus.append(subject="Frist", body=body).email_id
+    await served.say("今天")
+    await served.say(f"/summary {email_id}")
+    replies = await served.replies(2)
+    assert replies[1] == body.strip()[:300]
+
+
+async def test_search_against_real_mail(served: Served) -> None:
+    token = "zq" + "".join(random.choices(string.ascii_lowercase, k=10))
+    hit = served.cyrus.append(subject=f"Contract {token}", body=f"the {token} contract")
+    served.cyrus.index("alice")
+    await served.say(f"/search {token}")
+    [reply] = await served.replies(1)
+    lines = reply.split("\n")
+    assert lines[0] == f"搜索「{token}」：共 1 封匹配邮件"
+    assert lines[1] == f"- Contract {token}（{hit.email_id}）"
+    assert lines[2].startswith(f"  the {token} contract")  # Cyrus may add "..." to a preview
+
+
+async def test_a_chat_outside_the_allowlist_gets_nothing(served: Served) -> None:
+    stranger = served.chat + 1
+    assert await served.say("/help", chat_id=stranger) == 403
+    assert await served.emulator.sent_messages(served.token, stranger) == []
+    assert await served.redis.xlen(keys.STREAM_TELEGRAM) == 0
+
+
+async def test_register_webhook_refuses_bad_urls_and_reports_telegram_refusals(
+    served: Served,
+) -> None:
+    route = "/api/telegram/register-webhook"
+    for body in ({}, {"callback_url": 5}, {"callback_url": "http://example.org/webhook/tg"},
+                 {"callback_url": "https://user:pw@example.org/x"}, {"callback_url": "https://"},
+                 {"callback_url": "ftp://example.org"}):
+        response = await served.api.post(route, headers=served.headers, json=body)
+        assert response.status_code == 400, body
+        assert response.json()["error"] == "invalid_request"
+    assert (await served.api.post(route, json={"callback_url": "https://a.example/x"})
+            ).status_code == 401
+    await served.emulator.fail(token=served.token, method="setWebhook", error_code=400)
+    try:
+        refused = await served.api.post(route, headers=served.headers,
+                                        json={"callback_url": "https://a.example/webhook/tg"})
+    finally:
+        await served.emulator.clear_failures(served.token)
+    assert refused.status_code == 502
+    assert set(refused.json()) == {"error", "request_id"}
+    assert refused.json()["error"] == "telegram_send_failed"
+    assert "webhook-SECRET" not in refused.text
+    info = (await bot_api(served, "getWebhookInfo"))["result"]
+    assert info["url"] == f"{served.url}/webhook/tg"  # the refused call changed nothing
+
+
+async def test_odd_input_gets_the_documented_reply_or_none_and_is_handled_once(
+    served: Served,
+) -> None:
+    for text in ("x" * 10_000, "👍🎉🙂", "שלום, מה שלומך?", "/summary Mnosuchmail123"):
+        assert await served.say(text) == 204
+    secret = {"X-Telegram-Bot-Api-Secret-Token": "webhook-SECRET"}
+    chat = {"id": served.chat, "type": "private"}
+    for update in (
+        {"update_id": 990001, "edited_message": {"message_id": 1, "chat": chat, "text": "/help"}},
+        {"update_id": 990002, "callback_query": {"id": "1", "data": "x"}},
+        {"update_id": 990003, "message": {"message_id": 2, "chat": chat,
+                                          "sticker": {"file_id": "s"}}},
+    ):
+        response = await served.api.post("/webhook/tg", headers=secret, json=update)
+        assert response.status_code == 204, response.text
+    await served.say("/help")  # a marker: replies are sent in order, per chat
+    replies = await served.replies(1)
+    assert len(replies) == 1 and replies[0].startswith("使用说明")
+    deadline = time.monotonic() + 5
+    while (await served.redis.xpending(keys.STREAM_TELEGRAM, keys.CONSUMER_GROUP))["pending"]:
+        assert time.monotonic() < deadline, "updates still pending"
+        await asyncio.sleep(0.05)
+    assert await served.redis.xlen(keys.dlq(keys.STREAM_TELEGRAM)) == 0
+    assert len(await served.replies(1)) == 1  # nothing else was sent
+    assert await served.redis.xlen(keys.STREAM_TELEGRAM) == 8

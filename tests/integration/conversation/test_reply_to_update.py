@@ -1,0 +1,247 @@
+"""What the owner gets back from the bot, through `reply_to_update` with the real peers:
+Redis for consent, Cyrus for mail and search, fakellm for summaries."""
+
+from __future__ import annotations
+
+import logging
+import random
+import string
+import time
+
+import pytest
+
+from messageweave.chat.replies import HELP
+from messageweave.config.model import parse_wire
+from messageweave.mail.jmap import JmapClient, JmapError
+from messageweave.store import keys
+from tests.conftest import closed_port, sample_wire
+from tests.integration.conversation.conftest import Chat
+from tests.peers.cyrus import CyrusServer
+from tests.peers.fakellm import (
+    SUMMARY,
+    TAIL_MARKER,
+    VERBOSE_ANSWER,
+    FakeLlm,
+    SilentServer,
+)
+
+HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+BODY = ("Hi Alice,\nplease confirm the March invoice (1200 EUR) by Friday. "
+        "The signed copy is attached.\nBob")
+
+
+def word() -> str:
+    return "zq" + "".join(random.choices(string.ascii_lowercase, k=10))
+
+
+def mail(cyrus: CyrusServer, subject: str = "March invoice", body: str = BODY) -> str:
+    return cyrus.append(subject=subject, body=body).email_id
+
+
+async def test_help_and_unknown_text(chat: Chat) -> None:
+    assert await chat.say("/help") == [HELP]
+    assert await chat.say("怎么用") == [HELP]
+    for silent in ("hello", "", "👍", "שלום", "x" * 10_000, "/start"):
+        assert await chat.say(silent) == []
+
+
+@pytest.mark.parametrize(("phrase", "ttl", "label"), [
+    ("临时一次", 3600, "临时1小时"),
+    ("一次", 3600, "临时1小时"),
+    ("今天", 86400, "今天"),
+    ("7天", 604800, "7天"),
+    ("直到我撤销", 31536000, "直到撤销（最长365天）"),
+    ("长期", 31536000, "直到撤销（最长365天）"),
+    ("/ai on", 3600, "1小时"),
+    ("开启 AI", 3600, "1小时"),
+])
+async def test_consent_phrase_stores_the_expiry_with_its_ttl(
+    chat: Chat, phrase: str, ttl: int, label: str
+) -> None:
+    before = int(time.time())
+    [reply] = await chat.say(phrase)
+    expiry = int(await chat.redis.get(keys.consent_ai(chat.chat_id)))
+    assert before + ttl <= expiry <= int(time.time()) + ttl
+    assert reply == (f"AI摘要授权已开启：{label}，到期时间 Unix {expiry}；"
+                     "仍需使用 /summary <email_id> 请求")
+    assert ttl - 2 <= await chat.redis.ttl(keys.consent_ai(chat.chat_id)) <= ttl
+
+
+@pytest.mark.parametrize("phrase", ["/ai off", "关闭 ai", "撤销授权", "停止摘要"])
+async def test_revoke_deletes_consent(chat: Chat, phrase: str) -> None:
+    await chat.say("今天")
+    assert await chat.say(phrase) == ["AI摘要授权已撤销"]
+    assert not await chat.redis.exists(keys.consent_ai(chat.chat_id))
+
+
+async def test_consent_is_per_chat_and_never_renewed_by_use(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    await chat.say("/ai on")
+    ttl_before = await chat.redis.ttl(keys.consent_ai(chat.chat_id))
+    value_before = await chat.redis.get(keys.consent_ai(chat.chat_id))
+    await chat.with_llm(fakellm_server).say(f"/summary {mail(cyrus)}")
+    assert await chat.redis.get(keys.consent_ai(chat.chat_id)) == value_before
+    assert await chat.redis.ttl(keys.consent_ai(chat.chat_id)) <= ttl_before
+    assert not await chat.redis.exists(keys.consent_ai(chat.chat_id + 1))
+
+
+async def test_summary_without_consent_is_metadata_and_the_hint_and_no_llm_request(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    email_id = mail(cyrus, subject="Quarterly report")
+    before = await fakellm_server.total_requests()
+    replies = await chat.with_llm(fakellm_server).say(f"/summary {email_id}")
+    assert replies == [f"Bob Example <bob@example.org> — Quarterly report\n{HINT}"]
+    assert await fakellm_server.total_requests() == before
+
+
+async def test_expired_consent_counts_as_none(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    await chat.say("临时")
+    later = chat.with_llm(fakellm_server)
+    later.now = lambda: time.time() + 3601  # the stored expiry is in the past
+    before = await fakellm_server.total_requests()
+    [reply] = await later.say(f"/summary {mail(cyrus)}")
+    assert reply.endswith(HINT)
+    assert await fakellm_server.total_requests() == before
+
+
+async def test_summary_with_consent_is_the_llm_answer(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    email_id = mail(cyrus)
+    await chat.say("/ai on")
+    before = await fakellm_server.requests_by_rule()
+    # SPEC C.6: the id keeps its case (Cyrus ids start with an upper-case M).
+    assert await chat.with_llm(fakellm_server).say(f"/summary {email_id}") == [SUMMARY]
+    after = await fakellm_server.requests_by_rule()
+    # The "summary" rule requires our instruction in the messages: it was sent.
+    assert after.get("summary", 0) == before.get("summary", 0) + 1
+
+
+async def test_a_long_llm_answer_is_cut_to_300_characters(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    await chat.say("今天")
+    [reply] = await chat.with_llm(fakellm_server, "verbose").say(f"摘要 {mail(cyrus)}")
+    assert reply == VERBOSE_ANSWER[:300]
+
+
+async def test_the_model_never_sees_more_than_the_input_bound(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    body = ("Lorem ipsum dolor sit amet. " * 400) + TAIL_MARKER  # ~11 200 characters
+    await chat.say("今天")
+    assert await chat.with_llm(fakellm_server).say(f"/summary {mail(cyrus, body=body)}") == [
+        SUMMARY]
+
+
+@pytest.mark.parametrize("model", ["rate-limited", "broken"])
+async def test_llm_failure_falls_back_to_the_local_excerpt_without_a_retry_storm(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm, model: str
+) -> None:
+    body = "第一行。" + "内容" * 400
+    await chat.say("/ai on")
+    before = await fakellm_server.total_requests()
+    [reply] = await chat.with_llm(fakellm_server, model).say(f"/summary {mail(cyrus, body=body)}")
+    assert reply == body[:300]
+    # max_retries=1: one attempt and one retry, then the fallback
+    assert await fakellm_server.total_requests() == before + 2
+
+
+async def test_an_llm_that_does_not_answer_in_time_falls_back(
+    chat: Chat, cyrus: CyrusServer
+) -> None:
+    silent = SilentServer()  # test double: fakellm cannot be slow (see SilentServer)
+    try:
+        await chat.say("/ai on")
+        slow = chat.with_llm(silent.base_url, llm_timeout_ms=300, max_retries=0)
+        started = time.monotonic()
+        [reply] = await slow.say(f"/summary {mail(cyrus)}")
+        assert reply == BODY[:300]
+        assert time.monotonic() - started < 3
+    finally:
+        silent.close()
+
+
+async def test_consent_without_an_llm_sends_the_local_excerpt(
+    chat: Chat, cyrus: CyrusServer
+) -> None:
+    body = "x" * 500
+    await chat.say("/ai on")
+    assert not chat.config.llm_enabled
+    assert await chat.say(f"/summary {mail(cyrus, body=body)}") == ["x" * 300]
+
+
+async def test_summary_asks_for_an_id_and_ignores_unknown_ids(
+    chat: Chat, fakellm_server: FakeLlm
+) -> None:
+    assert await chat.say("/summary") == ["请提供邮件 ID，例如：摘要 e-123"]
+    assert await chat.say("查邮件") == ["请提供邮件 ID，例如：摘要 e-123"]
+    await chat.say("/ai on")
+    before = await fakellm_server.total_requests()
+    assert await chat.with_llm(fakellm_server).say("/summary Mdoesnotexist0000") == []
+    assert await fakellm_server.total_requests() == before
+
+
+async def test_a_lowercased_id_is_not_the_same_mail(chat: Chat, cyrus: CyrusServer) -> None:
+    email_id = mail(cyrus, subject="Case matters")
+    assert email_id != email_id.lower()
+    assert await chat.say(f"/summary {email_id.lower()}") == []
+    assert (await chat.say(f"/summary {email_id}"))[0].startswith("Bob Example")
+
+
+async def test_search_lists_real_hits_with_clean_snippets(
+    chat: Chat, cyrus: CyrusServer
+) -> None:
+    token = word()
+    in_subject = cyrus.append(subject=f"Invoice {token} & receipt", body="see attachment")
+    in_body = cyrus.append(subject="Lunch", body=f"Shall we try the {token} place <b>today</b>?")
+    cyrus.index("alice")
+    [reply] = await chat.say(f"/search {token}")
+    lines = reply.split("\n")
+    assert lines[0] == f"搜索「{token}」：共 2 封匹配邮件"
+    assert f"- Invoice {token} & receipt（{in_subject.email_id}）" in lines
+    assert f"- Lunch（{in_body.email_id}）" in lines
+    preview = lines[lines.index(f"- Lunch（{in_body.email_id}）") + 1]
+    assert preview.startswith("  ") and f"the {token} place <b>today</b>" in preview
+    assert "<mark>" not in reply and "&lt;" not in reply and "&amp;" not in reply
+
+
+async def test_search_without_hits_and_without_a_query(chat: Chat, cyrus: CyrusServer) -> None:
+    token = word()
+    assert await chat.say(f"搜索 {token}") == [f"没有找到匹配「{token}」的邮件。"]
+    for empty in ("/search", "/search   ", "搜索", "查找 "):
+        assert await chat.say(empty) == ["请提供搜索关键词，例如：/search 发票"]
+    assert await chat.say("/search " + "发票" * 200) == [
+        "搜索关键词太长了（最多 256 个字符），请缩短后再试。"]
+
+
+async def test_an_unreachable_mailbox_raises_so_the_update_is_retried(chat: Chat) -> None:
+    wire = sample_wire(jmap_session_url=f"https://127.0.0.1:{closed_port()}/")
+    async with JmapClient(wire["jmap_session_url"], "alice", "pw", timeout=2) as down:
+        broken = Chat(chat.chat_id, chat.redis, down, parse_wire(wire), chat.outbound)
+        with pytest.raises(JmapError):
+            await broken.say("/search invoice")
+        with pytest.raises(JmapError):
+            await broken.say("/summary M123")
+        assert await broken.say("/help") == [HELP]  # needs no mailbox
+
+
+async def test_mail_bodies_and_summaries_never_reach_the_logs(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret_body = f"The vault code is {word()}; keep it private."
+    email_id = mail(cyrus, subject="Private", body=secret_body)
+    caplog.set_level(logging.DEBUG)
+    await chat.say("/ai on")
+    assert await chat.with_llm(fakellm_server).say(f"/summary {email_id}") == [SUMMARY]
+    assert await chat.with_llm(fakellm_server, "broken").say(f"/summary {email_id}") == [
+        secret_body]
+    logged = caplog.text + "".join(str(r.args) for r in caplog.records)
+    assert caplog.records  # DEBUG logging was on (httpx, openai, ours)
+    assert "vault code" not in logged
+    assert SUMMARY not in logged
+    assert "llm-key-SECRET" not in logged

@@ -1,0 +1,82 @@
+"""A tiny RFC-shaped JMAP responder over real HTTPS, for PushSubscription/set ONLY.
+
+Cyrus 3.6 does not implement PushSubscription (tests/integration/jmap/test_push.py pins that
+down), so the push register/disable/verify paths of the app talk to this server instead: it
+serves a session resource and answers PushSubscription/set as RFC 8620 §7.2 describes (the logic
+is `PushResponder` of the client tests); every other method is `unknownMethod`. Everything else
+on the mailbox side is tested against Cyrus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import Any
+
+import httpx
+
+from tests.integration.jmap.test_push import PushResponder
+from tests.peers.cyrus import CyrusServer
+
+
+class RefusingResponder(PushResponder):
+    """PushResponder that can refuse destroys (the server keeps the subscription)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse_destroy = False
+
+    def _set(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.refuse_destroy and args.get("destroy"):
+            return {"destroyed": None, "notDestroyed": {
+                sub_id: {"type": "forbidden"} for sub_id in args["destroy"]}}
+        return super()._set(args)
+
+
+class PushServer:
+    def __init__(self, cyrus: CyrusServer) -> None:
+        self.responder = RefusingResponder()
+        self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._tls.load_cert_chain(cyrus.server_cert, cyrus.server_key)
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/"
+
+    async def __aenter__(self) -> PushServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self._tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = dict(
+                    (k.strip().lower(), v.strip())
+                    for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+                )
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                reply = self.responder(httpx.Request(method, f"{self.url[:-1]}{path}",
+                                                     content=body))
+                content = reply.content
+                writer.write(
+                    f"HTTP/1.1 {reply.status_code} X\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(content)}\r\n\r\n".encode() + content
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()

@@ -1,0 +1,234 @@
+"""`POST /reconcile`, the built-in scheduler and StateChange pushes, through the real app, with
+a real Redis and the real Cyrus JMAP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from messageweave.store import keys
+from messageweave.store.mailbox import Registration, record_registration, request_catchup
+from tests.conftest import closed_port, login, sample_wire
+from tests.integration.mailbox.conftest import Mailbox, enqueued
+from tests.integration.test_envelope import assert_envelope
+from tests.peers.cyrus import CyrusServer
+
+TOKEN = "reconcile-SECRET"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def mailbox_wire(cyrus: CyrusServer, mailbox: Mailbox, **overrides: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "jmap_session_url": cyrus.origin + "/",
+        "jmap_username": mailbox.user,
+        "jmap_password": mailbox.password,
+        # nothing here may reach a real Telegram: the worker's sends fail fast on a closed port
+        "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
+        "reconcile_interval_s": 0,
+    }
+    values.update(overrides)
+    return sample_wire(**values)
+
+
+async def configure(client: httpx.AsyncClient, wire: dict[str, Any], enabled: bool = True) -> None:
+    headers = await login(client)
+    saved = await client.put("/api/business-config", headers=headers, json=wire)
+    assert saved.status_code == 200, saved.text
+    response = await client.put("/api/enabled", headers=headers, json={"enabled": enabled})
+    assert response.status_code == 200, response.text
+
+
+@pytest.fixture
+async def app(
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app, configured for a fresh Cyrus mailbox and switched on (no periodic schedule)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+    await configure(client, mailbox_wire(cyrus, mailbox))
+    yield client
+
+
+async def wait_for(redis: aioredis.Redis, email_id: str, within_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        if email_id in await enqueued(redis):
+            return time.monotonic() - started
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{email_id} not enqueued within {within_s} s")
+
+
+# ------------------------------------------------------------------------------ /reconcile
+
+
+async def test_reconcile_enqueues_new_mail_and_answers_204(
+    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, redis_client: aioredis.Redis
+) -> None:
+    cyrus.append(user=mailbox.user, subject="already there", received_at=time.time() - 3600)
+    first = await app.post("/reconcile", headers=AUTH)
+    assert first.status_code == 204 and first.content == b""
+    new = cyrus.append(user=mailbox.user, subject="new mail")
+    assert (await app.post("/reconcile", headers=AUTH, content=b"ignored")).status_code == 204
+    assert await enqueued(redis_client) == [new.email_id]
+
+
+async def test_reconcile_needs_the_reconcile_token(app: httpx.AsyncClient) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"},
+                    {"Authorization": "Bearer worker-SECRET"},
+                    {"Authorization": f"bearer {TOKEN}"}):
+        assert_envelope(await app.post("/reconcile", headers=headers), 401, "unauthorized")
+
+
+async def test_reconcile_is_refused_while_the_service_is_off_after_auth(
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+    await configure(client, mailbox_wire(cyrus, mailbox), enabled=False)
+    assert_envelope(await client.post("/reconcile"), 401, "unauthorized")
+    assert_envelope(await client.post("/reconcile", headers=AUTH), 503, "service_unavailable")
+
+
+async def test_two_concurrent_reconciles_get_one_409(
+    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, redis_client: aioredis.Redis
+) -> None:
+    await app.post("/reconcile", headers=AUTH)
+    for i in range(5):
+        cyrus.append(user=mailbox.user, subject=f"concurrent {i}")
+    responses = await asyncio.gather(app.post("/reconcile", headers=AUTH),
+                                     app.post("/reconcile", headers=AUTH))
+    assert sorted(r.status_code for r in responses) == [204, 409]
+    [refused] = [r for r in responses if r.status_code == 409]
+    assert_envelope(refused, 409, "conflict")
+    assert "retry-after" not in refused.headers
+    assert len(await enqueued(redis_client)) == 5
+
+
+async def test_jmap_server_down_is_503_reconcile_retry_and_the_cursor_stays(
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    redis_client: aioredis.Redis,
+) -> None:
+    await redis_client.set(keys.RECONCILE_CURSOR, "42")
+    await configure(client, mailbox_wire(
+        cyrus, mailbox, jmap_session_url=f"https://127.0.0.1:{closed_port()}/"))
+    response = await client.post("/reconcile", headers=AUTH)
+    assert_envelope(response, 503, "reconcile_retry")
+    assert response.headers["retry-after"] == "30"
+    assert await redis_client.get(keys.RECONCILE_CURSOR) == "42"
+    assert await redis_client.get(keys.RECONCILE_LOCK) is None
+    assert await enqueued(redis_client) == []
+
+
+# ------------------------------------------------------------------------------ scheduler
+
+
+async def test_the_built_in_schedule_runs_a_pass_without_any_cron(
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+    await configure(client, mailbox_wire(cyrus, mailbox, reconcile_interval_s=10))
+    deadline = time.monotonic() + 3
+    while await redis_client.get(keys.RECONCILE_CURSOR) is None:
+        assert time.monotonic() < deadline, "the scheduler never ran the first pass"
+        await asyncio.sleep(0.05)
+    # the slot is claimed for the whole interval: no second instance-wide pass before it ends
+    assert 0 < await redis_client.ttl(keys.RECONCILE_SCHEDULE) <= 10
+
+
+# ------------------------------------------------------------------------------ StateChange
+
+
+async def register_for_test(redis: aioredis.Redis) -> None:
+    """Cyrus has no PushSubscription/set: the registration a real server would have accepted
+    is recorded directly (register itself is tested against the RFC responder)."""
+    await record_registration(redis, Registration("d" * 64, "P-test"))
+
+
+def state_change(account: str, types: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"@type": "StateChange", "changed": {account: types or {"Email": "s2"}}}
+
+
+async def test_a_state_change_push_enqueues_new_mail_within_a_second(
+    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, redis_client: aioredis.Redis
+) -> None:
+    assert (await app.post("/reconcile", headers=AUTH)).status_code == 204
+    await register_for_test(redis_client)
+    new = cyrus.append(user=mailbox.user, subject="pushed")
+    account = mailbox.client.account_id
+    burst = [app.post("/push/jmap", json=state_change(account)) for _ in range(10)]
+    assert {r.status_code for r in await asyncio.gather(*burst)} == {204}
+    await wait_for(redis_client, new.email_id, within_s=1.0)
+    assert await enqueued(redis_client) == [new.email_id]
+
+
+async def test_catch_ups_coalesce_into_one_pending_flag(redis_client: aioredis.Redis) -> None:
+    assert await request_catchup(redis_client, "acct") is True
+    assert await request_catchup(redis_client, "acct") is False
+    assert await redis_client.ttl(keys.reconcile_catchup("acct")) > 0
+
+
+async def test_a_state_change_without_a_registration_is_401_and_schedules_nothing(
+    app: httpx.AsyncClient, mailbox: Mailbox, redis_client: aioredis.Redis
+) -> None:
+    response = await app.post("/push/jmap", json=state_change(mailbox.client.account_id))
+    assert_envelope(response, 401, "unauthorized")
+    assert await redis_client.keys("reconcile:catchup:*") == []
+
+
+async def test_a_state_change_for_another_account_is_403_and_schedules_nothing(
+    app: httpx.AsyncClient, redis_client: aioredis.Redis
+) -> None:
+    await register_for_test(redis_client)
+    response = await app.post("/push/jmap", json=state_change("someone-else"))
+    assert_envelope(response, 403, "forbidden")
+    assert await redis_client.keys("reconcile:catchup:*") == []
+
+
+async def test_a_state_change_without_email_changes_schedules_nothing(
+    app: httpx.AsyncClient, mailbox: Mailbox, redis_client: aioredis.Redis
+) -> None:
+    await register_for_test(redis_client)
+    response = await app.post(
+        "/push/jmap", json=state_change(mailbox.client.account_id, {"Mailbox": "m9"}))
+    assert response.status_code == 204
+    assert await redis_client.keys("reconcile:catchup:*") == []
+
+
+@pytest.mark.parametrize("body", [
+    b"not json", b"[]", b'{"@type":"Nope"}', b"{}",
+    json.dumps({"@type": "StateChange", "changed": {"a": "Email"}}).encode(),
+    json.dumps({"@type": "StateChange"}).encode(),
+    json.dumps({"@type": "PushVerification", "pushSubscriptionId": "P1"}).encode(),
+])
+async def test_malformed_push_bodies_are_400_and_enqueue_nothing(
+    app: httpx.AsyncClient, redis_client: aioredis.Redis, body: bytes
+) -> None:
+    await register_for_test(redis_client)
+    assert_envelope(await app.post("/push/jmap", content=body), 400, "invalid_request")
+    assert await redis_client.keys("reconcile:catchup:*") == []
+    assert await enqueued(redis_client) == []
+
+
+async def test_a_huge_push_body_is_413(app: httpx.AsyncClient) -> None:
+    body = json.dumps({"@type": "StateChange", "changed": {}, "pad": "x" * 100_000})
+    assert_envelope(await app.post("/push/jmap", content=body), 413, "payload_too_large")
+
+
+async def test_a_state_change_while_the_service_is_off_is_503_after_auth(
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+    await configure(client, mailbox_wire(cyrus, mailbox), enabled=False)
+    body = state_change(mailbox.client.account_id)
+    assert_envelope(await client.post("/push/jmap", json=body), 401, "unauthorized")
+    await register_for_test(redis_client)
+    assert_envelope(await client.post("/push/jmap", json=body), 503, "service_unavailable")

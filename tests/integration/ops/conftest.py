@@ -1,0 +1,33 @@
+"""Fixtures for the operations tests: the app with the debug surface on, peers wired in."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from tests.conftest import running_client, settings_for
+from tests.peers.cyrus import CyrusServer
+
+DEBUG_TOKEN = "debug-token-SECRET"
+
+
+def debug_headers(token: str = DEBUG_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def trust_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cyrus has a self-signed certificate: trust its CA the way an operator would."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+
+
+@pytest.fixture
+async def debug_client(
+    embedded_redis_url: str, redis_client: aioredis.Redis
+) -> AsyncIterator[httpx.AsyncClient]:
+    settings = settings_for(embedded_redis_url, debug_requested=True, debug_token=DEBUG_TOKEN)
+    async with running_client(settings) as c:
+        yield c

@@ -1,0 +1,100 @@
+"""`messageweave diagnose` and `messageweave test-notify` as an operator runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import httpx
+import redis.asyncio as aioredis
+
+from tests.conftest import ADMIN_KEY, closed_port, console_script, login
+from tests.integration.test_ready_with_peers import peer_wire
+from tests.peers.cyrus import CyrusServer
+from tests.peers.telegram import TelegramEmulator
+
+
+async def run_cli(*args: str, **env: str) -> tuple[int, str]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "DEBUG_ENABLED", "DEBUG_TOKEN")}
+    proc = await asyncio.create_subprocess_exec(
+        console_script("messageweave"), *args, env={**base, "COLUMNS": "200", **env},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+def _env(redis_url: str, cyrus: CyrusServer) -> dict[str, str]:
+    return {"REDIS_URL": redis_url, "CONFIG_ENCRYPTION_KEY": ADMIN_KEY,
+            "SSL_CERT_FILE": str(cyrus.ca_file)}
+
+
+async def _configure(client: httpx.AsyncClient, wire: dict[str, object]) -> None:
+    session = await login(client)
+    assert (await client.put("/api/business-config", headers=session,
+                             json=wire)).status_code == 200
+    assert (await client.put("/api/enabled", headers=session,
+                             json={"enabled": True})).status_code == 200
+
+
+async def test_diagnose_passes_on_a_healthy_setup(
+    client: httpx.AsyncClient, embedded_redis_url: str, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator, trust_cyrus: None,
+) -> None:
+    await _configure(client, peer_wire(cyrus, telegram_emulator))
+    code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
+    assert code == 0, out
+    for name in ("redis", "configuration", "enabled", "jmap session", "telegram getMe",
+                 "queue stalwart:jmap"):
+        assert f"ok   {name}" in out, out
+    assert "warn telegram webhook" in out and "all checks passed" in out
+
+
+async def test_diagnose_fails_with_a_remedy_when_telegram_rejects_the_token(
+    client: httpx.AsyncClient, embedded_redis_url: str, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator, trust_cyrus: None,
+) -> None:
+    wire = peer_wire(cyrus, telegram_emulator)
+    await telegram_emulator.reject_token(str(wire["bot_token"]))
+    await _configure(client, wire)
+    code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
+    assert code == 1
+    assert "fail telegram getMe: telegram get_me probe failed" in out
+    assert "check the bot token" in out and str(wire["bot_token"]) not in out
+
+
+async def test_diagnose_fails_when_nothing_is_configured(
+    redis_client: aioredis.Redis, embedded_redis_url: str, cyrus: CyrusServer,
+) -> None:
+    code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
+    assert code == 1
+    assert "fail configuration: nothing configured yet" in out
+    assert "messageweave bootstrap" in out
+
+
+async def test_diagnose_fails_when_redis_is_down(cyrus: CyrusServer) -> None:
+    code, out = await run_cli("diagnose", **_env(f"redis://127.0.0.1:{closed_port()}/0", cyrus))
+    assert code == 1
+    assert "fail redis" in out and "check REDIS_URL" in out
+
+
+async def test_diagnose_fails_without_the_environment() -> None:
+    code, out = await run_cli("diagnose")
+    assert code == 1 and "REDIS_URL, CONFIG_ENCRYPTION_KEY" in out
+
+
+async def test_test_notify_sends_to_the_chosen_chat(
+    client: httpx.AsyncClient, embedded_redis_url: str, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator, trust_cyrus: None,
+) -> None:
+    wire = peer_wire(cyrus, telegram_emulator, chat_allowlist=[4242, 5])
+    await _configure(client, wire)
+    code, out = await run_cli("test-notify", "--chat", "5", "--text", "hello ops",
+                              **_env(embedded_redis_url, cyrus))
+    assert code == 0, out
+    sent = await telegram_emulator.sent_messages(str(wire["bot_token"]), 5)
+    assert [m.text for m in sent] == ["hello ops"]
+    code, out = await run_cli("test-notify", "--chat", "6", **_env(embedded_redis_url, cyrus))
+    assert code == 1 and "not in the allowlist" in out

@@ -1,0 +1,151 @@
+"""Mail events and Telegram updates become Telegram messages, through the real worker, Cyrus and
+the Bot API emulator."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from messageweave.store import keys
+from tests.integration.pipeline.conftest import Pipeline, eventually
+from tests.integration.test_envelope import assert_envelope
+
+SECRET = {"X-Telegram-Bot-Api-Secret-Token": "webhook-SECRET"}
+
+
+async def test_new_mail_becomes_the_three_line_notification_within_a_second(
+    pipeline: Pipeline,
+) -> None:
+    received = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)  # 1700000000
+    email_id = pipeline.append("Quarterly report", sender="Ann Lee <ann@example.org>",
+                               received_at=received)
+    await pipeline.enqueue_mail(email_id)
+    sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 2.0)
+    assert [m.text for m in sent] == [
+        "From: Ann Lee <ann@example.org>\nSubject: Quarterly report\nReceived: 2023-11-15 07:13"
+    ]
+    assert sent[0].parse_mode is None
+    await eventually(lambda: _committed(pipeline))
+
+
+async def _committed(pipeline: Pipeline) -> bool:
+    status = (await pipeline.client.get(
+        "/api/delivery", headers={"Authorization": "Bearer worker-SECRET"})).json()
+    jmap = status["streams"][keys.STREAM_JMAP]
+    return bool(jmap["pending"] == 0)
+
+
+async def test_mail_without_subject_or_text_body_still_notifies(pipeline: Pipeline) -> None:
+    email_id = pipeline.append("", body="")
+    await pipeline.enqueue_mail(email_id)
+    sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 3.0)
+    assert len(sent) == 1
+    lines = sent[0].text.split("\n")
+    assert lines[0].startswith("From: ") and lines[1] == "Subject: (no subject)"
+    assert lines[2].startswith("Received: 20")
+
+
+async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
+    pipeline: Pipeline,
+) -> None:
+    entry = await pipeline.enqueue_mail("Mdoesnotexist0000000000000")
+    auth = {"Authorization": "Bearer worker-SECRET"}
+
+    async def dead() -> bool:
+        body = (await pipeline.client.get("/api/dlq?stream=stalwart:jmap", headers=auth)).json()
+        return len(body["entries"]) == 1
+
+    await eventually(dead, 5)
+    body = (await pipeline.client.get("/api/dlq?stream=stalwart:jmap", headers=auth)).json()
+    [row] = body["entries"]
+    assert row["stream"] == keys.STREAM_JMAP and row["failure_class"] == "not_found"
+    assert row["attempts"] == 1 and row["reason"] == "email not found"
+    assert await pipeline.emulator.sent_messages(pipeline.token, pipeline.chat) == []
+    status = (await pipeline.client.get("/api/delivery", headers=auth)).json()
+    assert status["streams"][keys.STREAM_JMAP]["dlq"] == 1
+    assert status["streams"][keys.STREAM_JMAP]["pending"] == 0
+    assert not await pipeline.redis.exists(keys.delivery_committed(keys.STREAM_JMAP, entry))
+
+    # Replayed, it runs again (and, still missing, lands in the DLQ again).
+    replay = await pipeline.client.post("/api/dlq/replay", headers=auth,
+                                        json={"stream": keys.STREAM_JMAP})
+    assert replay.json() == {"replayed": 1}
+    await eventually(dead, 5)
+    again = (await pipeline.client.get("/api/dlq", headers=auth)).json()["entries"]
+    assert again[0]["id"] != row["id"]
+
+
+async def test_help_from_the_owner_is_answered_through_the_webhook(pipeline: Pipeline) -> None:
+    update = {"update_id": 900001, "message": {"message_id": 1, "date": 0, "text": "/help",
+                                               "chat": {"id": pipeline.chat, "type": "private"}}}
+    response = await pipeline.client.post("/webhook/tg", headers=SECRET, json=update)
+    assert response.status_code == 204, response.text
+    again = await pipeline.client.post("/webhook/tg", headers=SECRET, json=update)
+    assert again.status_code == 204  # a Telegram redelivery: accepted, not queued twice
+    sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 3.0)
+    assert len(sent) == 1 and sent[0].text.startswith("使用说明")
+    entries = await pipeline.redis.xrange(keys.STREAM_TELEGRAM)
+    assert [fields for _, fields in entries] == [
+        {"update_id": "900001", "chat_id": str(pipeline.chat), "text": "/help"}]
+
+
+async def test_updates_without_text_are_acknowledged_without_a_reply(pipeline: Pipeline) -> None:
+    for update in ({"update_id": 900002},
+                   {"update_id": 900003, "message": {"chat": {"id": pipeline.chat},
+                                                     "sticker": {"file_id": "x"}}}):
+        assert (await pipeline.client.post("/webhook/tg", headers=SECRET,
+                                           json=update)).status_code == 204
+
+    async def drained() -> bool:
+        info = await pipeline.redis.xpending(keys.STREAM_TELEGRAM, keys.CONSUMER_GROUP)
+        return bool(info["pending"] == 0) and await pipeline.redis.xlen(keys.STREAM_TELEGRAM) == 2
+
+    await eventually(drained, 3)
+    assert await pipeline.emulator.sent_messages(pipeline.token) == []
+
+
+async def test_webhook_refuses_bad_secret_bad_body_and_foreign_chats(pipeline: Pipeline) -> None:
+    client = pipeline.client
+    ok = {"update_id": 1}
+    assert_envelope(await client.post("/webhook/tg", json=ok), 401, "unauthorized")
+    assert_envelope(await client.post("/webhook/tg", json=ok,
+                                      headers={"X-Telegram-Bot-Api-Secret-Token": "nope"}),
+                    401, "unauthorized")
+    for bad in (b"not json", b"[]", b'{"update_id":"1"}', b'{"update_id":true}',
+                b'{"update_id":1,"message":{"chat":{}}}'):
+        assert_envelope(await client.post("/webhook/tg", content=bad, headers=SECRET),
+                        400, "invalid_request")
+    foreign = {"update_id": 5, "message": {"chat": {"id": 999}, "text": "hi"}}
+    assert_envelope(await client.post("/webhook/tg", json=foreign, headers=SECRET),
+                    403, "forbidden")
+    assert await pipeline.redis.xlen(keys.STREAM_TELEGRAM) == 0
+    assert not await pipeline.redis.exists(keys.dedup_tg(5))
+
+
+async def test_disabled_service_answers_503_only_after_authentication(
+    pipeline: Pipeline,
+) -> None:
+    await pipeline.redis.set(keys.ENABLED, "0")
+    client = pipeline.client
+    assert_envelope(await client.post("/webhook/tg", json={"update_id": 1}), 401,
+                    "unauthorized")
+    assert_envelope(await client.post("/webhook/tg", json={"update_id": 1}, headers=SECRET),
+                    503, "service_unavailable")
+    assert_envelope(await client.post("/worker"), 401, "unauthorized")
+    assert_envelope(await client.post("/worker", headers={"Authorization": "Bearer worker-SECRET"}),
+                    503, "service_unavailable")
+
+
+async def test_worker_endpoint_drains_and_validates_its_body(pipeline: Pipeline) -> None:
+    auth = {"Authorization": "Bearer worker-SECRET"}
+    client = pipeline.client
+    for bad in (b"nope", b'{"batch":-1}', b'{"batch":"3"}', b"[1]"):
+        assert_envelope(await client.post("/worker", content=bad, headers=auth),
+                        400, "invalid_request")
+    session = {"Authorization": (await client.post(
+        "/api/admin/session", headers={"Authorization": "Bearer " + "ab" * 32})).json()[
+            "session"]}
+    session["Authorization"] = "Bearer " + session["Authorization"]
+    assert_envelope(await client.post("/worker", headers=session), 401, "unauthorized")
+    for body in (b"", b"{}", b'{"batch":0}', b'{"batch":50}'):
+        response = await client.post("/worker", content=body, headers=auth)
+        assert response.status_code == 204, response.text

@@ -1,0 +1,171 @@
+"""The LLM peer: `fakellm` (PyPI, OpenAI-compatible, rule-driven) as a real local process.
+
+`fakellm_server` (session fixture) starts `python -m fakellm.cli serve` on a free 127.0.0.1 port
+with `RULES` below. Scenarios are picked by the configured model name, because the service
+sends no custom headers: `summarizer` answers `SUMMARY`, `verbose` answers a text longer than
+300 characters, `rate-limited` answers 429 and `broken` answers 500. A request whose user
+message still holds `TAIL_MARKER` (put past the input bound) answers `UNBOUNDED_ANSWER`; one
+without our instruction falls through to fakellm's deterministic echo.
+
+`requests()` reads fakellm's own request log (`/_fakellm/stats`): the count per rule and the
+most recent requests (model, matched rule, conversation id = hash of the first user message).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+SUMMARY = "摘要：Alice 请你在周五前确认三月发票，金额 1200 元。"
+VERBOSE_ANSWER = "长" * 450
+UNBOUNDED_ANSWER = "UNBOUNDED INPUT REACHED THE MODEL"
+TAIL_MARKER = "TAIL-BEYOND-THE-INPUT-LIMIT"
+INSTRUCTION_MARKER = "about 300 characters"
+
+RULES = f"""\
+version: 1
+defaults:
+  fallback: deterministic_echo
+rules:
+  - name: rate_limit
+    when:
+      model_matches: rate-limited
+    respond:
+      status: 429
+      error: "Rate limit exceeded (mock)"
+  - name: server_error
+    when:
+      model_matches: broken
+    respond:
+      status: 500
+      error: "upstream exploded (mock)"
+  - name: unbounded
+    when:
+      messages_contain: "{TAIL_MARKER}"
+    respond:
+      content: "{UNBOUNDED_ANSWER}"
+  - name: verbose
+    when:
+      model_matches: verbose
+      messages_contain: "{INSTRUCTION_MARKER}"
+    respond:
+      content: "{VERBOSE_ANSWER}"
+  - name: summary
+    when:
+      model_matches: summarizer
+      messages_contain: "{INSTRUCTION_MARKER}"
+    respond:
+      content: "{SUMMARY}"
+"""
+_STARTUP_TIMEOUT_S = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class FakeLlm:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """What `llm_base_url` is set to (the SDK appends `/chat/completions`)."""
+        return f"{self.origin}/v1"
+
+    async def stats(self) -> dict[str, Any]:
+        async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+            response = await client.get(f"{self.origin}/_fakellm/stats")
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    async def total_requests(self) -> int:
+        return int((await self.stats())["total_requests"])
+
+    async def requests_by_rule(self) -> dict[str, int]:
+        return {str(k): int(v) for k, v in (await self.stats())["by_rule"].items()}
+
+    @classmethod
+    def start(cls, directory: Path) -> FakeLlm:
+        rules = directory / "fakellm.yaml"
+        rules.write_text(RULES, encoding="utf-8")
+        port = _free_port()
+        log_path = directory / "fakellm.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "fakellm.cli", "serve", "--host", "127.0.0.1",
+                 "--port", str(port), "--config", str(rules)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=directory,
+            )
+        server = cls(process, port, log_path)
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError("fakellm exited: " + log_path.read_text(errors="replace"))
+            try:
+                if httpx.get(f"{server.origin}/_fakellm/stats", timeout=1,
+                             trust_env=False).status_code == 200:
+                    return server
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError("fakellm did not start: " + log_path.read_text())
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def fakellm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeLlm]:
+    server = FakeLlm.start(tmp_path_factory.mktemp("fakellm"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class SilentServer:
+    """A loopback TCP server that accepts connections and never answers.
+
+    Test double: fakellm has no latency injection, so an LLM that is too slow to answer cannot
+    be produced with it. This plays exactly that fault (and nothing else).
+    """
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)  # the kernel completes handshakes; nobody ever reads or writes
+        self.port = int(self._sock.getsockname()[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        self._sock.close()
