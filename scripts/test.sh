@@ -16,5 +16,6 @@ PYTHON="${PYTHON:-python3}"
 
 echo "[test] ruff"; .venv/bin/ruff check src tests
 echo "[test] mypy"; .venv/bin/mypy src
+echo "[test] hadolint"; .venv/bin/hadolint Dockerfile
 echo "[test] gateway"; bash gateway/test.sh
 echo "[test] pytest"; .venv/bin/pytest -q "$@"

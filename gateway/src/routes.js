@@ -25,6 +25,12 @@ const ROUTE_TABLE = [
   ["/worker", "POST", "LB_WORKER_TIMEOUT_MS"],
   ["/ready", "GET"],
   ["/healthz", "GET"],
+  // The admin page's operator API, added by this project (config_authorized on the backend).
+  ["/api/delivery", "GET"],
+  ["/api/dlq", "GET"],
+  ["/api/dlq/replay", "POST"],
+  ["/api/logs/send", "GET"],
+  ["/api/logs/audit", "GET"],
 ];
 
 // Answered by the gateway itself, never forwarded.

@@ -22,10 +22,15 @@ const EXPECTED = {
   "/worker": "POST",
   "/ready": "GET",
   "/healthz": "GET",
+  "/api/delivery": "GET",
+  "/api/dlq": "GET",
+  "/api/dlq/replay": "POST",
+  "/api/logs/send": "GET",
+  "/api/logs/audit": "GET",
 };
 
-test("the table forwards exactly the 19 documented routes with their methods", () => {
-  assert.equal(ROUTES.size, 19);
+test("the table forwards the 19 contract routes and the 5 operator routes, nothing else", () => {
+  assert.equal(ROUTES.size, 24);
   const actual = Object.fromEntries([...ROUTES].map(([path, r]) => [path, r.allow]));
   assert.deepEqual(actual, EXPECTED);
 });

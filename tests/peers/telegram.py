@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import pytest
 
+from messageweave.store.redis import die_with_parent
+
 EMULATOR_DIR = Path(__file__).parent / "telegram_emulator"
 _READY_MARK = "TTA_READY "
 _STARTUP_TIMEOUT_S = 20.0
@@ -106,6 +108,7 @@ class TelegramEmulator:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,  # no orphaned emulator when pytest is killed
             )
         deadline = time.monotonic() + startup_timeout_s
         while time.monotonic() < deadline:

@@ -55,7 +55,8 @@ def redis_server_binary() -> str:
     return found
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """`preexec_fn` for child processes: SIGTERM them when this process dies."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -115,7 +116,7 @@ class EmbeddedRedis:
         ]
         if self.socket is not None:
             cmd += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.start_timeout
         while True:
             if self.proc.poll() is not None:
