@@ -22,7 +22,7 @@ from messageweave.mail import push
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.reconcile import ReconcileBusy, ReconcileError
 from messageweave.mail.scheduler import run_pass
-from messageweave.ops.audit import record_audit
+from messageweave.ops import audit
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ async def register_push(request: Request) -> JSONResponse:
     url = push.callback_url_of(json_object(await request.body()), strict=True)
     result = await push.register(svc.redis, lambda: _jmap(svc), url, request.state.request_id)
     if not result.get("idempotent"):
-        await record_audit(svc, "push_registered", subscription_id=result["push_subscription_id"])
+        await audit.record_audit(svc, audit.PUSH_REGISTERED,
+                                 subscription_id=result["push_subscription_id"])
     return JSONResponse(result)
 
 
@@ -105,5 +106,5 @@ async def disable_push(request: Request) -> JSONResponse:
     svc = services(request)
     url = push.callback_url_of(json_object(await request.body()), strict=False)
     result = await push.disable(svc.redis, lambda: _jmap(svc), url)
-    await record_audit(svc, "push_disabled")
+    await audit.record_audit(svc, audit.PUSH_DISABLED)
     return JSONResponse(result)
