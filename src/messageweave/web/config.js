@@ -1,6 +1,7 @@
 "use strict";
-// The admin page: status, sign-in, business configuration, service switches, callbacks and
-// delivery. Vanilla JS under a strict CSP: no inline code, no eval, no storage, no cookies.
+// The admin page: status, sign-in, business configuration, service switches, callbacks,
+// delivery and logs. Vanilla JS under a strict CSP: no inline code, no eval, no storage, no
+// cookies.
 (function () {
   // ---- messages (identical key sets; a test compares them) ---------------------------------
   const MESSAGES = {
@@ -137,6 +138,29 @@
       "delivery.dlqEntry": "{id} · {failure_class} · {reason} · attempts {attempts} · {failed_at}",
       "delivery.replayed": "Replayed {n} entries.",
       "delivery.dlqFailed": "The dead-letter queue could not be read or replayed ({reason}).",
+      "logs.title": "Logs",
+      "logs.refresh": "Refresh logs",
+      "logs.sendTitle": "Send log",
+      "logs.auditTitle": "Audit log",
+      "logs.outcome": "Outcome",
+      "logs.outcomeAll": "All outcomes",
+      "logs.outcomeDelivered": "Delivered",
+      "logs.outcomeRetry": "Retry",
+      "logs.outcomeDeadLetter": "Dead letter",
+      "logs.outcomeSkipped": "Skipped",
+      "logs.outcomeUnknown": "Unknown",
+      "logs.time": "Time (UTC)",
+      "logs.stream": "Stream",
+      "logs.kind": "Kind",
+      "logs.chat": "Chat",
+      "logs.failureClass": "Failure class",
+      "logs.latency": "Latency",
+      "logs.latencyMs": "{n} ms",
+      "logs.action": "Action",
+      "logs.fields": "Fields",
+      "logs.older": "Load older",
+      "logs.empty": "No records.",
+      "logs.failed": "The log could not be read ({reason}).",
       "common.notAvailable": "{feature}: not available on this server version.",
       "common.network": "network error",
       "privacy.note": "Secrets are sent only to this service and never shown again. Nothing is kept in cookies or browser storage; leaving the page clears the session and the form.",
@@ -274,6 +298,29 @@
       "delivery.dlqEntry": "{id} · {failure_class} · {reason} · 尝试 {attempts} 次 · {failed_at}",
       "delivery.replayed": "已重放 {n} 条。",
       "delivery.dlqFailed": "无法读取或重放死信队列（{reason}）。",
+      "logs.title": "日志",
+      "logs.refresh": "刷新日志",
+      "logs.sendTitle": "发送日志",
+      "logs.auditTitle": "审计日志",
+      "logs.outcome": "结果",
+      "logs.outcomeAll": "全部结果",
+      "logs.outcomeDelivered": "已送达",
+      "logs.outcomeRetry": "重试",
+      "logs.outcomeDeadLetter": "死信",
+      "logs.outcomeSkipped": "已跳过",
+      "logs.outcomeUnknown": "未知",
+      "logs.time": "时间（UTC）",
+      "logs.stream": "队列流",
+      "logs.kind": "类型",
+      "logs.chat": "会话",
+      "logs.failureClass": "失败类别",
+      "logs.latency": "耗时",
+      "logs.latencyMs": "{n} 毫秒",
+      "logs.action": "操作",
+      "logs.fields": "字段",
+      "logs.older": "加载更早的记录",
+      "logs.empty": "没有记录。",
+      "logs.failed": "无法读取日志（{reason}）。",
       "common.notAvailable": "{feature}：此服务器版本不提供该功能。",
       "common.network": "网络错误",
       "privacy.note": "密钥只发送给本服务，且不会再次显示。不使用 Cookie 或浏览器存储；离开页面即清除会话和表单。",
@@ -493,6 +540,9 @@
       "dlq-msg", "biz-state", "session-expiry"].forEach(function (id) { say(id, ""); });
     ["biz-warnings", "preflight-issues", "cb-results", "dlq-list", "delivery-rows"].forEach(
       function (id) { $(id).replaceChildren(); });
+    resetLog("send");
+    resetLog("audit");
+    $("send-outcome").value = "";
     $("admin").hidden = true;
   }
 
@@ -519,6 +569,7 @@
     loadRuntime();
     loadBusiness();
     loadDelivery();
+    loadLogs();
   }
 
   // ---- 5. service card -------------------------------------------------------------------------
@@ -1083,6 +1134,88 @@
     }
   }
 
+  // ---- 8. logs: newest first, paged with `before` -------------------------------------------
+  const LOG_PAGE = 20;
+  const LOGS = {
+    send: { path: "/api/logs/send", before: null, generation: 0, columns: function (r) {
+      return [r.stream, r.kind, r.chat_id, r.outcome, r.failure_class,
+        r.latency_ms === undefined || r.latency_ms === null ? null
+          : t("logs.latencyMs", { n: r.latency_ms })];
+    } },
+    audit: { path: "/api/logs/audit", before: null, generation: 0, columns: function (r) {
+      return [r.action, auditFields(r)];
+    } },
+  };
+  const AUDIT_OWN = ["id", "time", "action", "request_id"];
+
+  function auditFields(record) {
+    return Object.keys(record).filter(function (k) { return AUDIT_OWN.indexOf(k) < 0; })
+      .map(function (k) {
+        const v = record[k];
+        const text = Array.isArray(v) ? v.join(" ")
+          : v !== null && typeof v === "object" ? JSON.stringify(v) : String(v);
+        return k + "=" + text;
+      }).join(", ");
+  }
+
+  function logTime(iso) {
+    return String(iso || "—").replace("T", " ").replace(/Z$/, "");
+  }
+
+  function logRow(name, record) {
+    const tr = document.createElement("tr");
+    tr.dataset.id = record.id;
+    [logTime(record.time)].concat(LOGS[name].columns(record)).forEach(function (value) {
+      const td = document.createElement("td");
+      td.textContent = value === null || value === undefined || value === "" ? "—" : String(value);
+      tr.appendChild(td);
+    });
+    return tr;
+  }
+
+  function resetLog(name) {
+    LOGS[name].before = null;
+    LOGS[name].generation += 1;
+    $(name + "-rows").replaceChildren();
+    $(name + "-table").hidden = true;
+    $(name + "-older").hidden = true;
+    say(name + "-msg", "");
+  }
+
+  // `older`: append the next page; otherwise start again from the newest record.
+  async function loadLog(name, older) {
+    const log = LOGS[name];
+    if (!older) resetLog(name);
+    const generation = log.generation;
+    let path = log.path + "?limit=" + LOG_PAGE;
+    if (older && log.before) path += "&before=" + encodeURIComponent(log.before);
+    if (name === "send" && $("send-outcome").value) {
+      path += "&outcome=" + encodeURIComponent($("send-outcome").value);
+    }
+    $(name + "-older").disabled = true;
+    try {
+      const data = await api("GET", path, undefined, true);
+      if (generation !== log.generation) return;  // a refresh started meanwhile
+      const rows = $(name + "-rows");
+      (data.records || []).forEach(function (record) { rows.appendChild(logRow(name, record)); });
+      log.before = data.next_before || null;
+      $(name + "-table").hidden = rows.children.length === 0;
+      $(name + "-older").hidden = log.before === null;
+      say(name + "-msg", rows.children.length === 0 ? t("logs.empty") : "");
+    } catch (err) {
+      if (!session.token || generation !== log.generation) return;
+      say(name + "-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("logs.title") })
+        : t("logs.failed", { reason: reasonOf(err) }), "error");
+    } finally {
+      $(name + "-older").disabled = false;
+    }
+  }
+
+  function loadLogs() {
+    loadLog("send", false);
+    loadLog("audit", false);
+  }
+
   // ---- wiring ----------------------------------------------------------------------------------
   window.__mw = {
     lang: lang,
@@ -1121,6 +1254,10 @@
     $("dlq-show").addEventListener("click", showDlq);
     $("dlq-replay-selected").addEventListener("click", function () { replayDlq(false); });
     $("dlq-replay-all").addEventListener("click", function () { replayDlq(true); });
+    $("logs-refresh").addEventListener("click", loadLogs);
+    $("send-outcome").addEventListener("change", function () { loadLog("send", false); });
+    $("send-older").addEventListener("click", function () { loadLog("send", true); });
+    $("audit-older").addEventListener("click", function () { loadLog("audit", true); });
     // Leaving the page (or putting it in the back/forward cache) forgets every secret.
     window.addEventListener("pagehide", clearPage);
     loadStatus();
