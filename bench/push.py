@@ -1,0 +1,131 @@
+"""Benchmark (not a test): mail appended to Cyrus → a JMAP StateChange push → catch-up reconcile →
+the real worker → the Telegram emulator, end to end.
+
+    .venv/bin/python -m bench.push --mails 50 --spacing-ms 100
+
+Starts an embedded Redis, a real Cyrus and the Bot API emulator (the test harness's peers), runs
+the real app in-process (lifespan: worker + scheduler), stores a configuration with no periodic
+reconcile schedule, lifts the rate governor's limits and runs the first (baseline) reconcile.
+
+Cyrus has no PushSubscription/set, so the push registration a real JMAP server would have
+accepted is recorded directly in Redis with the project's own `store.mailbox.record_registration`
+(the same thing the push-registration path stores after PushSubscription/set create).
+
+Then, one mail at a time, spaced `--spacing-ms` apart: IMAP APPEND to Cyrus, then POST an
+RFC 8620 StateChange naming the configured account to `/push/jmap`. A poller reads the emulator
+every 5 ms. Reported per mail, p50 / p99: IMAP APPEND started → emulator holds the sendMessage,
+and push POST sent → emulator holds the sendMessage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from bench.pipeline import pct
+from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, running_client, settings_for
+from tests.integration.pipeline.conftest import configure, lift_limits, peer_wire
+from tests.peers.cyrus import CyrusServer, new_base_dir, remove_base_dir
+from tests.peers.telegram import TelegramEmulator
+
+from messageweave.store.mailbox import Registration, record_registration
+from messageweave.store.redis import EmbeddedRedis
+
+
+def state_change(account: str, n: int) -> dict[str, object]:
+    return {"@type": "StateChange", "changed": {account: {"Email": f"bench-{n}"}}}
+
+
+def summary(name: str, values: list[float]) -> str:
+    return (f"{name}: p50 {statistics.median(values):.0f} ms, p99 {pct(values, 0.99):.0f} ms, "
+            f"min {min(values):.0f} ms, max {max(values):.0f} ms")
+
+
+async def run(mails: int, spacing_s: float) -> None:
+    data = Path(tempfile.mkdtemp(prefix="mwp", dir="/tmp"))
+    redis_server = EmbeddedRedis(data / "redis")
+    url = redis_server.start()
+    base = new_base_dir()
+    cyrus = CyrusServer(base, users={CYRUS_USER: CYRUS_PASSWORD})
+    cyrus.start()
+    emulator = TelegramEmulator.start(data / "logs")
+    os.environ["SSL_CERT_FILE"] = str(cyrus.ca_file)
+    try:
+        wire = peer_wire(cyrus, emulator, reconcile_interval_s=0)
+        redis = aioredis.from_url(url, decode_responses=True)
+        async with running_client(settings_for(url)) as client:
+            await configure(client, wire)
+            await lift_limits(redis)
+            auth = {"Authorization": f"Bearer {wire['reconcile_token']}"}
+            baseline = await client.post("/reconcile", headers=auth)
+            assert baseline.status_code == 204, baseline.text
+            await record_registration(redis, Registration("b" * 64, "P-bench"))
+            print("push registration recorded directly in Redis "
+                  "(store.mailbox.record_registration): Cyrus has no PushSubscription/set")
+
+            appended: dict[str, float] = {}
+            pushed: dict[str, float] = {}
+            seen: dict[str, float] = {}
+            all_seen = asyncio.Event()
+
+            async def poll() -> None:
+                while len(seen) < mails:
+                    for m in await emulator.sent_messages(wire["bot_token"]):
+                        subject = m.text.split("\n")[1].removeprefix("Subject: ")
+                        seen.setdefault(subject, time.time())
+                    await asyncio.sleep(0.005)
+                all_seen.set()
+
+            poller = asyncio.create_task(poll())
+            append_ms: list[float] = []
+            post_ms: list[float] = []
+            for n in range(mails):
+                subject = f"push {n}"
+                t0 = time.time()
+                # blocking IMAP in a thread: the app's worker shares this event loop
+                await asyncio.to_thread(cyrus.append, subject=subject)
+                appended[subject] = t0
+                append_ms.append((time.time() - t0) * 1000)
+                pushed[subject] = time.time()
+                r = await client.post("/push/jmap", json=state_change(CYRUS_USER, n))
+                post_ms.append((time.time() - pushed[subject]) * 1000)
+                assert r.status_code == 204, r.text
+                await asyncio.sleep(max(0.0, spacing_s - (time.time() - t0)))
+            try:
+                await asyncio.wait_for(all_seen.wait(), timeout=60)
+            except TimeoutError:
+                poller.cancel()
+            got = [s for s in appended if s in seen]
+            from_append = [(seen[s] - appended[s]) * 1000 for s in got]
+            from_push = [(seen[s] - pushed[s]) * 1000 for s in got]
+            print(f"{len(got)}/{mails} mails delivered, one every {spacing_s * 1000:.0f} ms "
+                  f"(IMAP APPEND p50 {statistics.median(append_ms):.0f} ms, "
+                  f"push POST p50 {statistics.median(post_ms):.0f} ms)")
+            print(summary("append→sendMessage", from_append))
+            print(summary("push POST→sendMessage", from_push))
+        await redis.aclose()
+    finally:
+        emulator.stop()
+        cyrus.stop()
+        remove_base_dir(base)
+        redis_server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mails", type=int, default=50)
+    parser.add_argument("--spacing-ms", type=int, default=100)
+    args = parser.parse_args()
+    asyncio.run(run(args.mails, args.spacing_ms / 1000))
+
+
+if __name__ == "__main__":
+    main()
