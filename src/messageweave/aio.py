@@ -13,9 +13,9 @@ GRACE_S = 5.0
 def raise_if_cancelling() -> None:
     """Re-raise a cancellation that a library call swallowed.
 
-    redis-py can turn a CancelledError that arrives mid-command into a ConnectionError; a loop
-    that catches RedisError to carry on would then never stop. Loops call this in their
-    error handlers.
+    redis-py can turn a CancelledError that arrives mid-command into a ConnectionError (or
+    swallow it); a loop that carries on after that would never stop. Loops call this in their
+    error handlers and once per iteration.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():

@@ -177,6 +177,7 @@ class ConfigService:
     async def run_reload_loop(self) -> None:
         while True:
             await self.refresh()
+            raise_if_cancelling()
             await asyncio.sleep(RELOAD_INTERVAL_S)
 
     # --- writing -------------------------------------------------------------------------

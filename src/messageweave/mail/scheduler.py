@@ -68,6 +68,7 @@ async def run_scheduler(svc: Services) -> None:
         except Exception as exc:  # a Redis or JMAP hiccup must never stop the loop
             raise_if_cancelling()
             log.warning("scheduler tick failed: %s", type(exc).__name__)
+        raise_if_cancelling()
         await asyncio.sleep(POLL_S)
 
 

@@ -134,6 +134,7 @@ class Worker:
                 ready = False
                 await asyncio.sleep(0.5)
                 continue
+            raise_if_cancelling()
             for entry in entries:
                 await self.spawn(entry)
 
@@ -220,6 +221,7 @@ class Worker:
             except RedisError as exc:
                 raise_if_cancelling()
                 log.warning("worker maintenance failed: %s", type(exc).__name__)
+            raise_if_cancelling()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
     async def _recoverable(self, limit: int) -> list[Entry]:
