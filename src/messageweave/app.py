@@ -15,6 +15,7 @@ from messageweave.aio import cancel
 from messageweave.api import admin, debug, delivery, mailbox, ops, telegram_admin
 from messageweave.api import logs as logs_api
 from messageweave.api import metrics as metrics_api
+from messageweave.api import openapi as openapi_api
 from messageweave.api.services import Services
 from messageweave.config.service import ConfigService
 from messageweave.errors import (
@@ -120,7 +121,7 @@ def create_app(settings: Settings) -> ASGIApp:
     app = _fastapi(lifespan)
     app.state.services = svc
     routers = [ops.router, admin.router, mailbox.router, delivery.router, telegram_admin.router,
-               logs_api.router, metrics_api.router, static.router]
+               logs_api.router, metrics_api.router, openapi_api.router, static.router]
     if settings.debug_enabled:
         routers.append(debug.router)
     _include(app, routers)

@@ -1,0 +1,142 @@
+"""`GET /openapi.json`: the generated schema plus the request bodies and query parameters.
+
+Handlers read raw bodies and query strings (so bad input gets our own codes), which leaves
+FastAPI's generated schema without them; `OPERATIONS` supplies them in one place. Every
+operation also declares the error envelope as its `default` response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+
+from messageweave.config.model import (
+    FIELD_NAMES,
+    MAX_RETRIES_CAP,
+    OUTBOUND_FIELDS,
+    TIMEOUT_MAX_MS,
+    TIMEOUT_MIN_MS,
+)
+from messageweave.pipeline.service import MAX_DLQ_LIMIT
+from messageweave.store import keys
+
+router = APIRouter()
+
+ENVELOPE: dict[str, Any] = {
+    "type": "object",
+    "required": ["error", "request_id"],
+    "properties": {"error": {"type": "string"}, "request_id": {"type": "string"}},
+    "additionalProperties": False,
+}
+_ERROR_RESPONSE = {
+    "description": "Error envelope",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+
+_WIRE = {"type": "object", "properties": {name: {} for name in FIELD_NAMES}}
+_HTTPS_URL = "^https://[^/?#@\\s]+(/[^#\\s]*)?$"
+_CALLBACK = {
+    "type": "object",
+    "required": ["callback_url"],
+    "properties": {"callback_url": {"type": "string", "pattern": _HTTPS_URL}},
+}
+_TIMEOUT = {"type": "integer", "minimum": TIMEOUT_MIN_MS, "maximum": TIMEOUT_MAX_MS}
+_OUTBOUND = {name: _TIMEOUT for name in OUTBOUND_FIELDS if name != "max_retries"}
+_OUTBOUND["max_retries"] = {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES_CAP}
+_PUSH = {
+    "oneOf": [
+        {"type": "object", "required": ["@type", "pushSubscriptionId", "verificationCode"],
+         "properties": {"@type": {"const": "PushVerification"},
+                        "pushSubscriptionId": {"type": "string"},
+                        "verificationCode": {"type": "string"}}},
+        {"type": "object", "required": ["@type", "changed"],
+         "properties": {"@type": {"const": "StateChange"},
+                        "changed": {"type": "object",
+                                    "additionalProperties": {"type": "object"}}}},
+    ]
+}
+
+
+def _body(schema: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def _limit(maximum: int) -> dict[str, Any]:
+    return _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})
+
+
+_STREAM = {"type": "string", "enum": list(keys.STREAMS)}
+_LOG_QUERY = [_limit(200), _query("before", {"type": "string"})]
+
+# (method, path) → the parts FastAPI cannot see: requestBody and parameters.
+OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
+    ("put", "/api/business-config"): {"requestBody": _body(_WIRE)},
+    ("post", "/api/business-config/preflight"): {"requestBody": _body(_WIRE)},
+    ("post", "/api/bootstrap"): {"requestBody": _body(_WIRE)},
+    ("put", "/api/enabled"): {"requestBody": _body(
+        {"type": "object", "required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}}
+    )},
+    ("put", "/api/config"): {"requestBody": _body({
+        "type": "object",
+        "required": list(OUTBOUND_FIELDS),
+        "properties": _OUTBOUND,
+        "additionalProperties": False,
+    })},
+    ("post", "/webhook/tg"): {
+        "parameters": [{"name": "X-Telegram-Bot-Api-Secret-Token", "in": "header",
+                        "required": False, "schema": {"type": "string"}}],
+        "requestBody": _body({
+            "type": "object",
+            "required": ["update_id"],
+            "properties": {"update_id": {"type": "integer", "minimum": 0},
+                           "message": {"type": "object"}},
+        }),
+    },
+    ("post", "/worker"): {"requestBody": _body(
+        {"type": "object", "properties": {"batch": {"type": ["integer", "null"], "minimum": 0}}},
+        required=False,
+    )},
+    ("get", "/api/dlq"): {"parameters": [_query("stream", _STREAM), _limit(MAX_DLQ_LIMIT)]},
+    ("post", "/api/dlq/replay"): {"requestBody": _body({
+        "type": "object",
+        "required": ["stream"],
+        "properties": {"stream": _STREAM, "ids": {"type": "array", "items": {"type": "string"}}},
+        "additionalProperties": False,
+    })},
+    ("get", "/api/logs/audit"): {"parameters": _LOG_QUERY},
+    ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"})]},
+    ("post", "/api/telegram/register-webhook"): {"requestBody": _body(_CALLBACK)},
+    ("post", "/api/push/register"): {"requestBody": _body(_CALLBACK)},
+    ("post", "/api/push/disable"): {"requestBody": _body(_CALLBACK)},
+    ("post", "/push/jmap"): {"requestBody": _body(_PUSH)},
+    ("post", "/debug/notify"): {"parameters": [_query("chat_id", {"type": "integer"}),
+                                               _query("text", {"type": "string"})]},
+}
+
+
+def build_schema(app: FastAPI) -> dict[str, Any]:
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    for path, item in schema.get("paths", {}).items():
+        for method, operation in item.items():
+            operation.update(OPERATIONS.get((method, path), {}))
+            operation.setdefault("responses", {})["default"] = _ERROR_RESPONSE
+    schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ENVELOPE
+    return schema
+
+
+def schema_of(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        app.openapi_schema = build_schema(app)
+    return app.openapi_schema
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi_json(request: Request) -> JSONResponse:
+    return JSONResponse(schema_of(request.app))
