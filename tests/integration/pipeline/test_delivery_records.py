@@ -1,0 +1,40 @@
+"""A real delivery leaves its trace: a send-log record, moved metrics, and no secret in either."""
+
+from __future__ import annotations
+
+from messageweave.store import keys
+from tests.integration.pipeline.conftest import Pipeline, eventually
+
+WORKER = {"Authorization": "Bearer worker-SECRET"}
+
+
+def _delivered_total(metrics: str) -> float:
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("messageweave_deliveries_total{") and 'outcome="delivered"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_a_delivery_is_logged_and_counted(pipeline: Pipeline) -> None:
+    before = _delivered_total((await pipeline.client.get("/metrics", headers=WORKER)).text)
+    email_id = pipeline.append("Trace me", sender="Ann Lee <ann@example.org>")
+    entry = await pipeline.enqueue_mail(email_id)
+    sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 3.0)
+
+    async def logged() -> bool:
+        body = (await pipeline.client.get("/api/logs/send?outcome=delivered",
+                                          headers=WORKER)).json()
+        return any(r.get("event_id") == entry for r in body["records"])
+
+    await eventually(logged, 5)
+    records = (await pipeline.client.get("/api/logs/send", headers=WORKER)).json()["records"]
+    [record] = [r for r in records if r.get("event_id") == entry]
+    assert record["stream"] == keys.STREAM_JMAP and record["outcome"] == "delivered"
+    assert record["message_ids"] == [sent[0].message_id]
+    text = str(record)
+    assert "Trace me" not in text and "Ann Lee" not in text  # no mail content in the log
+    assert "SECRET" not in text
+
+    metrics = (await pipeline.client.get("/metrics", headers=WORKER)).text
+    assert _delivered_total(metrics) == before + 1
