@@ -64,6 +64,12 @@ def free_port() -> int:
         return port
 
 
+@pytest.fixture
+def trust_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cyrus has a self-signed certificate: trust its CA the way an operator would."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+
+
 @pytest.fixture(scope="session")
 def embedded_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))

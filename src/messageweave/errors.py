@@ -7,6 +7,7 @@ exception that escapes the app into a 500 envelope.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import secrets
@@ -225,14 +226,17 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def json_object(body: bytes) -> dict[str, Any]:
-    """Parse a request body that must be a JSON object, else 400 invalid_request."""
-    import json
-
+def parse_json(body: bytes) -> Any:
+    """Parse a request body as JSON, else 400 invalid_request."""
     try:
-        value = json.loads(body)
+        return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid_request() from exc
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """Parse a request body that must be a JSON object, else 400 invalid_request."""
+    value = parse_json(body)
     if not isinstance(value, dict):
         raise invalid_request()
     return value

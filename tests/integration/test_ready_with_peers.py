@@ -3,19 +3,12 @@
 import secrets
 
 import httpx
-import pytest
 import redis.asyncio as aioredis
 
 from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
-
-
-@pytest.fixture
-def trust_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cyrus has a self-signed certificate: trust its CA the way an operator would."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
 
 
 def peer_wire(cyrus: CyrusServer, emulator: TelegramEmulator, **overrides: object) -> dict:

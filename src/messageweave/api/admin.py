@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any
 
@@ -31,6 +30,7 @@ from messageweave.errors import (
     conflict,
     invalid_request,
     json_object,
+    parse_json,
     service_unavailable,
     unauthorized,
 )
@@ -49,13 +49,6 @@ CONFIG_ERROR_HEADER = "x-config-error"
 def invalid_configuration(message: str | None = None) -> ApiError:
     headers = {CONFIG_ERROR_HEADER: message} if message and message.isascii() else None
     return ApiError(422, "invalid_configuration", headers=headers)
-
-
-def _parse_json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid_request() from exc
 
 
 # --- business configuration --------------------------------------------------------------
@@ -96,7 +89,7 @@ def _save_response(result: SaveResult, *, with_revision: bool) -> JSONResponse:
 @router.put("/api/business-config")
 async def put_business_config(request: Request) -> JSONResponse:
     await require_config_authorized(request)
-    body = _parse_json(await request.body())
+    body = parse_json(await request.body())
     svc = services(request)
     try:
         result = await svc.config.save_patch(body)
@@ -130,7 +123,7 @@ async def preflight_business_config(request: Request) -> JSONResponse:
 @router.post("/api/bootstrap")
 async def bootstrap(request: Request) -> JSONResponse:
     require_admin_key(request)
-    body = _parse_json(await request.body())
+    body = parse_json(await request.body())
     try:
         result = await services(request).config.bootstrap(body)
     except WireError as exc:
@@ -223,7 +216,7 @@ async def get_config(request: Request) -> JSONResponse:
 @router.put("/api/config")
 async def put_config(request: Request) -> JSONResponse:
     await require_config_authorized(request)
-    body = _parse_json(await request.body())
+    body = parse_json(await request.body())
     try:
         outbound = parse_outbound(body)
     except WireError as exc:

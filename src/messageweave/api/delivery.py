@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
@@ -16,7 +13,13 @@ from messageweave.api.services import (
     require_enabled,
     services,
 )
-from messageweave.errors import ApiError, invalid_request, service_unavailable, unauthorized
+from messageweave.errors import (
+    ApiError,
+    invalid_request,
+    parse_json,
+    service_unavailable,
+    unauthorized,
+)
 from messageweave.ops import audit
 from messageweave.pipeline import service
 from messageweave.pipeline.worker import MAX_BATCH, worker_for
@@ -29,13 +32,6 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 DEFAULT_DLQ_LIMIT = 50
 
 
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid_request() from exc
-
-
 @router.post("/webhook/tg")
 async def telegram_webhook(request: Request) -> Response:
     svc = services(request)
@@ -46,7 +42,7 @@ async def telegram_webhook(request: Request) -> Response:
     await require_enabled(request)
     assert cfg is not None
     try:
-        update = service.parse_update(_json(await request.body()), cfg)
+        update = service.parse_update(parse_json(await request.body()), cfg)
     except service.InvalidUpdate as exc:
         raise invalid_request() from exc
     except service.ChatNotAllowed as exc:
@@ -61,7 +57,7 @@ async def telegram_webhook(request: Request) -> Response:
 def _batch(body: bytes) -> int:
     if not body.strip():
         return MAX_BATCH
-    value = _json(body)
+    value = parse_json(body)
     if not isinstance(value, dict):
         raise invalid_request()
     batch = value.get("batch", 0)
@@ -123,7 +119,7 @@ async def list_dlq(request: Request) -> JSONResponse:
 @router.post("/api/dlq/replay")
 async def replay_dlq(request: Request) -> JSONResponse:
     await require_config_authorized(request)
-    body = _json(await request.body())
+    body = parse_json(await request.body())
     if not isinstance(body, dict) or set(body) - {"stream", "ids"}:
         raise invalid_request()
     stream = _stream(body.get("stream"))

@@ -40,12 +40,6 @@ __all__ = ["fakellm_server"]
 _chats = itertools.count(8_100_001)
 
 
-@pytest.fixture
-def trust_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cyrus has a self-signed certificate: trust its CA the way an operator would."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
-
-
 def llm_wire(fakellm: FakeLlm | str, model: str = "summarizer") -> dict[str, Any]:
     base = fakellm if isinstance(fakellm, str) else fakellm.base_url
     return {"llm_enabled": True, "llm_allow_net": True, "llm_base_url": base,

@@ -9,19 +9,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.conftest import running_client, settings_for
-from tests.peers.cyrus import CyrusServer
 
 DEBUG_TOKEN = "debug-token-SECRET"
 
 
 def debug_headers(token: str = DEBUG_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-@pytest.fixture
-def trust_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cyrus has a self-signed certificate: trust its CA the way an operator would."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
 
 
 @pytest.fixture

@@ -37,11 +37,6 @@ def peer_wire(cyrus: CyrusServer, emulator: TelegramEmulator, **overrides: objec
     return sample_wire(**values)
 
 
-@pytest.fixture
-def trust_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
-
-
 async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
                     outbound: dict[str, int] | None = None) -> None:
     headers = await login(client)
