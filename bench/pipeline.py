@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import redis.asyncio as aioredis
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, running_client, settings_for
+from bench.peers import started_peers
+from tests.conftest import CYRUS_USER, running_client, settings_for
 from tests.integration.pipeline.conftest import configure, lift_limits, peer_wire
-from tests.peers.cyrus import CyrusServer, new_base_dir, remove_base_dir
-from tests.peers.telegram import TelegramEmulator
 
 from messageweave.store import keys
-from messageweave.store.redis import EmbeddedRedis
 
 
 async def raw_rate(url: str, n: int) -> float:
@@ -50,17 +45,8 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def run(events: int) -> None:
-    data = Path(tempfile.mkdtemp(prefix="mwb", dir="/tmp"))
-    redis_server = EmbeddedRedis(data / "redis")
-    url = redis_server.start()
-    base = new_base_dir()
-    cyrus = CyrusServer(base, users={CYRUS_USER: CYRUS_PASSWORD})
-    cyrus.start()
-    emulator = TelegramEmulator.start(data / "logs")
-    import os
-
-    os.environ["SSL_CERT_FILE"] = str(cyrus.ca_file)
-    try:
+    with started_peers("mwb") as peers:
+        url, cyrus, emulator = peers.redis_url, peers.cyrus, peers.emulator
         print(f"raw XADD+XREADGROUP+XACK: {await raw_rate(url, 2000):.0f} ops/s")
         email_ids = [cyrus.append(subject=f"bench {n}").email_id for n in range(events)]
         wire = peer_wire(cyrus, emulator)
@@ -86,12 +72,6 @@ async def run(events: int) -> None:
                   f"enqueue→sendMessage p50 {statistics.median(latency):.0f} ms, "
                   f"p99 {pct(latency, 0.99):.0f} ms")
         await redis.aclose()
-    finally:
-        emulator.stop()
-        cyrus.stop()
-        remove_base_dir(base)
-        redis_server.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def main() -> None:

@@ -21,22 +21,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import redis.asyncio as aioredis
+from bench.peers import started_peers
 from bench.pipeline import pct
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, running_client, settings_for
+from tests.conftest import CYRUS_USER, running_client, settings_for
 from tests.integration.pipeline.conftest import configure, lift_limits, peer_wire
-from tests.peers.cyrus import CyrusServer, new_base_dir, remove_base_dir
-from tests.peers.telegram import TelegramEmulator
 
 from messageweave.store.mailbox import Registration, record_registration
-from messageweave.store.redis import EmbeddedRedis
 
 
 def state_change(account: str, n: int) -> dict[str, object]:
@@ -49,15 +43,8 @@ def summary(name: str, values: list[float]) -> str:
 
 
 async def run(mails: int, spacing_s: float) -> None:
-    data = Path(tempfile.mkdtemp(prefix="mwp", dir="/tmp"))
-    redis_server = EmbeddedRedis(data / "redis")
-    url = redis_server.start()
-    base = new_base_dir()
-    cyrus = CyrusServer(base, users={CYRUS_USER: CYRUS_PASSWORD})
-    cyrus.start()
-    emulator = TelegramEmulator.start(data / "logs")
-    os.environ["SSL_CERT_FILE"] = str(cyrus.ca_file)
-    try:
+    with started_peers("mwp") as peers:
+        url, cyrus, emulator = peers.redis_url, peers.cyrus, peers.emulator
         wire = peer_wire(cyrus, emulator, reconcile_interval_s=0)
         redis = aioredis.from_url(url, decode_responses=True)
         async with running_client(settings_for(url)) as client:
@@ -111,12 +98,6 @@ async def run(mails: int, spacing_s: float) -> None:
             print(summary("append→sendMessage", from_append))
             print(summary("push POST→sendMessage", from_push))
         await redis.aclose()
-    finally:
-        emulator.stop()
-        cyrus.stop()
-        remove_base_dir(base)
-        redis_server.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def main() -> None:
