@@ -58,6 +58,11 @@ class TelegramSendError(Exception):
 
     `sent_message_ids` lists the chunks of a long text that were delivered before the failure,
     so a retry can resume with `send_text(..., start_chunk=len(sent_message_ids))`.
+
+    `maybe_sent` is True when the failed call may still have reached Telegram (the request was
+    written, then the answer was lost: a read timeout, a connection dropped mid-answer). Only
+    such a failure makes the delivery's outcome unknown (`unknown_after_send`); every other
+    failure is known not to have sent the chunk it names.
     """
 
     def __init__(
@@ -68,6 +73,7 @@ class TelegramSendError(Exception):
         *,
         status_code: int | None = None,
         sent_message_ids: Sequence[int] = (),
+        maybe_sent: bool = False,
     ) -> None:
         detail = f"telegram {failure_class}: {description}" if description else failure_class
         if retry_after is not None:
@@ -78,6 +84,7 @@ class TelegramSendError(Exception):
         self.description = description
         self.status_code = status_code
         self.sent_message_ids: tuple[int, ...] = tuple(sent_message_ids)
+        self.maybe_sent = maybe_sent
 
     @property
     def retryable(self) -> bool:

@@ -19,6 +19,13 @@ DEFAULT_TIMEZONE = "Asia/Shanghai"
 DEFAULT_TELEGRAM_API = "https://api.telegram.org"
 DEFAULT_NOTIFY_ROLES = ("inbox",)
 DEFAULT_RECONCILE_INTERVAL_S = 60
+# While push is degraded (no live subscription, or no StateChange arrives), the scheduler
+# reconciles this often on its own, whatever `reconcile_interval_s` says (0 included).
+DEFAULT_DEGRADED_RECONCILE_INTERVAL_S = 30
+# The gap auditor: how often it runs (0 = only on demand) and how far back it looks.
+DEFAULT_AUDIT_INTERVAL_S = 600
+DEFAULT_AUDIT_WINDOW_S = 86_400
+AUDIT_WINDOW_MAX_S = 518_400  # 6 days: below the 7-day dedup and receipt TTLs
 DeliveryPolicy = Literal["at_least_once", "at_most_once"]
 DELIVERY_POLICIES: tuple[DeliveryPolicy, ...] = ("at_least_once", "at_most_once")
 EXCLUDED_ROLES = frozenset({"drafts", "sent", "junk", "trash"})
@@ -48,7 +55,10 @@ _STR = frozenset({
     "jmap_password", "reconcile_token", "worker_token", "telegram_api_base_url",
     "delivery_policy", *_NULLABLE,
 })
-_INT = frozenset({"telegram_chat_id", "reconcile_interval_s"})
+_INT = frozenset({
+    "telegram_chat_id", "reconcile_interval_s", "degraded_reconcile_interval_s",
+    "audit_interval_s", "audit_window_s",
+})
 _BOOL = frozenset({"llm_enabled", "llm_allow_net"})
 _INT_LIST = frozenset({"chat_allowlist"})
 _STR_LIST = frozenset({"notify_mailbox_roles"})
@@ -85,6 +95,9 @@ class BusinessConfig:
     notify_mailbox_roles: tuple[str, ...] = DEFAULT_NOTIFY_ROLES
     reconcile_interval_s: int = DEFAULT_RECONCILE_INTERVAL_S
     delivery_policy: DeliveryPolicy = "at_least_once"
+    degraded_reconcile_interval_s: int = DEFAULT_DEGRADED_RECONCILE_INTERVAL_S
+    audit_interval_s: int = DEFAULT_AUDIT_INTERVAL_S
+    audit_window_s: int = DEFAULT_AUDIT_WINDOW_S
 
     def to_wire(self) -> dict[str, Any]:
         wire = dataclasses.asdict(self)
@@ -117,6 +130,8 @@ def empty_values() -> dict[str, Any]:
         "telegram_api_base_url": DEFAULT_TELEGRAM_API,
         "notify_mailbox_roles": list(DEFAULT_NOTIFY_ROLES),
         "reconcile_interval_s": DEFAULT_RECONCILE_INTERVAL_S, "delivery_policy": "at_least_once",
+        "degraded_reconcile_interval_s": DEFAULT_DEGRADED_RECONCILE_INTERVAL_S,
+        "audit_interval_s": DEFAULT_AUDIT_INTERVAL_S, "audit_window_s": DEFAULT_AUDIT_WINDOW_S,
     }
 
 
@@ -300,6 +315,12 @@ def validate(cfg: BusinessConfig) -> None:
         raise ConfigInvalid("RECONCILE_INTERVAL_S must be 0 or between 10 and 86400")
     if cfg.delivery_policy not in DELIVERY_POLICIES:
         raise ConfigInvalid("DELIVERY_POLICY must be at_least_once or at_most_once")
+    if not 10 <= cfg.degraded_reconcile_interval_s <= 3600:
+        raise ConfigInvalid("DEGRADED_RECONCILE_INTERVAL_S must be between 10 and 3600")
+    if cfg.audit_interval_s != 0 and not 60 <= cfg.audit_interval_s <= 86_400:
+        raise ConfigInvalid("AUDIT_INTERVAL_S must be 0 or between 60 and 86400")
+    if not 3600 <= cfg.audit_window_s <= AUDIT_WINDOW_MAX_S:
+        raise ConfigInvalid(f"AUDIT_WINDOW_S must be between 3600 and {AUDIT_WINDOW_MAX_S}")
 
 
 # --- outbound / runtime parameters (`/api/config`) -----------------------------------------
