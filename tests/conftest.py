@@ -4,12 +4,9 @@ the real ASGI app driven through httpx, its lifespan included."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import redis.asyncio as aioredis
 
 from messageweave.app import create_app
@@ -30,6 +26,7 @@ from tests.peers.cyrus import (
     remove_base_dir,
     require_cyrus,
 )
+from tests.peers.redis7 import RedisNotInstalled, start_debian_redis
 from tests.peers.telegram import telegram_emulator
 
 __all__ = ["telegram_emulator"]  # the session-wide Bot API emulator, for every test package
@@ -54,7 +51,6 @@ def cyrus() -> Iterator[CyrusServer]:
     finally:
         server.stop()
         remove_base_dir(base)
-DEBIAN_REDIS = "/usr/bin/redis-server"
 
 
 def free_port() -> int:
@@ -80,27 +76,14 @@ def embedded_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 
 @pytest.fixture(scope="session")
 def debian_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Debian's redis-server 7.0, which the test command installs when it can run apt."""
-    if not os.path.exists(DEBIAN_REDIS):
-        pytest.skip("Debian's redis-server is not installed (scripts/test.sh installs it as root)")
-    port = free_port()
-    data = tmp_path_factory.mktemp("redis7")
-    proc = subprocess.Popen(
-        [DEBIAN_REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
-         "--appendonly", "yes", "--save", "", "--daemonize", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if redis.Redis.from_url(url).ping():
-                break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
+    """Debian's redis-server 7.0, which the test command installs when it can run apt.
+
+    Fails (never skips) when it is missing: a green suite without the Redis 7 cases would hide
+    the 6.2/7.0 differences they exist to catch."""
+    try:
+        proc, url = start_debian_redis(tmp_path_factory.mktemp("redis7"))
+    except RedisNotInstalled as exc:
+        pytest.fail(str(exc), pytrace=False)
     yield url
     proc.terminate()
     proc.wait(10)
