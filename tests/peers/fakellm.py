@@ -1,11 +1,12 @@
 """The LLM peer: `fakellm` (PyPI, OpenAI-compatible, rule-driven) as a real local process.
 
-`fakellm_server` (session fixture) starts `python -m fakellm.cli serve` on a free 127.0.0.1 port
-with `RULES` below. Scenarios are picked by the configured model name, because the service
-sends no custom headers: `summarizer` answers `SUMMARY`, `verbose` answers a text longer than
-300 characters, `rate-limited` answers 429 and `broken` answers 500. A request whose user
-message still holds `TAIL_MARKER` (put past the input bound) answers `UNBOUNDED_ANSWER`; one
-without our instruction falls through to fakellm's deterministic echo.
+`fakellm_server` (session fixture) serves fakellm's app (`fakellm.server:app`, what
+`fakellm serve` runs) on a free 127.0.0.1 port with `RULES` below. Scenarios are picked by the
+configured model name, because the service sends no custom headers: `summarizer` answers
+`SUMMARY`, `verbose` answers a text longer than 300 characters, `rate-limited` answers 429,
+`broken` answers 500 and `slow-<ms>` (`slow_model()`) answers `SUMMARY` `<ms>` milliseconds late.
+A request whose user message still holds `TAIL_MARKER` (put past the input bound) answers
+`UNBOUNDED_ANSWER`; one without our instruction falls through to fakellm's deterministic echo.
 
 `requests()` reads fakellm's own request log (`/_fakellm/stats`): the count per rule and the
 most recent requests (model, matched rule, conversation id = hash of the first user message).
@@ -59,6 +60,12 @@ rules:
       messages_contain: "{INSTRUCTION_MARKER}"
     respond:
       content: "{VERBOSE_ANSWER}"
+  - name: slow
+    when:
+      model_matches: "slow-*"
+      messages_contain: "{INSTRUCTION_MARKER}"
+    respond:
+      content: "{SUMMARY}"
   - name: summary
     when:
       model_matches: summarizer
@@ -67,6 +74,39 @@ rules:
       content: "{SUMMARY}"
 """
 _STARTUP_TIMEOUT_S = 20.0
+
+# fakellm has no latency setting, and a real API under load is simply slow: it takes the request
+# and answers late. So fakellm's own app is served with one addition: the answer to a request for
+# a model named `slow-<ms>` is held back <ms> milliseconds. fakellm handles (and counts) the
+# request at once; only the answer is late.
+_LAUNCHER = """
+import asyncio, json, os, sys
+import uvicorn
+
+host, port, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+os.environ["FAKELLM_CONFIG"] = config
+from fakellm.server import app
+
+
+@app.middleware("http")
+async def answer_late(request, call_next):
+    try:
+        model = str(json.loads(await request.body()).get("model", ""))
+    except (ValueError, AttributeError):
+        model = ""
+    response = await call_next(request)
+    if model.startswith("slow-") and model[5:].isdigit():
+        await asyncio.sleep(int(model[5:]) / 1000)
+    return response
+
+
+uvicorn.run(app, host=host, port=port)
+"""
+
+
+def slow_model(delay_ms: int) -> str:
+    """The model name that makes fakellm answer `delay_ms` late."""
+    return f"slow-{delay_ms}"
 
 
 def _free_port() -> int:
@@ -111,8 +151,7 @@ class FakeLlm:
         log_path = directory / "fakellm.log"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "fakellm.cli", "serve", "--host", "127.0.0.1",
-                 "--port", str(port), "--config", str(rules)],
+                [sys.executable, "-c", _LAUNCHER, "127.0.0.1", str(port), str(rules)],
                 stdout=log, stderr=subprocess.STDOUT, cwd=directory,
             )
         server = cls(process, port, log_path)
@@ -148,24 +187,3 @@ def fakellm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeLlm
         yield server
     finally:
         server.stop()
-
-
-class SilentServer:
-    """A loopback TCP server that accepts connections and never answers.
-
-    Test double: fakellm has no latency injection, so an LLM that is too slow to answer cannot
-    be produced with it. This plays exactly that fault (and nothing else).
-    """
-
-    def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)  # the kernel completes handshakes; nobody ever reads or writes
-        self.port = int(self._sock.getsockname()[1])
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def close(self) -> None:
-        self._sock.close()

@@ -212,6 +212,7 @@ class TelegramEmulator:
         delay_ms: int | None = None,
         close: bool = False,
         raw_body: str | None = None,
+        result_override: dict[str, Any] | None = None,
         skip: int | None = None,
         times: int | None = None,
     ) -> int:
@@ -221,9 +222,11 @@ class TelegramEmulator:
         "description","parameters":{"retry_after"}}` with that HTTP status (Telegram's usual
         descriptions by default: 400 chat not found, 403 bot was blocked by the user, 429 retry
         after N). `raw_body` answers a non-JSON body instead, `delay_ms` answers late (alone: a
-        slow but successful call), `close` drops the connection. `skip` lets that many matching
-        calls through first; `times` limits how often the rule fires, otherwise it holds until
-        `clear_failures`.
+        slow but successful call), `close` drops the connection. `result_override` (alone) is a
+        fault double for an answer the real Telegram never gives: the call is carried out, but
+        the fields it names are replaced in the `ok: true` answer's `result` (None = null).
+        `skip` lets that many matching calls through first; `times` limits how often the rule
+        fires, otherwise it holds until `clear_failures`.
         """
         rule: dict[str, Any] = {
             key: value
@@ -236,6 +239,7 @@ class TelegramEmulator:
                 "retry_after": retry_after,
                 "delay_ms": delay_ms,
                 "raw_body": raw_body,
+                "result_override": result_override,
                 "skip": skip,
                 "times": times,
             }.items()

@@ -3,7 +3,14 @@
 `TelegramClient` wraps python-telegram-bot's `Bot` (pointed at `{api_base_url}/bot`, so a local
 Bot API server or the test emulator works). It does not retry: every failure surfaces as a
 `TelegramSendError` whose `failure_class` tells the pipeline whether to back off and retry
-(`transient`, `rate_limit`) or give up (everything else).
+(`transient`, `rate_limit`) or give up (everything else), and whose `maybe_sent` tells it whether
+the message may have been delivered all the same.
+
+What a send did is read from the wire, not from PTB's models: `_Request` (the transport) records
+per call, in the `_Exchange` that `_EXCHANGE` holds for it, whether the whole request was written
+(httpcore's `trace` extension) and the raw `result` of an `ok: true` answer. So an answer PTB
+cannot turn into a `Message` is still a delivery with its id, and a failure is `maybe_sent`
+exactly when the request was written and no readable answer came back.
 
 The bot token is a credential. It never appears in our exceptions or reprs, and the loggers that
 would print it (httpx logs each request URL at INFO, PTB logs the API URL at DEBUG) get a filter
@@ -13,17 +20,19 @@ that redacts it. PTB's DEBUG call log also carries message text, so it is droppe
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import json
 import logging
 import re
 import unicodedata
-from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any, TypeVar
 
+import httpx
 from telegram import Bot, BotCommand, LinkPreviewOptions
 from telegram.error import NetworkError, TelegramError
 from telegram.request import HTTPXRequest
@@ -34,8 +43,12 @@ PROBE_TIMEOUT_S = 3.0
 MAX_MESSAGE_UTF16 = 4096
 _CONNECTION_POOL_SIZE = 8
 _MAX_DESCRIPTION = 300
+UNKNOWN_MESSAGE_ID = 0
+"""Stands in `send_text`'s result for a chunk Telegram accepted (`ok: true`) without a readable
+`message_id` in its answer. Telegram numbers messages from 1, so no real message has id 0."""
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class FailureClass(enum.StrEnum):
@@ -63,6 +76,14 @@ class TelegramSendError(Exception):
     written, then the answer was lost: a read timeout, a connection dropped mid-answer). Only
     such a failure makes the delivery's outcome unknown (`unknown_after_send`); every other
     failure is known not to have sent the chunk it names.
+
+    Set True exactly when the whole request had been written and no readable Bot API answer came
+    back: a read timeout, the connection reset or closed while waiting, the overall timeout
+    firing after the write, a 2xx answer that is not `{"ok": true, "result": ...}`, or a non-JSON
+    502/504 page (a proxy that may have forwarded the call). Always `transient`. False when the
+    request certainly did not go out (connect refused or timed out, DNS failure, no free pooled
+    connection, a write that did not finish) and for every Bot API error answer (a 4xx/5xx with
+    a JSON body: Telegram did not send).
     """
 
     def __init__(
@@ -93,7 +114,8 @@ class TelegramSendError(Exception):
     def __repr__(self) -> str:
         return (
             f"TelegramSendError({self.failure_class.value!r}, retry_after={self.retry_after!r}, "
-            f"description={self.description!r}, status_code={self.status_code!r})"
+            f"description={self.description!r}, status_code={self.status_code!r}, "
+            f"maybe_sent={self.maybe_sent!r})"
         )
 
 
@@ -210,11 +232,26 @@ def classify(status: int, description: str, retry_after: float | None = None) ->
 class _ErrorAnswer(TelegramError):
     """A non-2xx Bot API answer, raised before PTB folds the status code into its own classes."""
 
-    def __init__(self, status: int, description: str, retry_after: float | None) -> None:
+    def __init__(
+        self, status: int, description: str, retry_after: float | None, *, maybe_sent: bool = False
+    ) -> None:
         super().__init__(description)
         self.status = status
         self.description = description
         self.retry_after = retry_after
+        self.maybe_sent = maybe_sent
+
+
+class _UnreadableAnswer(TelegramError):
+    """A 2xx answer that is not `{"ok": true, "result": ...}`: the call may have acted or not."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"unreadable answer (HTTP {status})")
+        self.status = status
+
+
+# A proxy's "the upstream failed / did not answer in time" page: it may have forwarded the call.
+_MAYBE_FORWARDED = (HTTPStatus.BAD_GATEWAY, HTTPStatus.GATEWAY_TIMEOUT)
 
 
 def _error_answer(status: int, payload: bytes) -> _ErrorAnswer:
@@ -227,7 +264,7 @@ def _error_answer(status: int, payload: bytes) -> _ErrorAnswer:
             phrase = HTTPStatus(status).phrase
         except ValueError:
             phrase = f"HTTP {status}"
-        return _ErrorAnswer(status, phrase, None)
+        return _ErrorAnswer(status, phrase, None, maybe_sent=status in _MAYBE_FORWARDED)
     description = str(body.get("description") or f"HTTP {status}")
     parameters = body.get("parameters")
     raw_retry = parameters.get("retry_after") if isinstance(parameters, dict) else None
@@ -235,13 +272,77 @@ def _error_answer(status: int, payload: bytes) -> _ErrorAnswer:
     return _ErrorAnswer(status, description, retry_after)
 
 
+def _ok_result(status: int, payload: bytes) -> object:
+    """The `result` of a 2xx `{"ok": true, ...}` answer, else `_UnreadableAnswer`."""
+    try:
+        body = json.loads(payload)
+    except ValueError:  # not JSON, or not UTF-8
+        body = None
+    if not isinstance(body, dict) or body.get("ok") is not True or "result" not in body:
+        raise _UnreadableAnswer(status)
+    return body["result"]
+
+
+@dataclass
+class _Exchange:
+    """What the transport saw of one Bot API call (`_EXCHANGE` holds the current call's)."""
+
+    written: bool = False  # the whole request went into the socket
+    answered: bool = False  # a 2xx `ok: true` answer came back
+    result: object = None  # its raw `result`
+    _writing: bool = field(default=False, repr=False)
+
+    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpcore's `trace` extension: `http11.send_request_body.complete` = all written."""
+        phase, _, stage = event.rpartition(".")
+        if not phase.endswith(".send_request_body"):
+            return
+        if stage == "started":
+            # Through a proxy the tunnel's CONNECT request reports the same events first.
+            self._writing = getattr(info.get("request"), "method", b"") != b"CONNECT"
+        elif stage == "complete" and self._writing:
+            self.written = True
+
+    @property
+    def message_id(self) -> int:
+        """`result.message_id` of the raw answer, or `UNKNOWN_MESSAGE_ID`."""
+        raw = self.result.get("message_id") if isinstance(self.result, dict) else None
+        if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+            raw = int(raw)
+        if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+            return raw
+        return UNKNOWN_MESSAGE_ID
+
+
+# One per Bot API call, set by `TelegramClient._call`; each task has its own context, so
+# concurrent calls on the shared request object never see each other's exchange.
+_EXCHANGE: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar(
+    "messageweave_telegram_exchange", default=None
+)
+
+
+async def _trace_exchange(request: httpx.Request) -> None:
+    """httpx request hook: let the current call's exchange watch the request being written."""
+    exchange = _EXCHANGE.get()
+    if exchange is not None:
+        request.extensions["trace"] = exchange.trace
+
+
 class _Request(HTTPXRequest):
-    """HTTPXRequest that raises `_ErrorAnswer` (with the HTTP status) for every non-2xx answer."""
+    """HTTPXRequest that raises `_ErrorAnswer` (with the HTTP status) for every non-2xx answer
+    and `_UnreadableAnswer` for a 2xx that is not `ok: true`, and records the raw `result`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs, httpx_kwargs={"event_hooks": {"request": [_trace_exchange]}})
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         status, payload = await super().do_request(*args, **kwargs)
         if not 200 <= status <= 299:
             raise _error_answer(status, payload)
+        result = _ok_result(status, payload)
+        exchange = _EXCHANGE.get()
+        if exchange is not None:
+            exchange.answered, exchange.result = True, result
         return status, payload
 
 
@@ -371,6 +472,9 @@ class TelegramClient:
 
         Chunks go out one after the other; the first failure stops the rest and is raised with
         the ids sent so far. `start_chunk` skips chunks already delivered by an earlier attempt.
+        One id per chunk sent, taken from Telegram's raw answer: an `ok: true` answer is a
+        delivery even when PTB cannot build its `Message` from it, and one without a readable
+        `message_id` counts as `UNKNOWN_MESSAGE_ID` (0).
         """
         chunks = split_text(text)
         if not chunks:
@@ -379,16 +483,31 @@ class TelegramClient:
         sent: list[int] = []
         for chunk in chunks[start_chunk:]:
             try:
-                message = await self._call(
-                    self._bot.send_message(
-                        chat_id=chat_id, text=chunk, link_preview_options=preview
-                    )
-                )
+                sent.append(await self._send_chunk(chat_id, chunk, preview))
             except TelegramSendError as exc:
                 exc.sent_message_ids = tuple(sent)
                 raise
-            sent.append(message.message_id)
         return sent
+
+    async def _send_chunk(
+        self, chat_id: int | str, chunk: str, preview: LinkPreviewOptions | None
+    ) -> int:
+        exchange = _Exchange()
+        try:
+            await self._call(
+                self._bot.send_message(chat_id=chat_id, text=chunk, link_preview_options=preview),
+                exchange=exchange,
+            )
+        except TelegramSendError:
+            if not exchange.answered:
+                raise
+            # Telegram said ok: the user has the message, whatever PTB made of the answer.
+            log.warning(
+                "sendMessage answered ok but its result is not a valid Message; counted as "
+                "delivered (message id %s)",
+                exchange.message_id,
+            )
+        return exchange.message_id
 
     async def get_me(self, timeout_s: float = PROBE_TIMEOUT_S) -> BotIdentity:
         """Readiness probe: who the token belongs to, answered within `timeout_s`."""
@@ -426,26 +545,52 @@ class TelegramClient:
             self._bot.set_my_commands([BotCommand(name, text) for name, text in commands])
         )
 
-    async def _call(self, call: Awaitable[T], timeout_s: float | None = None) -> T:
+    async def _call(
+        self,
+        call: Awaitable[T],
+        timeout_s: float | None = None,
+        *,
+        exchange: _Exchange | None = None,
+    ) -> T:
+        exchange = _Exchange() if exchange is None else exchange
+        context = _EXCHANGE.set(exchange)
         try:
             async with asyncio.timeout(self._timeout_s if timeout_s is None else timeout_s):
                 return await call
         except Exception as exc:
             # `from None`: the original exception may quote the request URL, token included.
-            raise _send_error(exc) from None
+            raise _send_error(exc, exchange) from None
+        finally:
+            _EXCHANGE.reset(context)
 
 
-def _send_error(exc: Exception) -> TelegramSendError:
+def _send_error(exc: Exception, exchange: _Exchange) -> TelegramSendError:
     if isinstance(exc, _ErrorAnswer):
         description = _REDACTOR.redact(exc.description)[:_MAX_DESCRIPTION]
         failure_class = classify(exc.status, description, exc.retry_after)
         return TelegramSendError(
-            failure_class, exc.retry_after, description, status_code=exc.status
+            failure_class,
+            exc.retry_after,
+            description,
+            status_code=exc.status,
+            maybe_sent=exc.maybe_sent,
         )
+    if isinstance(exc, _UnreadableAnswer):
+        return TelegramSendError(
+            FailureClass.TRANSIENT, None, str(exc), status_code=exc.status, maybe_sent=True
+        )
+    written = exchange.written
     if isinstance(exc, TimeoutError):
-        return TelegramSendError(FailureClass.TRANSIENT, None, "timed out")
-    # PTB wraps transport failures (connect refused, reset, timeouts) in NetworkError/TimedOut.
-    transport = isinstance(exc, NetworkError)
-    failure_class = FailureClass.TRANSIENT if transport else FailureClass.UNKNOWN
+        when = "after" if written else "before"
+        return TelegramSendError(
+            FailureClass.TRANSIENT, None, f"timed out {when} the request was sent",
+            maybe_sent=written,
+        )
     description = _REDACTOR.redact(f"{type(exc).__name__}: {exc}")[:_MAX_DESCRIPTION]
-    return TelegramSendError(failure_class, None, description)
+    if isinstance(exc, NetworkError):
+        # PTB wraps every transport failure (and anything else do_request raises) in
+        # NetworkError/TimedOut; whether the request had gone out is what the exchange saw.
+        return TelegramSendError(FailureClass.TRANSIENT, None, description, maybe_sent=written)
+    # PTB refusing a call before sending it, or failing on an answer it got (for an ok answer
+    # to sendMessage, `_send_chunk` counts the delivery instead).
+    return TelegramSendError(FailureClass.UNKNOWN, None, description)

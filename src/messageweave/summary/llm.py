@@ -3,11 +3,18 @@
 The model gets a real instruction (about 300 characters, in the mail's language, no preamble) and
 at most `MAX_INPUT_CHARS` of the mail's text; the answer is cut to `MAX_SUMMARY_CHARS`. Neither
 the mail nor the summary is stored or logged here: failures are reported by class name only.
-Timeouts and retries come from the outbound configuration (`llm_timeout_ms` per attempt,
-`max_retries` extra attempts, which the SDK spends on timeouts, 408/409/429 and 5xx answers).
+
+Timeouts and retries come from the outbound configuration: `llm_timeout_ms` per attempt and
+`max_retries` extra attempts, which the SDK spends (with its own backoff) on timeouts, dropped
+connections and 408/409/429/5xx answers. The SDK is the only place that retries. Everything one
+summary does, every attempt and every backoff sleep, shares one budget (`budget_s`): at most
+`attempts × llm_timeout_ms` and never more than `SUMMARY_DEADLINE_S`. When it runs out the
+summary fails and the caller sends the local excerpt.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from openai import AsyncOpenAI, OpenAIError
 
@@ -15,6 +22,9 @@ from messageweave.config.model import MAX_RETRIES_CAP, BusinessConfig, OutboundC
 
 MAX_INPUT_CHARS = 8000
 MAX_SUMMARY_CHARS = 300
+# The worker holds a delivery for `keys.INFLIGHT_TTL_S` = 60 s (renewed while it works): the
+# whole summary ends well inside one lease, leaving time for the mail fetch and the send.
+SUMMARY_DEADLINE_S = 45.0
 INSTRUCTION = (
     "You summarize one email for its recipient. Write a concise summary of about 300 characters "
     "in the same language as the email: who wants what, key facts, dates, amounts and any action "
@@ -32,6 +42,16 @@ class LlmNotConfigured(LlmError):
     pass
 
 
+def attempts(outbound: OutboundConfig) -> int:
+    """Requests one summary may make: the first and the SDK's retries."""
+    return 1 + min(outbound.max_retries, MAX_RETRIES_CAP)
+
+
+def budget_s(outbound: OutboundConfig) -> float:
+    """The most one summary may take, all attempts and backoff included."""
+    return min(SUMMARY_DEADLINE_S, attempts(outbound) * outbound.llm_timeout_ms / 1000)
+
+
 def mail_prompt(subject: str | None, text: str) -> str:
     """The user message: the subject line and the start of the text, bounded."""
     head = f"Subject: {subject}\n\n" if subject else ""
@@ -41,23 +61,29 @@ def mail_prompt(subject: str | None, text: str) -> str:
 async def summarize(
     cfg: BusinessConfig, outbound: OutboundConfig, subject: str | None, text: str
 ) -> str:
-    """The model's summary of one mail, at most `MAX_SUMMARY_CHARS` characters."""
+    """The model's summary of one mail, at most `MAX_SUMMARY_CHARS` characters, within
+    `budget_s(outbound)`; `LlmError` otherwise."""
     if not (cfg.llm_active and cfg.llm_base_url and cfg.llm_model and cfg.llm_api_key):
         raise LlmNotConfigured("llm not configured")
+    budget = budget_s(outbound)
     client = AsyncOpenAI(
         base_url=cfg.llm_base_url.rstrip("/"),
         api_key=cfg.llm_api_key,
-        timeout=outbound.llm_timeout_ms / 1000,
-        max_retries=min(outbound.max_retries, MAX_RETRIES_CAP),
+        timeout=min(outbound.llm_timeout_ms / 1000, budget),
+        max_retries=attempts(outbound) - 1,
     )
     try:
-        response = await client.chat.completions.create(
-            model=cfg.llm_model,
-            messages=[
-                {"role": "system", "content": INSTRUCTION},
-                {"role": "user", "content": mail_prompt(subject, text)},
-            ],
-        )
+        # The SDK's retries and backoff (it honours a Retry-After of up to 2 minutes) run inside.
+        async with asyncio.timeout(budget):
+            response = await client.chat.completions.create(
+                model=cfg.llm_model,
+                messages=[
+                    {"role": "system", "content": INSTRUCTION},
+                    {"role": "user", "content": mail_prompt(subject, text)},
+                ],
+            )
+    except TimeoutError:
+        raise LlmError("summary budget spent") from None
     except OpenAIError as exc:
         raise LlmError(type(exc).__name__) from None
     finally:

@@ -11,9 +11,10 @@ import time
 import pytest
 
 from messageweave.chat.replies import HELP
-from messageweave.config.model import parse_wire
+from messageweave.config.model import OutboundConfig, parse_wire
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.store import keys
+from messageweave.summary import llm
 from tests.conftest import closed_port, sample_wire
 from tests.integration.conversation.conftest import Chat
 from tests.peers.cyrus import CyrusServer
@@ -22,7 +23,7 @@ from tests.peers.fakellm import (
     TAIL_MARKER,
     VERBOSE_ANSWER,
     FakeLlm,
-    SilentServer,
+    slow_model,
 )
 
 HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
@@ -77,12 +78,21 @@ async def test_revoke_deletes_consent(chat: Chat, phrase: str) -> None:
 async def test_consent_is_per_chat_and_never_renewed_by_use(
     chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
 ) -> None:
+    """Consent is never renewed by use (§1.2). Issue #11.4: this test once compared whole-second
+    TTLs taken a few milliseconds apart, so an `EXPIRE` on read passed it. Now the hour's consent
+    is first aged by 50 minutes on both clocks (the key's TTL and the conversation's `now`), so a
+    renewal by use would put the TTL visibly back up."""
+    key = keys.consent_ai(chat.chat_id)
     await chat.say("/ai on")
-    ttl_before = await chat.redis.ttl(keys.consent_ai(chat.chat_id))
-    value_before = await chat.redis.get(keys.consent_ai(chat.chat_id))
-    await chat.with_llm(fakellm_server).say(f"/summary {mail(cyrus)}")
-    assert await chat.redis.get(keys.consent_ai(chat.chat_id)) == value_before
-    assert await chat.redis.ttl(keys.consent_ai(chat.chat_id)) <= ttl_before
+    value_before = await chat.redis.get(key)
+    await chat.redis.pexpire(key, 600_000)  # 10 of the 60 minutes left in Redis...
+    later = chat.with_llm(fakellm_server)
+    later.now = lambda: time.time() + 3000  # ...and for the conversation
+
+    assert await later.say(f"/summary {mail(cyrus)}") == [SUMMARY]  # the consent was used
+
+    assert await chat.redis.get(key) == value_before
+    assert 0 < await chat.redis.pttl(key) <= 600_000
     assert not await chat.redis.exists(keys.consent_ai(chat.chat_id + 1))
 
 
@@ -152,18 +162,54 @@ async def test_llm_failure_falls_back_to_the_local_excerpt_without_a_retry_storm
 
 
 async def test_an_llm_that_does_not_answer_in_time_falls_back(
-    chat: Chat, cyrus: CyrusServer
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
 ) -> None:
-    silent = SilentServer()  # test double: fakellm cannot be slow (see SilentServer)
-    try:
-        await chat.say("/ai on")
-        slow = chat.with_llm(silent.base_url, llm_timeout_ms=300, max_retries=0)
-        started = time.monotonic()
-        [reply] = await slow.say(f"/summary {mail(cyrus)}")
-        assert reply == BODY[:300]
-        assert time.monotonic() - started < 3
-    finally:
-        silent.close()
+    await chat.say("/ai on")
+    slow = chat.with_llm(fakellm_server, slow_model(5000), llm_timeout_ms=300, max_retries=0)
+    started = time.monotonic()
+    [reply] = await slow.say(f"/summary {mail(cyrus)}")
+    assert reply == BODY[:300]
+    assert time.monotonic() - started < 3
+
+
+def test_the_summary_budget_ends_inside_the_delivery_lease() -> None:
+    """Issue #11.3: with the defaults one summary could take about 2 minutes (4 attempts of
+    30 s plus the SDK's backoff), longer than the worker's 60 s in-flight lease."""
+    assert llm.budget_s(OutboundConfig()) == llm.SUMMARY_DEADLINE_S == 45.0
+    assert llm.SUMMARY_DEADLINE_S < keys.INFLIGHT_TTL_S
+    longest = OutboundConfig(llm_timeout_ms=300_000, max_retries=5)
+    assert llm.budget_s(longest) == 45.0
+    assert llm.budget_s(OutboundConfig(llm_timeout_ms=400, max_retries=3)) == 1.6
+    assert llm.attempts(OutboundConfig(max_retries=255)) == 6  # the cap, whatever is stored
+
+
+async def test_a_slow_llm_is_retried_but_the_whole_summary_ends_within_its_budget(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    """Issue #11.3: every attempt, the SDK's own retries and their backoff share one budget
+    (here 4 attempts × 0.4 s = 1.6 s; unbounded, they took about 5 s), then the excerpt is sent.
+    fakellm answers each attempt 5 s late."""
+    await chat.say("/ai on")
+    slow = chat.with_llm(fakellm_server, slow_model(5000), llm_timeout_ms=400, max_retries=3)
+    budget = llm.budget_s(slow.outbound)
+    before = (await fakellm_server.requests_by_rule()).get("slow", 0)
+
+    started = time.monotonic()
+    [reply] = await slow.say(f"/summary {mail(cyrus)}")
+    elapsed = time.monotonic() - started
+
+    assert reply == BODY[:300]
+    assert budget <= elapsed < budget + 1.5
+    made = (await fakellm_server.requests_by_rule()).get("slow", 0) - before
+    assert 2 <= made < llm.attempts(slow.outbound)  # the SDK retried; the budget ended it
+
+
+async def test_a_slow_llm_answer_inside_the_budget_is_used(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    await chat.say("/ai on")
+    slow = chat.with_llm(fakellm_server, slow_model(300), llm_timeout_ms=3000, max_retries=0)
+    assert await slow.say(f"/summary {mail(cyrus)}") == [SUMMARY]
 
 
 async def test_consent_without_an_llm_sends_the_local_excerpt(

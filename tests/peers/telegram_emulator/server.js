@@ -27,9 +27,13 @@
 //                           -> {update_id, message_id, delivery: {status}|{error}|null}
 //   /control/sentMessages  {token, chat_id?} -> messages the bot sent, oldest first
 //   /control/failures      {token?, method?, chat_id?, error_code?, description?, retry_after?,
-//                           migrate_to_chat_id?, delay_ms?, close?, raw_body?, skip?, times?}
+//                           migrate_to_chat_id?, delay_ms?, close?, raw_body?, result_override?,
+//                           skip?, times?}
 //                           -> {id}. Makes matching Bot API calls fail like Telegram would;
 //                           `skip` lets that many matching calls through first.
+//                           `result_override` (alone) is a fault Telegram never produces: the
+//                           call is carried out, but its `ok: true` answer has these fields of
+//                           `result` replaced (the package once echoed fields as strings).
 //   /control/failures/clear {token?}  removes the rules (of one token, or all)
 //   /control/webhookDeliveries {token?} -> [{update_id, url, status|error, secret_sent}]
 //   /control/reset         {} forgets messages, webhooks, commands, failure rules, deliveries
@@ -101,12 +105,20 @@ const ruleMatches = (rule, req) => {
   return true;
 };
 
+const overrideResult = (res, fields) => {
+  const json = res.json.bind(res);
+  res.json = (body) => json(body && body.ok === true && body.result && typeof body.result === 'object'
+    ? { ...body, result: { ...body.result, ...fields } }
+    : body);
+};
+
 const answerWithRule = (rule, req, res, next) => {
   if (rule.close) {
     req.socket.destroy();
     return;
   }
   if (rule.error_code === undefined) {
+    if (rule.result_override) overrideResult(res, rule.result_override);
     next();
     return;
   }
@@ -153,8 +165,13 @@ const validRule = (rule) => {
       && !(Number.isInteger(rule.error_code) && rule.error_code >= 300 && rule.error_code <= 599)) {
     return 'error_code must be an integer 300..599';
   }
-  if (rule.error_code === undefined && !rule.close && !rule.delay_ms) {
-    return 'a rule needs error_code, close or delay_ms';
+  if (rule.result_override !== undefined
+      && (rule.result_override === null || typeof rule.result_override !== 'object'
+        || Array.isArray(rule.result_override))) {
+    return 'result_override must be an object';
+  }
+  if (rule.error_code === undefined && !rule.close && !rule.delay_ms && !rule.result_override) {
+    return 'a rule needs error_code, close, delay_ms or result_override';
   }
   if (rule.times !== undefined && !(Number.isInteger(rule.times) && rule.times > 0)) {
     return 'times must be a positive integer';
