@@ -31,6 +31,11 @@ const ROUTE_TABLE = [
   ["/api/dlq/replay", "POST"],
   ["/api/logs/send", "GET"],
   ["/api/logs/audit", "GET"],
+  // The callbacks card: push lifecycle state, last StateChange, subscription expiry.
+  ["/api/push/status", "GET"],
+  // The gap audit: its last result, and a run now. Failover may run a slow audit twice; the
+  // audit is idempotent (one atomic check-and-claim per mail), so that is harmless.
+  ["/api/audit", "GET POST"],
 ];
 
 // Answered by the gateway itself, never forwarded.

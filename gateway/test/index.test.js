@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import worker, { handle } from "../src/index.js";
 import { createHealthCache } from "../src/health.js";
-import { assertEnvelope, fakeFetch, ok, refused } from "./helpers.js";
+import { assertEnvelope, fakeFetch, ok, refused, status } from "./helpers.js";
 
 const A = "https://a.example.net";
 const B = "https://b.example.net";
@@ -107,6 +107,20 @@ test("a POST body is buffered once and re-sent on failover", async () => {
   assert.deepEqual(f.calls.map((c) => c.body), [expected, expected]);
   assert.deepEqual(f.calls.map((c) => c.headers.get("x-telegram-bot-api-secret-token")),
     ["tok", "tok"]);
+});
+
+test("POST /api/audit is forwarded with its empty body and fails over like ordinary routes", async () => {
+  const f = fakeFetch((origin) => (origin === A ? status(503) : ok('{"checked":0}')));
+  const res = await handle(new Request(`${LB}/api/audit`, {
+    method: "POST", headers: { authorization: "Bearer s3ss10n" },
+  }), ENV, deps(f));
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get("x-lb-backend"), B);
+  assert.deepEqual(f.calls.map((c) => [c.origin, c.method, c.body?.byteLength ?? 0,
+    c.headers.get("authorization")]), [[A, "POST", 0, "Bearer s3ss10n"],
+    [B, "POST", 0, "Bearer s3ss10n"]]);
+  const get = await handle(new Request(`${LB}/api/audit`), ENV, deps(fakeFetch(() => ok())));
+  assert.equal(get.status, 200);
 });
 
 test("/reconcile and /worker get one attempt and their own timeouts", async () => {

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp
 
 from messageweave.aio import cancel
 from messageweave.api import admin, debug, delivery, mailbox, ops, telegram_admin
+from messageweave.api import auditor as auditor_api
 from messageweave.api import logs as logs_api
 from messageweave.api import metrics as metrics_api
 from messageweave.api import openapi as openapi_api
@@ -25,6 +26,7 @@ from messageweave.errors import (
     service_unavailable,
 )
 from messageweave.logs import RequestLog, add_secret_source, remove_secret_source
+from messageweave.mail.auditor import run_auditor
 from messageweave.mail.scheduler import run_scheduler
 from messageweave.ops.secrets import service_secrets
 from messageweave.pipeline.worker import run_worker
@@ -108,6 +110,7 @@ def create_app(settings: Settings) -> ASGIApp:
             asyncio.create_task(svc.config.run_reload_loop(), name="config-reload"),
             asyncio.create_task(run_worker(svc), name="worker"),
             asyncio.create_task(run_scheduler(svc), name="scheduler"),
+            asyncio.create_task(run_auditor(svc), name="gap-auditor"),
         ]
         try:
             yield
@@ -121,7 +124,8 @@ def create_app(settings: Settings) -> ASGIApp:
     app = _fastapi(lifespan)
     app.state.services = svc
     routers = [ops.router, admin.router, mailbox.router, delivery.router, telegram_admin.router,
-               logs_api.router, metrics_api.router, openapi_api.router, static.router]
+               logs_api.router, metrics_api.router, auditor_api.router, openapi_api.router,
+               static.router]
     if settings.debug_enabled:
         routers.append(debug.router)
     _include(app, routers)

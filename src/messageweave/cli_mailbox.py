@@ -1,30 +1,38 @@
-"""`messageweave reconcile`: run reconcile passes from the command line (cron or by hand).
+"""`messageweave reconcile` and `messageweave audit`: new-mail discovery and the gap auditor
+from the command line (cron or by hand).
 
-It uses the stored configuration and the same lock, cursor and queue as the service, so it is
-safe to run next to running instances (a pass held elsewhere exits with code 2). Without
-`--once` it repeats passes until the mailbox is caught up, showing progress for long walks.
+Both use the stored configuration and the same keys as the service, so they are safe to run
+next to running instances. `reconcile` takes the same lock (a pass held elsewhere exits with
+code 2) and, without `--once`, repeats passes until the mailbox is caught up, showing progress
+for long walks. `audit` runs one gap audit and exits 3 when it found missing mail.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from messageweave.api.services import Services
 from messageweave.config.runtime import new_jmap_client
 from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
+from messageweave.mail.auditor import TRIGGER_CLI, AuditResult, run_audit
 from messageweave.mail.jmap import JmapError
 from messageweave.mail.reconcile import Budget, Progress, ReconcileBusy, ReconcileError, reconcile
 from messageweave.settings import Settings, from_env
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
+from messageweave.version import build_version
 
 console = Console()
 EXIT_BUSY = 2
+EXIT_MISSING = 3
 
 
 async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> Progress:
@@ -85,5 +93,56 @@ def reconcile_command(
                   f"{result.enqueued} new enqueued{extra}; {state}", highlight=False)
 
 
+async def _audit(settings: Settings) -> AuditResult:
+    redis = connect(settings.redis_url)
+    store = ConfigStore(redis)
+    svc = Services(settings=settings, redis=redis, store=store,
+                   config=ConfigService(store, settings.encryption_key), version=build_version())
+    try:
+        _, cfg = await svc.config.read_stored()  # StoreUnavailable / StoredConfigInvalid
+        if cfg is None:
+            raise RuntimeError("nothing configured yet: save a configuration first")
+        await svc.config.refresh()
+        return await run_audit(svc, TRIGGER_CLI)
+    finally:
+        await svc.config.aclose()
+        await redis.aclose()
+
+
+def audit_command() -> None:
+    """Check that no new mail of the audit window was left without its notification, and
+    re-enqueue the missing ones. Exit 0: nothing missing; 3: missing mail found; 1: failure."""
+    settings = from_env()
+    if settings.missing:
+        console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
+        raise typer.Exit(1)
+    try:
+        result = asyncio.run(_audit(settings))
+    except (JmapError, RedisError, RuntimeError, StoreUnavailable, StoredConfigInvalid,
+            OSError) as exc:
+        console.print(f"[red]fail[/] {type(exc).__name__}: {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    if result.since is None:
+        console.print("[green]ok[/] nothing to audit yet: no reconcile first run", highlight=False)
+        return
+    since = datetime.fromtimestamp(result.since, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    scope = f"mail received after {since}"
+    if result.baseline_started:
+        scope += " (baseline started now: mail from before is never audited)"
+    left = (f"; {result.undiscovered} not reached by the reconcile yet"
+            if result.undiscovered else "")
+    cut = "; more mail than one audit lists (run again later)" if not result.complete else ""
+    line = (f"{result.checked} checked, {result.missing} missing, {result.enqueued} re-enqueued "
+            f"— {scope}{left}{cut}")
+    if not result.missing:
+        console.print(f"[green]ok[/] {line}", highlight=False)
+        return
+    console.print(f"[yellow]missing[/] {line}", highlight=False)
+    for email_id in result.missing_ids:
+        console.print(f"  {email_id}", highlight=False)
+    raise typer.Exit(EXIT_MISSING)
+
+
 def register(app: typer.Typer) -> None:
     app.command("reconcile")(reconcile_command)
+    app.command("audit")(audit_command)

@@ -1,14 +1,22 @@
 """`/ready` and "persist and report" against the real peers: Cyrus JMAP and the Bot API emulator."""
 
+import asyncio
 import secrets
+import time
+from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 import redis.asyncio as aioredis
 
+from messageweave.store import keys
 from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
+from tests.integration.mailbox.push_server import PushServer
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+
+CALLBACK = "https://bot.example.org/push/jmap"
 
 
 def peer_wire(cyrus: CyrusServer, emulator: TelegramEmulator, **overrides: object) -> dict:
@@ -18,6 +26,17 @@ def peer_wire(cyrus: CyrusServer, emulator: TelegramEmulator, **overrides: objec
         "jmap_password": CYRUS_PASSWORD,
         "telegram_api_base_url": emulator.base_url,
         "bot_token": f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}",
+    }
+    values.update(overrides)
+    return sample_wire(**values)
+
+
+def peer_wire_for(jmap_url: str, emulator: TelegramEmulator, **overrides: object) -> dict:
+    """`peer_wire` for another JMAP server (the push responder), with no periodic reconcile."""
+    values: dict[str, object] = {
+        "jmap_session_url": jmap_url, "telegram_api_base_url": emulator.base_url,
+        "bot_token": f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}",
+        "reconcile_interval_s": 0,
     }
     values.update(overrides)
     return sample_wire(**values)
@@ -34,7 +53,71 @@ async def test_ready_when_config_redis_jmap_and_telegram_answer(
     response = await client.get("/ready")
     assert response.status_code == 200, response.text
     assert response.json() == {"status": "ready", "configured": True, "redis": True,
-                               "jmap": True, "push": True, "telegram": True}
+                               "jmap": True, "telegram": True, "push": "off"}
+
+
+@pytest.fixture
+async def push_server(cyrus: CyrusServer, trust_cyrus: None) -> AsyncIterator[PushServer]:
+    """A JMAP server that keeps push subscriptions (the RFC-shaped responder; Cyrus has none)."""
+    async with PushServer(cyrus) as server:
+        yield server
+
+
+async def test_ready_reports_the_push_it_finds_off_ok_then_degraded(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, push_server: PushServer,
+    telegram_emulator: TelegramEmulator,
+) -> None:
+    """Bug caught (issue #11): `/ready` answered `"push": true` as a constant, so a dead
+    subscription was never noticed. Degraded push keeps `/ready` 200: mail still arrives by
+    the degraded reconcile schedule."""
+    session = await login(client)
+    wire = peer_wire_for(push_server.url, telegram_emulator)
+    assert (await client.put("/api/business-config", headers=session, json=wire)).is_success
+    assert (await client.put("/api/enabled", headers=session, json={"enabled": True})).is_success
+    assert (await client.get("/ready")).json()["push"] == "off"  # never registered
+
+    registered = await client.post("/api/push/register", headers=session,
+                                   json={"callback_url": CALLBACK})
+    sub_id = registered.json()["push_subscription_id"]
+    verification = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
+                    "verificationCode": push_server.responder.codes[sub_id]}
+    assert (await client.post("/push/jmap", json=verification)).status_code == 204
+    ready = await client.get("/ready")
+    assert ready.status_code == 200 and ready.json()["push"] == "ok"
+
+    push_server.responder.restart()  # the JMAP server lost it…
+    push_server.responder.refuse_creates = True  # …and will not take a new one
+    await redis_client.delete(keys.PUSH_MAINTENANCE_SCHEDULE)  # the next pass, now
+
+    async def degraded() -> bool:
+        body = (await client.get("/ready")).json()
+        return bool(body["push"] == "degraded: subscription lost, re-create failed")
+
+    deadline = time.monotonic() + 5
+    while not await degraded():
+        assert time.monotonic() < deadline, "the loss never showed in /ready"
+        await asyncio.sleep(0.1)
+    assert (await client.get("/ready")).status_code == 200
+
+    await client.post("/api/push/disable", headers=session, json={"callback_url": CALLBACK})
+    assert (await client.get("/ready")).json()["push"] == "off"
+
+
+async def test_a_503_names_the_checks_that_failed_and_stays_the_envelope(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator, trust_cyrus: None,
+) -> None:
+    """Bug caught: fields that were constants after the checks passed; a 503 must say which
+    check failed (never a secret) without leaving the error envelope."""
+    assert_envelope(await client.get("/ready"), 503, "service_unavailable")
+    assert (await client.get("/ready")).headers["x-ready-failed"] == "configured"
+    wire = peer_wire(cyrus, telegram_emulator)
+    await telegram_emulator.reject_token(str(wire["bot_token"]))
+    await client.put("/api/business-config", headers=await login(client), json=wire)
+    response = await client.get("/ready")
+    assert_envelope(response, 503, "service_unavailable")
+    assert response.headers["x-ready-failed"] == "telegram"
+    assert str(wire["bot_token"]) not in str(response.headers)
 
 
 async def test_not_ready_with_a_wrong_jmap_password(

@@ -318,6 +318,31 @@ test("request bodies and Authorization reach the backend unchanged", async () =>
   assert.equal(seen.size, 2);
 });
 
+test("the gap audit's GET and POST /api/audit pass the gateway to a backend", async () => {
+  const anonymous = await gw("/api/audit", { method: "POST" });
+  assert.ok(anonymous.headers.get("x-lb-backend"), "the 401 comes from a backend");
+  await assertEnvelope(anonymous, 401, "unauthorized");
+  await assertEnvelope(await gw("/api/audit", {
+    method: "POST", headers: bearer(session), body: "{}",
+  }), 400, "invalid_request");
+  const last = await gw("/api/audit", { headers: bearer(session) });
+  assert.equal(last.status, 200);
+  assert.deepEqual(await last.json(), { last: null });
+  await assertEnvelope(await gw("/api/audit", { method: "PUT", headers: bearer(session) }),
+    405, "method_not_allowed");
+});
+
+test("the callbacks card's GET /api/push/status passes the gateway to a backend", async () => {
+  const anonymous = await gw("/api/push/status");
+  assert.ok(anonymous.headers.get("x-lb-backend"), "the 401 comes from a backend");
+  await assertEnvelope(anonymous, 401, "unauthorized");
+  const status = await gw("/api/push/status", { headers: bearer(session) });
+  assert.equal(status.status, 200);
+  assert.equal((await status.json()).state, "off");
+  await assertEnvelope(await gw("/api/push/status", { method: "POST", headers: bearer(session) }),
+    405, "method_not_allowed");
+});
+
 test("after SIGKILL of one backend, requests fail over to the other", async () => {
   await stop(backendA, "SIGKILL");
   const logBefore = workerLog.length;

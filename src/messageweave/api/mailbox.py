@@ -1,8 +1,10 @@
-"""Mailbox routes: `/reconcile`, `/push/jmap`, `/api/push/register`, `/api/push/disable`."""
+"""Mailbox routes: `/reconcile`, `/push/jmap`, `/api/push/register`, `/api/push/disable`,
+`/api/push/status`."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -79,10 +81,10 @@ async def post_push(request: Request) -> Response:
     await require_enabled(request)
     client = await _jmap(svc)
     if isinstance(message, push.Verification):
-        await push.verify(svc.redis, client, message)
+        await push.verify(svc.redis, client, message, now=time.time())
     else:
         try:
-            await push.state_changed(svc.redis, client.account_id, message)
+            await push.state_changed(svc.redis, client.account_id, message, now=time.time())
         except RedisError as exc:
             raise service_unavailable() from exc
     return Response(status_code=204)
@@ -93,7 +95,8 @@ async def register_push(request: Request) -> JSONResponse:
     await require_config_authorized(request)
     svc = services(request)
     url = push.callback_url_of(json_object(await request.body()), strict=True)
-    result = await push.register(svc.redis, lambda: _jmap(svc), url, request.state.request_id)
+    result = await push.register(svc.redis, lambda: _jmap(svc), url, request.state.request_id,
+                                 now=time.time())
     if not result.get("idempotent"):
         await audit.record_audit(svc, audit.PUSH_REGISTERED,
                                  subscription_id=result["push_subscription_id"])
@@ -108,3 +111,27 @@ async def disable_push(request: Request) -> JSONResponse:
     result = await push.disable(svc.redis, lambda: _jmap(svc), url)
     await audit.record_audit(svc, audit.PUSH_DISABLED)
     return JSONResponse(result)
+
+
+@router.get("/api/push/status")
+async def push_status(request: Request) -> JSONResponse:
+    """The push lifecycle as every instance sees it (read from Redis): for the admin page."""
+    await require_config_authorized(request)
+    svc = services(request)
+    now = time.time()
+    try:
+        health = await push.health(svc.redis, now)
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    last = health.last_state_change
+    return JSONResponse({
+        "state": health.state,
+        "label": health.label,
+        "reason": health.reason,
+        "subscription_id": health.subscription_id,
+        "verified": health.verified,
+        "expires_at": health.expires,
+        "expires_in_s": None if health.expires is None else health.expires - int(now),
+        "last_state_change_at": last,
+        "last_state_change_age_s": None if last is None else max(0, int(now) - last),
+    })

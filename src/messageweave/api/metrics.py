@@ -7,11 +7,14 @@ Metrics name queues and counts, never content, but they are not for the open int
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from redis.exceptions import RedisError
 
 from messageweave.api.services import require_config_authorized, services
+from messageweave.mail import push
 from messageweave.ops import metrics
 from messageweave.store.opstats import stream_stats, unknown_after_send
 
@@ -22,13 +25,23 @@ router = APIRouter()
 async def get_metrics(request: Request) -> Response:
     await require_config_authorized(request)
     svc = services(request)
+    now = time.time()
+    health: push.PushHealth | None = None
     try:
         streams = await stream_stats(svc.redis)
         unknown = await unknown_after_send(svc.redis)
         stored: int | None = await svc.store.business_revision()
+        health = await push.health(svc.redis, now)
         redis_up = True
     except RedisError:  # still answer: the process metrics matter most when Redis is down
         streams, unknown, stored, redis_up = [], None, None, False
-    body = metrics.render(revision=svc.config.revision, stored_revision=stored, streams=streams,
-                          unknown_after_send=unknown, redis_up=redis_up)
+    last = health.last_state_change if health is not None else None
+    body = metrics.render(
+        revision=svc.config.revision, stored_revision=stored, streams=streams,
+        unknown_after_send=unknown, redis_up=redis_up,
+        push_degraded=None if health is None else health.state == "degraded",
+        push_last_state_change_age_s=None if last is None else now - last,
+        push_subscription_expires=(
+            health.expires if health is not None and health.state != "off" else None),
+    )
     return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -434,7 +434,14 @@ class SearchResult:
 @dataclass(frozen=True)
 class PushSubscription:
     id: str
-    expires: str | None
+    expires: str | None  # UTCDate; None = no expiry (or, with expires_known False, not told)
+    expires_known: bool = True
+
+
+@dataclass(frozen=True)
+class PushSubscriptionLookup:
+    found: dict[str, PushSubscription]
+    not_found: list[str]
 
 
 # ---------------------------------------------------------------------------------- client
@@ -1043,6 +1050,35 @@ class JmapClient:
         updated = res.get("updated")
         if not (isinstance(updated, dict) and subscription_id in updated):
             raise self._set_failure(res, "notUpdated", subscription_id, "update")
+
+    async def push_subscription_get(self, ids: Sequence[str]) -> PushSubscriptionLookup:
+        """PushSubscription/get of `ids` (RFC 8620 §7.2.1: no accountId, no state; the server
+        never returns `url` or `keys`). Ids the server does not know come back in `not_found`."""
+        res = await self._call_one(
+            "PushSubscription/get", {"ids": list(ids), "properties": ["id", "expires"]},
+            using=(CORE,),
+        )
+        found: dict[str, PushSubscription] = {}
+        for item in _dicts(res.get("list")):
+            sub_id = item.get("id")
+            if isinstance(sub_id, str):
+                found[sub_id] = PushSubscription(
+                    id=sub_id, expires=_opt_str(item.get("expires")),
+                    expires_known="expires" in item,
+                )
+        return PushSubscriptionLookup(found=found, not_found=_strs(res.get("notFound")))
+
+    async def push_subscription_set_expires(self, subscription_id: str, expires: str) -> str:
+        """PushSubscription/set update of `expires` (RFC 8620 §7.2.2). The server may choose
+        another time and then returns it in `updated`; the answer is the time now in force."""
+        res = await self._push_set({"update": {subscription_id: {"expires": expires}}})
+        updated = res.get("updated")
+        if not (isinstance(updated, dict) and subscription_id in updated):
+            raise self._set_failure(res, "notUpdated", subscription_id, "update")
+        changed = updated[subscription_id]
+        if isinstance(changed, dict) and isinstance(changed.get("expires"), str):
+            return str(changed["expires"])
+        return expires
 
     async def push_subscription_destroy(self, subscription_id: str) -> None:
         res = await self._push_set({"destroy": [subscription_id]})

@@ -3,7 +3,8 @@
 One pass, under `lock:reconcile`:
 
 - **First run** (no cursor): record the current Email state and the watermark (now). Nothing that
-  is already in the mailbox is notified.
+  is already in the mailbox is notified. The instant right after the state was read is kept as
+  the baseline (`state:jmap:baseline_at`): the gap auditor never looks at mail before it.
 - **Replay** (cursor = a bare Email state): `Email/changes` from it, the window growing 100 →
   4096 while the server says `hasMoreChanges`. Only `created` ids notify, and only when the email
   sits in a notify mailbox (roles from `notify_mailbox_roles`, default inbox) and in no Drafts /
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -36,7 +38,14 @@ from messageweave.mail.jmap import (
 )
 from messageweave.ops.metrics import observe_reconcile
 from messageweave.store import keys
-from messageweave.store.mailbox import Lock, enqueue_new_mail, read_cursor, reconcile_lock
+from messageweave.store.gaps import record_baseline
+from messageweave.store.mailbox import (
+    Lock,
+    enqueue_new_mail,
+    mark_not_notified,
+    read_cursor,
+    reconcile_lock,
+)
 from messageweave.store.mailbox import save_cursor as _save_cursor
 from messageweave.store.redis import Redis
 
@@ -190,6 +199,9 @@ class Reconciler:
         parsed = parse_cursor(stored.cursor) if stored.cursor is not None else None
         if stored.cursor is None or (stored.watermark is None and not isinstance(parsed, Replay)):
             state = await self.client.email_state()
+            # before the cursor: a crash in between leaves no cursor, so the next pass is a
+            # first run again and writes both
+            await self._save_baseline(math.ceil(time.time()))
             await self._save(state, int(started))
             self._report("first_run", complete=True)
             return self.progress
@@ -290,17 +302,26 @@ class Reconciler:
 
     async def _enqueue(self, emails: list[EmailMeta]) -> None:
         account = self.client.account_id
+        quiet: list[str] = []
         for email in emails:
             self.progress.emails += 1
-            if self._notifies(email) and await enqueue_new_mail(self.redis, account, email.id):
+            if not self._notifies(email):
+                quiet.append(email.id)
+            elif await enqueue_new_mail(self.redis, account, email.id) is not None:
                 self.progress.enqueued += 1
                 self.progress.enqueued_ids.append(email.id)
+        await mark_not_notified(self.redis, account, quiet)
 
     async def _save(self, cursor: str, watermark: int | None = None) -> None:
         self._check_lease()
         if not await _save_cursor(self.redis, self.lock, cursor, watermark):
             raise LeaseLost("lock:reconcile was lost; cursor not moved")
         self.progress.cursor = cursor
+
+    async def _save_baseline(self, at: int) -> None:
+        self._check_lease()
+        if not await record_baseline(self.redis, self.lock, at):
+            raise LeaseLost("lock:reconcile was lost; baseline not recorded")
 
     def _check_lease(self) -> None:
         if self._lease is not None and self._lease.lost:

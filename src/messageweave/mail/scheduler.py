@@ -1,13 +1,21 @@
-"""Built-in scheduling (SPEC D.4): periodic reconcile passes, push catch-ups, orphan sweeps.
+"""Built-in scheduling (SPEC D.4): periodic reconcile passes, push catch-ups, the push
+lifecycle, orphan sweeps.
 
 Every instance runs this loop; Redis decides which one acts:
 - a periodic pass runs on the instance whose `SET schedule:reconcile NX EX interval` wins, once
   per `reconcile_interval_s` cluster-wide (0 = no built-in schedule, external cron only);
+- while push is degraded (`push.assess`), a pass also runs once per
+  `degraded_reconcile_interval_s` (slot `schedule:reconcile-degraded`), whatever
+  `reconcile_interval_s` says, 0 included: mail must not wait for a push that will not come;
 - a StateChange push sets `reconcile:catchup:{account}`; the instance that `GETDEL`s it runs one
   pass at once (polled every `POLL_S`, so well within 1 s). Many pushes → one pending flag → one
   pass. If another pass holds `lock:reconcile`, the flag is set again and retried;
+- while a push registration exists, `push.maintain` runs once per
+  `PUSH_MAINTENANCE_INTERVAL_S` (slot `schedule:push-maintenance`; the first pass within a
+  second of the registration appearing): check, renew or re-create the subscription;
 - `push:orphan:*` is swept every `ORPHAN_SWEEP_INTERVAL_S` the same way.
-Nothing runs while the service switch is off or no configuration is live.
+Nothing runs while the service switch is off or no configuration is live. `clock` (Unix
+seconds) is what the push lifecycle calls "now"; tests pass their own.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from messageweave.aio import raise_if_cancelling
 from messageweave.api.services import Services
 from messageweave.config.service import NotConfigured
 from messageweave.mail import push
-from messageweave.mail.jmap import JmapError
+from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.reconcile import (
     Budget,
     Progress,
@@ -31,7 +39,12 @@ from messageweave.mail.reconcile import (
     reconcile,
 )
 from messageweave.store import keys
-from messageweave.store.mailbox import claim_slot, request_catchup, take_catchup
+from messageweave.store.mailbox import (
+    claim_slot,
+    current_registration,
+    request_catchup,
+    take_catchup,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +66,16 @@ async def run_pass(
 
 
 @dataclass
-class _Clock:
+class _Timers:
     next_slot_check: float = 0.0
 
 
-async def run_scheduler(svc: Services) -> None:
-    """Run periodic reconcile passes until cancelled (started by the app lifespan)."""
-    clock = _Clock()
+async def run_scheduler(svc: Services, *, clock: push.Clock = time.time) -> None:
+    """Run the built-in schedule until cancelled (started by the app lifespan)."""
+    timers = _Timers()
     while True:
         try:
-            await _tick(svc, clock)
+            await _tick(svc, timers, clock)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a Redis or JMAP hiccup must never stop the loop
@@ -72,7 +85,7 @@ async def run_scheduler(svc: Services) -> None:
         await asyncio.sleep(POLL_S)
 
 
-async def _tick(svc: Services, clock: _Clock) -> None:
+async def _tick(svc: Services, timers: _Timers, clock: push.Clock) -> None:
     cfg, runtime = svc.config.config, svc.config.runtime
     if cfg is None or runtime is None or not await svc.store.enabled():
         return
@@ -84,16 +97,34 @@ async def _tick(svc: Services, clock: _Clock) -> None:
                 await request_catchup(svc.redis, account)
             return
     now = time.monotonic()
-    if now < clock.next_slot_check:
+    if now < timers.next_slot_check:
         return
-    clock.next_slot_check = now + SLOT_CHECK_S
+    timers.next_slot_check = now + SLOT_CHECK_S
+    if await current_registration(svc.redis) is not None and await claim_slot(
+        svc.redis, keys.PUSH_MAINTENANCE_SCHEDULE, keys.PUSH_MAINTENANCE_INTERVAL_S
+    ):
+        outcome = await push.maintain(svc.redis, await _jmap_or_none(svc), now=clock())
+        if outcome not in ("ok", "off"):
+            log.info("push maintenance: %s", outcome)
+    degraded = (await push.health(svc.redis, clock())).state == "degraded"
     interval = cfg.reconcile_interval_s
-    if interval > 0 and await claim_slot(svc.redis, keys.RECONCILE_SCHEDULE, interval):
-        await _pass(svc, "periodic")
+    periodic = interval > 0 and await claim_slot(svc.redis, keys.RECONCILE_SCHEDULE, interval)
+    backup = degraded and await claim_slot(
+        svc.redis, keys.PUSH_DEGRADED_RECONCILE_SCHEDULE, cfg.degraded_reconcile_interval_s)
+    if periodic or backup:
+        await _pass(svc, "periodic" if periodic else "degraded-push")
     if await claim_slot(svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
         cleaned = await push.sweep_orphans(svc.redis, await svc.config.jmap())
         if cleaned:
             log.info("swept %d orphaned push subscription(s)", cleaned)
+
+
+async def _jmap_or_none(svc: Services) -> JmapClient | None:
+    try:
+        return await svc.config.jmap()
+    except (NotConfigured, JmapError) as exc:
+        log.warning("push maintenance without a JMAP client: %s", type(exc).__name__)
+        return None
 
 
 async def _pass(svc: Services, kind: str) -> bool:

@@ -8,7 +8,9 @@ the prerequisite, so the first failing line is the one to fix.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from redis.exceptions import RedisError
@@ -16,9 +18,10 @@ from redis.exceptions import RedisError
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
+from messageweave.mail.push import health as push_health
 from messageweave.probes import probe_jmap_session, probe_telegram_get_me
 from messageweave.settings import Settings
-from messageweave.store.opstats import push_registered, stream_stats
+from messageweave.store.opstats import stream_stats
 from messageweave.store.redis import Redis, connect
 from messageweave.store.state import ConfigStore
 
@@ -74,6 +77,7 @@ async def _with_redis(settings: Settings, redis: Redis) -> list[Check]:
     checks.append(_ok("configuration", "stored and valid"))
     checks.append(await _enabled(store))
     checks.extend(await _peers(cfg))
+    checks.append(await _push(redis, cfg, time.time()))
     checks.extend(await _queues(redis))
     return checks
 
@@ -117,13 +121,45 @@ async def _webhook(cfg: BusinessConfig) -> Check:
     return _ok("telegram webhook", url)
 
 
+_PUSH_REMEDIES = {
+    "not_verified": "check that the callback URL reaches this service's /push/jmap, then disable "
+                    "and register push again on the admin page",
+    "url_unknown": "register push again on the admin page (POST /api/push/register) with the "
+                   "same callback URL",
+}
+_PUSH_RETRY = ("check that the JMAP server answers PushSubscription/get and /set; the service "
+               "retries every minute while its switch is on")
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
+
+
+async def _push(redis: Redis, cfg: BusinessConfig, now: float) -> Check:
+    """Push is `warn` unless `ok`: while it is off or degraded mail still arrives by reconcile
+    (every `degraded_reconcile_interval_s` while degraded)."""
+    health = await push_health(redis, now)
+    last = ("no StateChange yet" if health.last_state_change is None
+            else f"last StateChange {_age(now - health.last_state_change)} ago")
+    expiry = ("no expiry" if health.expires is None else "expires "
+              + datetime.fromtimestamp(health.expires, UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    if health.state == "off":
+        return Check("jmap push", "warn", "no push registration: new mail waits for reconcile",
+                     "register push on the admin page (POST /api/push/register)")
+    if health.state == "degraded":
+        every = cfg.degraded_reconcile_interval_s
+        return Check("jmap push", "warn",
+                     f"{health.label} (subscription {health.subscription_id}, {expiry}, {last}): "
+                     f"new mail waits for the reconcile every {every} s",
+                     _PUSH_REMEDIES.get(health.reason or "", _PUSH_RETRY))
+    return _ok("jmap push", f"ok (subscription {health.subscription_id}, {expiry}, {last})")
+
+
 async def _queues(redis: Redis) -> list[Check]:
     checks = []
-    checks.append(
-        _ok("jmap push", "registered") if await push_registered(redis) else
-        Check("jmap push", "warn", "no push registration: new mail waits for reconcile",
-              "register push on the admin page (POST /api/push/register)")
-    )
     for s in await stream_stats(redis):
         detail = f"{s.length} entries, {s.pending} pending, {s.dlq} in the DLQ"
         if s.dlq:

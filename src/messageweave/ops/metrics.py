@@ -2,8 +2,9 @@
 
 Counters and histograms live in this module's own registry and move through the `observe_*`
 functions (the pipeline, ingress and clients call them). Stream length, pending entries, DLQ
-size, `unknown_after_send` and the configuration revision are read from Redis on each scrape,
-so every instance reports the shared queues the same way.
+size, `unknown_after_send`, the configuration revision and the push lifecycle (degraded, last
+StateChange age, subscription expiry) are read from Redis on each scrape, so every instance
+reports the shared state the same way.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ RECONCILE_LAG = Gauge(
     "messageweave_reconcile_lag_seconds", "Time since the last successful reconcile pass ended "
     "at the moment it was recorded (set by the reconcile pass).", registry=REGISTRY,
 )
+# `unclaimed`: discovery never enqueued the mail; `lost`: its entry left the stream unfinished.
+GAP_AUDIT_REASONS = ("unclaimed", "lost")
+GAP_AUDIT_MISSING = Counter(
+    "messageweave_gap_audit_missing_total", "Mails the gap auditor found missing (never "
+    "notified and owned by nobody), by reason.", ["reason"], registry=REGISTRY,
+)
+for _reason in GAP_AUDIT_REASONS:
+    GAP_AUDIT_MISSING.labels(reason=_reason)  # every series exists from the start, at 0
 
 
 def observe_ingest(source: str) -> None:
@@ -64,6 +73,12 @@ def observe_call(peer: str, latency_s: float, ok: bool) -> None:
     PEER_LATENCY.labels(peer=peer).observe(max(latency_s, 0.0))
 
 
+def observe_gap_audit_missing(reason: str, count: int = 1) -> None:
+    """`count` mails found missing by one audit, for `reason` (`unclaimed` or `lost`)."""
+    if count > 0:
+        GAP_AUDIT_MISSING.labels(reason=reason).inc(count)
+
+
 def observe_reconcile(ok: bool, lag_s: float | None = None) -> None:
     RECONCILE_PASSES.labels(result="ok" if ok else "error").inc()
     if lag_s is not None:
@@ -77,8 +92,13 @@ def render(
     streams: list[StreamStats],
     unknown_after_send: int | None,
     redis_up: bool = True,
+    push_degraded: bool | None = None,
+    push_last_state_change_age_s: float | None = None,
+    push_subscription_expires: int | None = None,
 ) -> bytes:
-    """The exposition text: process metrics plus a one-off registry of scrape-time values."""
+    """The exposition text: process metrics plus a one-off registry of scrape-time values.
+    The push values are left out when unknown (Redis down; no StateChange yet; no
+    registration, or a subscription without an expiry)."""
     scrape = CollectorRegistry(auto_describe=True)
     Gauge("messageweave_redis_up", "1 when Redis answered this scrape.",
           registry=scrape).set(1 if redis_up else 0)
@@ -100,4 +120,15 @@ def render(
     if unknown_after_send is not None:
         Gauge("messageweave_unknown_after_send", "Sends whose outcome is unknown.",
               registry=scrape).set(unknown_after_send)
+    if push_degraded is not None:
+        Gauge("messageweave_push_degraded", "1 while a push registration exists but its "
+              "subscription is not working.", registry=scrape).set(1 if push_degraded else 0)
+    if push_last_state_change_age_s is not None:
+        Gauge("messageweave_push_last_state_change_age_seconds",
+              "Seconds since the last StateChange push was accepted.",
+              registry=scrape).set(max(push_last_state_change_age_s, 0.0))
+    if push_subscription_expires is not None:
+        Gauge("messageweave_push_subscription_expiry_timestamp_seconds",
+              "When the JMAP push subscription expires (Unix seconds).",
+              registry=scrape).set(push_subscription_expires)
     return generate_latest(REGISTRY) + generate_latest(scrape)

@@ -103,6 +103,9 @@ def governor_pause(bot_id: str, chat_id: int) -> str:
 
 # --- idempotency and rate limits -----------------------------------------------------------
 DEDUP_TTL_S = 86_400
+# `dedup:jmap:*` holds the id of the stream entry it enqueued and outlives the gap auditor's
+# longest window (6 days), so the auditor can follow every audited mail to its entry.
+DEDUP_JMAP_TTL_S = 604_800
 PUSH_VERIFY_RATELIMIT_TTL_S = 30
 
 
@@ -138,6 +141,22 @@ def reconcile_catchup(account_id: str) -> str:
     return f"reconcile:catchup:{account_id}"
 
 
+# --- gap auditor ---------------------------------------------------------------------------
+# Unix seconds of the latest reconcile first run: mail received before it was never meant to be
+# notified, so the auditor never looks at it.
+RECONCILE_BASELINE = "state:jmap:baseline_at"
+# Cluster-wide slot of the periodic audit (EX = `audit_interval_s`).
+AUDIT_SCHEDULE = "schedule:gap-audit"
+# JSON of the last audit run (any instance, any trigger), shown by the admin page.
+AUDIT_LAST = "audit:last"
+
+
+def audit_healed(account_id: str, email_id: str) -> str:
+    """Set when the auditor re-enqueued this mail (value: the new entry id, EX
+    `DEDUP_JMAP_TTL_S`): a mail is re-enqueued by the auditor at most once."""
+    return f"audit:healed:{account_id}:{email_id}"
+
+
 # --- operations logs (streams, trimmed by age with XADD MINID) ---------------------------
 AUDIT_LOG = "log:audit"
 AUDIT_LOG_RETENTION_S = 7_776_000
@@ -146,13 +165,27 @@ SEND_LOG_RETENTION_S = 604_800
 
 # --- push subscriptions --------------------------------------------------------------------
 PUSH_REGISTER_LOCK_TTL_S = 360
-PUSH_REGISTRATION_TTL_S = 604_800
 PUSH_ORPHAN_TTL_S = 604_800
 PUSH_VERIFIED_TTL_S = 300
 PUSH_STATUS_PENDING_TTL_S = 900
 PUSH_STATUS_DISABLED_TTL_S = 86_400
 PUSH_SUBSCRIPTION_ID = "push:subscription:id"
+# The registration (URL mapping, current pointer, lifecycle) has no EX: it is the operator's
+# intent and lives until `POST /api/push/disable`; the subscription's own expiry is managed.
 PUSH_REGISTRATION_CURRENT = "push:registration:current"
+# Hash: id, digest, url, expires, granted, created, verified (Unix seconds), failure.
+PUSH_LIFECYCLE = "push:lifecycle"
+# Unix seconds of the last StateChange accepted for the configured account.
+PUSH_LAST_STATE_CHANGE = "push:state-change:last"
+# What we ask for on create and renewal; the server may grant less (RFC 8620 §7.2).
+PUSH_SUBSCRIPTION_LIFETIME_S = 604_800
+# A subscription still unverified this long after its create is degraded.
+PUSH_VERIFY_DEADLINE_S = 300
+# Cluster-wide slots: one lifecycle maintenance pass per interval, and while push is degraded
+# one reconcile pass per `degraded_reconcile_interval_s` (EX = that interval).
+PUSH_MAINTENANCE_SCHEDULE = "schedule:push-maintenance"
+PUSH_MAINTENANCE_INTERVAL_S = 60
+PUSH_DEGRADED_RECONCILE_SCHEDULE = "schedule:reconcile-degraded"
 
 
 def push_register_lock(url_digest: str) -> str:

@@ -1,4 +1,5 @@
-"""Read-only numbers about the pipeline for `/metrics`, `/debug/worker` and `diagnose`."""
+"""Read-only numbers about the pipeline for `/metrics`, `/debug/worker` and `diagnose` (the push
+lifecycle's numbers come from `messageweave.mail.push.health`)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,6 @@ async def stream_stats(redis: Redis) -> list[StreamStats]:
 async def reconcile_cursor(redis: Redis) -> str | None:
     value = await redis.get(keys.RECONCILE_CURSOR)
     return value if isinstance(value, str) else None
-
-
-async def push_registered(redis: Redis) -> bool:
-    return bool(await redis.exists(keys.PUSH_REGISTRATION_CURRENT))
 
 
 async def unknown_after_send(redis: Redis) -> int | None:

@@ -125,6 +125,31 @@
       "callbacks.disableFailed": "Mail push: could not be disabled ({reason}).",
       "callbacks.telegram": "Telegram webhook",
       "callbacks.push": "Mail push",
+      "callbacks.pushStatusTitle": "Mail push status",
+      "callbacks.pushState": "State",
+      "callbacks.lastStateChange": "Last StateChange received",
+      "callbacks.expires": "Subscription expires",
+      "callbacks.pushRefresh": "Refresh push status",
+      "callbacks.stateOk": "working",
+      "callbacks.stateOkUnverified": "working (awaiting the mail server's verification)",
+      "callbacks.stateOff": "off: no push registration; new mail waits for reconcile",
+      "callbacks.stateDegraded": "degraded: {reason}. New mail still arrives by reconcile meanwhile.",
+      "callbacks.reason.expired": "the subscription expired",
+      "callbacks.reason.not_verified": "the subscription was not verified in time (check that the callback URL reaches this service)",
+      "callbacks.reason.check_failed": "the mail server could not be checked",
+      "callbacks.reason.renewal_failed": "the subscription could not be extended",
+      "callbacks.reason.recreate_failed": "the subscription was lost and could not be re-created",
+      "callbacks.reason.url_unknown": "the subscription was lost; register callbacks again to re-create it",
+      "callbacks.never": "never",
+      "callbacks.ago": "{age} ago",
+      "callbacks.ageS": "{n} s",
+      "callbacks.ageMin": "{n} min",
+      "callbacks.ageH": "{n} h",
+      "callbacks.ageD": "{n} d",
+      "callbacks.noExpiry": "no expiry",
+      "callbacks.expiresAt": "{time} UTC (in {left})",
+      "callbacks.expiredAt": "{time} UTC (passed)",
+      "callbacks.statusFailed": "The push status could not be read ({reason}).",
       "delivery.title": "Delivery",
       "delivery.stream": "Stream",
       "delivery.length": "Queue",
@@ -141,6 +166,20 @@
       "delivery.dlqEntry": "{id} · {failure_class} · {reason} · attempts {attempts} · {failed_at}",
       "delivery.replayed": "Replayed {n} entries.",
       "delivery.dlqFailed": "The dead-letter queue could not be read or replayed ({reason}).",
+      "gap.title": "Gap audit",
+      "gap.intro": "Checks that every new mail of the audit window got its notification, and queues the missed ones again (each at most once).",
+      "gap.run": "Run now",
+      "gap.running": "Auditing…",
+      "gap.never": "No audit has run yet.",
+      "gap.last": "Last audit {time} UTC ({trigger}): {checked} checked, {missing} missing, {enqueued} queued again.",
+      "gap.incomplete": "The window held more mail than one audit covers; later runs continue.",
+      "gap.lastFailed": "Last audit {time} UTC ({trigger}) failed: {error}.",
+      "gap.done": "Audit done: {checked} checked, {missing} missing, {enqueued} queued again.",
+      "gap.failed": "The audit could not run ({reason}).",
+      "gap.loadFailed": "The last audit could not be read ({reason}).",
+      "gap.trigger.schedule": "scheduled",
+      "gap.trigger.api": "on request",
+      "gap.trigger.cli": "command line",
       "logs.title": "Logs",
       "logs.refresh": "Refresh logs",
       "logs.sendTitle": "Send log",
@@ -288,6 +327,31 @@
       "callbacks.disableFailed": "邮件推送：无法停用（{reason}）。",
       "callbacks.telegram": "Telegram webhook",
       "callbacks.push": "邮件推送",
+      "callbacks.pushStatusTitle": "邮件推送状态",
+      "callbacks.pushState": "状态",
+      "callbacks.lastStateChange": "最近一次收到 StateChange",
+      "callbacks.expires": "订阅到期时间",
+      "callbacks.pushRefresh": "刷新推送状态",
+      "callbacks.stateOk": "正常",
+      "callbacks.stateOkUnverified": "正常（等待邮件服务器验证）",
+      "callbacks.stateOff": "关闭：没有推送注册；新邮件等待对账",
+      "callbacks.stateDegraded": "降级：{reason}。期间新邮件仍通过对账到达。",
+      "callbacks.reason.expired": "订阅已过期",
+      "callbacks.reason.not_verified": "订阅未能及时完成验证（请检查回调地址能否访问本服务）",
+      "callbacks.reason.check_failed": "无法检查邮件服务器",
+      "callbacks.reason.renewal_failed": "订阅无法续期",
+      "callbacks.reason.recreate_failed": "订阅已丢失且无法重新创建",
+      "callbacks.reason.url_unknown": "订阅已丢失；请重新注册回调以重新创建",
+      "callbacks.never": "从未",
+      "callbacks.ago": "{age}前",
+      "callbacks.ageS": "{n} 秒",
+      "callbacks.ageMin": "{n} 分钟",
+      "callbacks.ageH": "{n} 小时",
+      "callbacks.ageD": "{n} 天",
+      "callbacks.noExpiry": "无到期时间",
+      "callbacks.expiresAt": "{time} UTC（还剩 {left}）",
+      "callbacks.expiredAt": "{time} UTC（已过期）",
+      "callbacks.statusFailed": "无法读取推送状态（{reason}）。",
       "delivery.title": "投递",
       "delivery.stream": "队列流",
       "delivery.length": "队列长度",
@@ -304,6 +368,20 @@
       "delivery.dlqEntry": "{id} · {failure_class} · {reason} · 尝试 {attempts} 次 · {failed_at}",
       "delivery.replayed": "已重放 {n} 条。",
       "delivery.dlqFailed": "无法读取或重放死信队列（{reason}）。",
+      "gap.title": "漏信审计",
+      "gap.intro": "检查审计窗口内的每封新邮件是否都已通知，并将遗漏的邮件重新入队（每封最多一次）。",
+      "gap.run": "立即运行",
+      "gap.running": "正在审计…",
+      "gap.never": "尚未运行过审计。",
+      "gap.last": "最近一次审计 {time} UTC（{trigger}）：检查 {checked} 封，遗漏 {missing} 封，重新入队 {enqueued} 封。",
+      "gap.incomplete": "窗口内的邮件超出单次审计的上限；之后的运行会继续。",
+      "gap.lastFailed": "最近一次审计 {time} UTC（{trigger}）失败：{error}。",
+      "gap.done": "审计完成：检查 {checked} 封，遗漏 {missing} 封，重新入队 {enqueued} 封。",
+      "gap.failed": "审计无法运行（{reason}）。",
+      "gap.loadFailed": "无法读取最近一次审计（{reason}）。",
+      "gap.trigger.schedule": "定时",
+      "gap.trigger.api": "按请求",
+      "gap.trigger.cli": "命令行",
       "logs.title": "日志",
       "logs.refresh": "刷新日志",
       "logs.sendTitle": "发送日志",
@@ -546,8 +624,10 @@
       "dlq-msg", "biz-state", "session-expiry"].forEach(function (id) { say(id, ""); });
     ["biz-warnings", "preflight-issues", "cb-results", "dlq-list", "delivery-rows"].forEach(
       function (id) { $(id).replaceChildren(); });
+    resetPushStatus();
     resetLog("send");
     resetLog("audit");
+    resetGapAudit();
     $("send-outcome").value = "";
     $("admin").hidden = true;
   }
@@ -574,7 +654,9 @@
     loadEnabled();
     loadRuntime();
     loadBusiness();
+    loadPushStatus();
     loadDelivery();
+    loadGapAudit();
     loadLogs();
   }
 
@@ -1036,6 +1118,7 @@
       else callbackLine(t("callbacks.pushFailed", { reason: reasonOf(err) }), false);
     } finally {
       updateDirty();
+      if (session.token) loadPushStatus();
     }
   }
 
@@ -1054,6 +1137,63 @@
       if (isMissingRoute(err)) callbackLine(t("common.notAvailable", { feature: t("callbacks.push") }), false);
       else if (err.code === "push_subscription_not_found") callbackLine(t("callbacks.noSubscription"), false);
       else callbackLine(t("callbacks.disableFailed", { reason: reasonOf(err) }), false);
+    }
+    if (session.token) loadPushStatus();
+  }
+
+  // The push lifecycle as the server reads it from Redis (`GET /api/push/status`).
+  function ageText(seconds) {
+    const s = Math.max(0, Math.floor(Number(seconds) || 0));
+    if (s >= 86400) return t("callbacks.ageD", { n: Math.floor(s / 86400) });
+    if (s >= 3600) return t("callbacks.ageH", { n: Math.floor(s / 3600) });
+    if (s >= 60) return t("callbacks.ageMin", { n: Math.floor(s / 60) });
+    return t("callbacks.ageS", { n: s });
+  }
+
+  function utcText(unix) {
+    return new Date(unix * 1000).toISOString().replace("T", " ").replace(/\.\d{3}Z$/, "");
+  }
+
+  function pushStateText(status) {
+    if (status.state === "off") return t("callbacks.stateOff");
+    if (status.state === "ok") return t(status.verified ? "callbacks.stateOk" : "callbacks.stateOkUnverified");
+    const key = "callbacks.reason." + status.reason;
+    const reason = MESSAGES.en[key] !== undefined ? t(key) : String(status.label || status.reason);
+    return t("callbacks.stateDegraded", { reason: reason });
+  }
+
+  function expiryText(status) {
+    if (status.state === "off") return "—";
+    if (status.expires_at === null || status.expires_at === undefined) return t("callbacks.noExpiry");
+    const time = utcText(status.expires_at);
+    return status.expires_in_s > 0 ? t("callbacks.expiresAt", { time: time, left: ageText(status.expires_in_s) })
+      : t("callbacks.expiredAt", { time: time });
+  }
+
+  function resetPushStatus() {
+    $("cb-push-table").hidden = true;
+    ["cb-push-state", "cb-push-last", "cb-push-expires"].forEach(function (id) { $(id).textContent = "—"; });
+    say("cb-push-msg", "");
+  }
+
+  async function loadPushStatus() {
+    say("cb-push-msg", "");
+    try {
+      const status = await api("GET", "/api/push/status", undefined, true);
+      const cell = $("cb-push-state");
+      cell.textContent = pushStateText(status);
+      cell.classList.toggle("ok", status.state === "ok");
+      cell.classList.toggle("error", status.state === "degraded");
+      const age = status.last_state_change_age_s;
+      $("cb-push-last").textContent = age === null || age === undefined ? t("callbacks.never")
+        : t("callbacks.ago", { age: ageText(age) });
+      $("cb-push-expires").textContent = expiryText(status);
+      $("cb-push-table").hidden = false;
+    } catch (err) {
+      if (!session.token) return;
+      resetPushStatus();
+      say("cb-push-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("callbacks.pushStatusTitle") })
+        : t("callbacks.statusFailed", { reason: reasonOf(err) }), "error");
     }
   }
 
@@ -1140,6 +1280,65 @@
       say("dlq-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("delivery.dlq") })
         : t("delivery.dlqFailed", { reason: reasonOf(err) }), "error");
     }
+  }
+
+  // ---- 7b. gap audit: the last run (`GET /api/audit`) and "run now" (`POST /api/audit`) ----------
+  function gapTrigger(trigger) {
+    const key = "gap.trigger." + trigger;
+    return MESSAGES.en[key] !== undefined ? t(key) : String(trigger || "—");
+  }
+
+  function gapTime(unix) {
+    return new Date(Number(unix) * 1000).toISOString().replace("T", " ").replace(/\.\d{3}Z$/, "");
+  }
+
+  function showGapLast(last) {
+    if (!last) {
+      say("gap-last", t("gap.never"));
+      return;
+    }
+    const vars = { time: gapTime(last.at), trigger: gapTrigger(last.trigger) };
+    if (last.ok === false) {
+      say("gap-last", t("gap.lastFailed", Object.assign(vars, { error: last.error || "—" })), "error");
+      return;
+    }
+    let text = t("gap.last", Object.assign(vars, { checked: last.checked, missing: last.missing,
+      enqueued: last.enqueued }));
+    if (last.complete === false) text += " " + t("gap.incomplete");
+    say("gap-last", text, last.missing > 0 ? "error" : "ok");
+  }
+
+  function resetGapAudit() {
+    say("gap-last", "");
+    say("gap-msg", "");
+    $("gap-run").disabled = false;
+  }
+
+  async function loadGapAudit() {
+    try {
+      const data = await api("GET", "/api/audit", undefined, true);
+      showGapLast(data.last);
+    } catch (err) {
+      if (!session.token) return;
+      say("gap-last", isMissingRoute(err) ? t("common.notAvailable", { feature: t("gap.title") })
+        : t("gap.loadFailed", { reason: reasonOf(err) }), "error");
+    }
+  }
+
+  async function runGapAudit() {
+    $("gap-run").disabled = true;
+    say("gap-msg", t("gap.running"));
+    try {
+      const data = await api("POST", "/api/audit", undefined, true);
+      say("gap-msg", t("gap.done", data), data.missing > 0 ? "error" : "ok");
+    } catch (err) {
+      if (!session.token) return;
+      say("gap-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("gap.title") })
+        : t("gap.failed", { reason: reasonOf(err) }), "error");
+    } finally {
+      $("gap-run").disabled = false;
+    }
+    if (session.token) loadGapAudit();
   }
 
   // ---- 8. logs: newest first, paged with `before` -------------------------------------------
@@ -1258,10 +1457,12 @@
     $("tz-filter").addEventListener("input", function () { renderZones(); });
     $("cb-register").addEventListener("click", registerCallbacks);
     $("cb-disable").addEventListener("click", disablePush);
+    $("cb-push-refresh").addEventListener("click", loadPushStatus);
     $("delivery-refresh").addEventListener("click", loadDelivery);
     $("dlq-show").addEventListener("click", showDlq);
     $("dlq-replay-selected").addEventListener("click", function () { replayDlq(false); });
     $("dlq-replay-all").addEventListener("click", function () { replayDlq(true); });
+    $("gap-run").addEventListener("click", runGapAudit);
     $("logs-refresh").addEventListener("click", loadLogs);
     $("send-outcome").addEventListener("change", function () { loadLog("send", false); });
     $("send-older").addEventListener("click", function () { loadLog("send", true); });

@@ -1,10 +1,13 @@
-"""A tiny RFC-shaped JMAP responder over real HTTPS, for PushSubscription/set ONLY.
+"""A tiny RFC-shaped JMAP responder over real HTTPS, for PushSubscription/get and /set ONLY.
 
 Cyrus 3.6 does not implement PushSubscription (tests/integration/jmap/test_push.py pins that
-down), so the push register/disable/verify paths of the app talk to this server instead: it
-serves a session resource and answers PushSubscription/set as RFC 8620 §7.2 describes (the logic
-is `PushResponder` of the client tests); every other method is `unknownMethod`. Everything else
-on the mailbox side is tested against Cyrus.
+down), so the push register/disable/verify/lifecycle paths of the app talk to this server
+instead: it serves a session resource and answers PushSubscription/get and /set as RFC 8620 §7.2
+describes (the logic is `PushResponder` of the client tests: it answers the way the RFC says a
+server may, not the way our code expects, e.g. it may shorten `expires`, destroys a
+subscription at its expiry by an injected clock, and can lose everything on `restart()`);
+every other method is `unknownMethod`. Everything else on the mailbox side is tested against
+Cyrus.
 """
 
 from __future__ import annotations
@@ -21,11 +24,24 @@ from tests.peers.cyrus import CyrusServer
 
 
 class RefusingResponder(PushResponder):
-    """PushResponder that can refuse destroys (the server keeps the subscription)."""
+    """PushResponder that can refuse destroys (the server keeps the subscription), refuse
+    creates (`forbidden`, e.g. a quota), or be down altogether (every API call answers 503)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.refuse_destroy = False
+        self.refuse_creates = False
+        self.down = False
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.down and request.method == "POST":
+            return httpx.Response(503, json={"type": "urn:ietf:params:jmap:error:unavailable"})
+        return super().__call__(request)
+
+    def refuse_create(self, sub: dict[str, Any]) -> dict[str, Any] | None:
+        if self.refuse_creates:
+            return {"type": "forbidden", "description": "too many subscriptions"}
+        return super().refuse_create(sub)
 
     def _set(self, args: dict[str, Any]) -> dict[str, Any]:
         if self.refuse_destroy and args.get("destroy"):
@@ -35,8 +51,11 @@ class RefusingResponder(PushResponder):
 
 
 class PushServer:
-    def __init__(self, cyrus: CyrusServer) -> None:
-        self.responder = RefusingResponder()
+    """`RefusingResponder` over HTTPS on a loopback port, with Cyrus's test certificate (so
+    clients trust it like Cyrus). `options` go to the responder (`clock`, `max_lifetime_s`)."""
+
+    def __init__(self, cyrus: CyrusServer, **options: Any) -> None:
+        self.responder = RefusingResponder(**options)
         self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._tls.load_cert_chain(cyrus.server_cert, cyrus.server_key)
         self._server: asyncio.Server | None = None

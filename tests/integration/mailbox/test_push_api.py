@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from messageweave.store import keys
 from messageweave.store.state import sha256_hex
 from tests.conftest import closed_port, login, sample_wire
+from tests.integration.jmap.test_push import unix_of
 from tests.integration.mailbox.push_server import PushServer
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
@@ -64,7 +65,17 @@ async def test_register_creates_an_email_subscription_and_is_idempotent(
     assert await redis_client.get(keys.push_registration(digest)) == "P1"
     assert await redis_client.get(keys.push_subscription_status("P1")) == "pending"
     assert await redis_client.get(keys.PUSH_SUBSCRIPTION_ID) == "P1"
-    assert await redis_client.ttl(keys.PUSH_REGISTRATION_CURRENT) > 600_000
+    # the registration is the operator's intent: no EX (issue #11: it used to lapse after 7 d)
+    for key in (keys.PUSH_REGISTRATION_CURRENT, keys.push_registration(digest),
+                keys.PUSH_LIFECYCLE):
+        assert await redis_client.ttl(key) == -1, key
+    # an explicit expiry was asked for and the granted one is kept, with the URL to re-create
+    asked = server.responder.bodies[-1]["methodCalls"][0][1]["create"]["sub"]["expires"]
+    assert abs(unix_of(asked) - (time.time() + keys.PUSH_SUBSCRIPTION_LIFETIME_S)) < 10
+    lifecycle = await redis_client.hgetall(keys.PUSH_LIFECYCLE)
+    assert lifecycle["id"] == "P1" and lifecycle["url"] == CALLBACK
+    assert int(lifecycle["expires"]) == unix_of(sub["expires"])
+    assert "verified" not in lifecycle and "failure" not in lifecycle
     assert await redis_client.get(keys.push_register_lock(digest)) is None
 
     again = await register(client, admin, CALLBACK)
@@ -152,8 +163,24 @@ async def test_disable_destroys_the_subscription_and_forgets_it(
     assert await redis_client.get(keys.push_registration(sha256_hex(CALLBACK))) is None
     assert await redis_client.get(keys.PUSH_REGISTRATION_CURRENT) is None
     assert await redis_client.get(keys.push_subscription_status("P1")) == "disabled"
+    assert await redis_client.exists(keys.PUSH_LIFECYCLE) == 0
     again = await client.post("/api/push/disable", headers=admin, json={"callback_url": CALLBACK})
     assert_envelope(again, 404, "push_subscription_not_found")
+
+
+async def test_disable_while_the_register_lock_is_held_is_409_and_keeps_everything(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: a disable racing a maintenance pass that re-creates the subscription would
+    forget the registration while the new subscription lives on (an unmanaged orphan)."""
+    await register(client, admin, CALLBACK)
+    await redis_client.set(keys.push_register_lock(sha256_hex(CALLBACK)), "maintenance", ex=60)
+    response = await client.post("/api/push/disable", headers=admin,
+                                 json={"callback_url": CALLBACK})
+    assert_envelope(response, 409, "conflict")
+    assert list(server.responder.subscriptions) == ["P1"]
+    assert await redis_client.get(keys.push_registration(sha256_hex(CALLBACK))) == "P1"
 
 
 async def test_disable_when_the_server_refuses_is_503_and_keeps_the_mapping(

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 import redis.asyncio as aioredis
 
+from messageweave.store import keys
 from tests.conftest import ADMIN_KEY, closed_port, console_script, login
-from tests.integration.test_ready_with_peers import peer_wire
+from tests.integration.mailbox.push_server import PushServer
+from tests.integration.test_ready_with_peers import peer_wire, peer_wire_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
@@ -98,3 +103,44 @@ async def test_test_notify_sends_to_the_chosen_chat(
     assert [m.text for m in sent] == ["hello ops"]
     code, out = await run_cli("test-notify", "--chat", "6", **_env(embedded_redis_url, cyrus))
     assert code == 1 and "not in the allowlist" in out
+
+
+@pytest.fixture
+async def push_server(cyrus: CyrusServer, trust_cyrus: None) -> AsyncIterator[PushServer]:
+    async with PushServer(cyrus) as server:
+        yield server
+
+
+async def test_diagnose_shows_push_ok_then_degraded_with_a_remedy(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, embedded_redis_url: str,
+    cyrus: CyrusServer, push_server: PushServer, telegram_emulator: TelegramEmulator,
+) -> None:
+    """Bug caught (issue #11): diagnose said "registered" for a registration whose
+    subscription the server had lost; it must say degraded, why, and what to do."""
+    callback = "https://bot.example.org/push/jmap"
+    await _configure(client, peer_wire_for(push_server.url, telegram_emulator))
+    session = await login(client)
+    sub_id = (await client.post("/api/push/register", headers=session,
+                                json={"callback_url": callback})).json()["push_subscription_id"]
+    verification = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
+                    "verificationCode": push_server.responder.codes[sub_id]}
+    assert (await client.post("/push/jmap", json=verification)).status_code == 204
+    assert (await client.post("/push/jmap", json={
+        "@type": "StateChange", "changed": {"u1": {"Email": "s2"}}})).status_code == 204
+    code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
+    assert code == 0, out
+    assert f"ok   jmap push: ok (subscription {sub_id}, expires " in out, out
+    assert "last StateChange 0 s ago" in out or "last StateChange 1 s ago" in out, out
+
+    push_server.responder.restart()
+    push_server.responder.refuse_creates = True
+    await redis_client.delete(keys.PUSH_MAINTENANCE_SCHEDULE)  # the next pass, now
+    deadline = time.monotonic() + 5
+    while await redis_client.hget(keys.PUSH_LIFECYCLE, "failure") is None:
+        assert time.monotonic() < deadline, "the maintenance pass never ran"
+        await asyncio.sleep(0.05)
+    code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
+    assert code == 0, out  # a warning: mail still arrives by the degraded reconcile
+    assert "warn jmap push: degraded: subscription lost, re-create failed" in out, out
+    assert "new mail waits for the reconcile every 30 s" in out
+    assert "answers PushSubscription/get and /set" in out

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import redis.asyncio as aioredis
 
 from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
+from messageweave.store.mailbox import Registration, update_lifecycle
+from messageweave.store.state import sha256_hex
 from tests.conftest import login, sample_wire
+from tests.integration.jmap.test_push import unix_of
+from tests.integration.mailbox.push_server import PushServer
 from tests.integration.ops.conftest import debug_headers
 from tests.integration.test_envelope import assert_envelope
 from tests.integration.test_ready_with_peers import peer_wire
@@ -18,9 +23,14 @@ from tests.peers.telegram import TelegramEmulator
 
 
 def value(text: str, name: str, labels: str = "") -> float:
+    found = sample(text, name, labels)
+    return found if found is not None else 0.0
+
+
+def sample(text: str, name: str, labels: str = "") -> float | None:
     pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") + r" (\S+)"
     found = re.search("^" + pattern + "$", text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
+    return float(found.group(1)) if found else None
 
 
 async def test_metrics_need_the_worker_token_or_a_session(client: httpx.AsyncClient) -> None:
@@ -85,3 +95,47 @@ async def test_unknown_after_send_follows_the_pipeline_key(
     await redis_client.zadd(key, {"stalwart:jmap/1-0/sent": 1.0, "stalwart:jmap/2-0/sent": 2.0})
     text = (await client.get("/metrics", headers=session)).text
     assert value(text, "messageweave_unknown_after_send") == 2
+
+
+AGE = "messageweave_push_last_state_change_age_seconds"
+EXPIRY = "messageweave_push_subscription_expiry_timestamp_seconds"
+DEGRADED = "messageweave_push_degraded"
+
+
+async def test_push_metrics_show_the_last_state_change_age_and_the_expiry(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
+    trust_cyrus: None,
+) -> None:
+    """Bug caught (issue #11): nothing exported when pushes last arrived nor when the
+    subscription ends, so a dead push was invisible to monitoring. Both are read from Redis at
+    scrape time, so every instance reports the same."""
+    session = await login(client)
+    await redis_client.set(keys.PUSH_MAINTENANCE_SCHEDULE, "test", ex=600)  # no pass meddles
+    async with PushServer(cyrus) as server:
+        wire = sample_wire(jmap_session_url=server.url, reconcile_interval_s=0)
+        await client.put("/api/business-config", headers=session, json=wire)
+        await client.put("/api/enabled", headers=session, json={"enabled": True})
+        off = (await client.get("/metrics", headers=session)).text
+        assert sample(off, AGE) is None and sample(off, EXPIRY) is None  # nothing yet
+        assert sample(off, DEGRADED) == 0
+
+        registered = await client.post("/api/push/register", headers=session,
+                                       json={"callback_url": "https://bot.example.org/push"})
+        sub_id = registered.json()["push_subscription_id"]
+        granted = unix_of(server.responder.subscriptions[sub_id]["expires"])
+        text = (await client.get("/metrics", headers=session)).text
+        assert sample(text, EXPIRY) == granted and sample(text, AGE) is None
+
+        state_change = {"@type": "StateChange", "changed": {"u1": {"Email": "s2"}}}
+        assert (await client.post("/push/jmap", json=state_change)).status_code == 204
+        text = (await client.get("/metrics", headers=session)).text
+        age = sample(text, AGE)
+        assert age is not None and 0 <= age < 3
+        # it is an age computed at scrape time from the recorded arrival
+        await redis_client.set(keys.PUSH_LAST_STATE_CHANGE, str(int(time.time()) - 42))
+        age = sample((await client.get("/metrics", headers=session)).text, AGE)
+        assert age is not None and 42 <= age < 45
+
+        reg = Registration(sha256_hex("https://bot.example.org/push"), sub_id)
+        await update_lifecycle(redis_client, reg, {"failure": "recreate_failed"})
+        assert sample((await client.get("/metrics", headers=session)).text, DEGRADED) == 1

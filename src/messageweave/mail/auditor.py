@@ -1,0 +1,293 @@
+"""The gap auditor: proof that no new mail was left without its notification (issue #11).
+
+One audit:
+1. Lists the mail of the notify mailboxes (the reconcile's rule: a mailbox whose role is in
+   `notify_mailbox_roles`, and in no Drafts / Sent / Junk / Trash mailbox) received after
+   `since = max(baseline, now - audit_window_s)`, newest first, at most `AUDIT_MAX_EMAILS`.
+   The baseline (`state:jmap:baseline_at`) is the reconcile's first run: mail received before
+   it was never meant to be notified.
+2. Leaves out mail the reconcile has not reached yet: after the listing it reads the cursor
+   again and lists `Email/changes` from it (or, while the reconcile walks or must re-baseline,
+   leaves out everything received after the watermark). That mail is the reconcile's to
+   enqueue; counting it as missing would be a false alarm on every audit.
+3. Checks every other listed mail against the ledger and re-enqueues the missing ones in one
+   atomic script per batch (`messageweave.store.gaps.check_and_claim`).
+
+`run_audit` adds the reporting (metric, audit log, `audit:last`, a warning per missing mail);
+`run_auditor` is the periodic loop, once per `audit_interval_s` cluster-wide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from messageweave.aio import raise_if_cancelling
+from messageweave.api.services import Services
+from messageweave.config.service import NotConfigured
+from messageweave.mail.jmap import (
+    NEWEST_FIRST,
+    CannotCalculateChanges,
+    EmailMeta,
+    InvalidArguments,
+    JmapClient,
+)
+from messageweave.mail.reconcile import EXCLUDED_ROLES, Replay, Walk, parse_cursor
+from messageweave.ops import audit as audit_log
+from messageweave.ops.metrics import observe_gap_audit_missing
+from messageweave.store import gaps, keys
+from messageweave.store.mailbox import claim_slot
+from messageweave.store.redis import Redis
+
+log = logging.getLogger(__name__)
+
+AUDIT_MAX_EMAILS = 1000  # listed per audit; newer mail first, the rest waits for a later run
+AUDIT_PAGE_SIZE = 100
+CHANGES_WINDOW = 1000  # maxChanges per Email/changes call while looking for undiscovered mail
+CHANGES_MAX_PAGES = 10
+RECORD_MAX_IDS = 100  # email ids named in one audit-log record (the counts are always exact)
+POLL_S = 1.0
+PROPERTIES = ("mailboxIds", "receivedAt")
+
+TRIGGER_SCHEDULE = "schedule"
+TRIGGER_API = "api"
+TRIGGER_CLI = "cli"
+
+
+@dataclass
+class AuditResult:
+    """`checked`: mails compared with the ledger; `missing`: of those, owned by nobody;
+    `enqueued`: of those, re-enqueued now (a mail the auditor already re-enqueued once is only
+    reported). `undiscovered`: listed mails left to the reconcile. `complete` is False when
+    `AUDIT_MAX_EMAILS` cut the listing. `since` is None when nothing could be audited yet (no
+    reconcile first run)."""
+
+    at: int
+    since: int | None = None
+    checked: int = 0
+    missing: int = 0
+    enqueued: int = 0
+    undiscovered: int = 0
+    complete: bool = True
+    baseline_started: bool = False
+    missing_ids: list[str] = field(default_factory=list)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def answer(self) -> dict[str, int]:
+        return {"checked": self.checked, "missing": self.missing, "enqueued": self.enqueued}
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.answer(), "at": self.at, "since": self.since,
+                "undiscovered": self.undiscovered, "complete": self.complete}
+
+
+def _utc(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _listing_filter(since: int, mailbox_ids: Iterable[str]) -> dict[str, Any]:
+    boxes = [{"inMailbox": m} for m in sorted(mailbox_ids)]
+    where = boxes[0] if len(boxes) == 1 else {"operator": "OR", "conditions": boxes}
+    return {"operator": "AND", "conditions": [{"after": _utc(since)}, where]}
+
+
+@dataclass(frozen=True)
+class _Undiscovered:
+    """Mail the reconcile still has to reach: created since its cursor, or (while it walks or
+    must re-baseline) received after the watermark."""
+
+    ids: frozenset[str]
+    received_after: float | None
+
+    def holds(self, email: EmailMeta) -> bool:
+        if email.id in self.ids:
+            return True
+        return self.received_after is not None and (email.received_at or 0) > self.received_after
+
+
+class Auditor:
+    def __init__(self, redis: Redis, client: JmapClient, roles: Iterable[str], window_s: int,
+                 *, max_emails: int = AUDIT_MAX_EMAILS) -> None:
+        self.redis = redis
+        self.client = client
+        self.roles = frozenset(r.lower() for r in roles) - EXCLUDED_ROLES
+        self.window_s = window_s
+        self.max_emails = max_emails
+
+    async def run(self) -> AuditResult:
+        now = time.time()
+        result = AuditResult(at=int(now))
+        state = await gaps.read_state(self.redis)
+        if state.cursor is None:
+            return result  # no first run yet: nothing was meant to be notified
+        baseline = state.baseline
+        if baseline is None:
+            baseline = await gaps.start_baseline(self.redis, math.ceil(now))
+            result.baseline_started = True
+        result.since = max(baseline, int(now) - self.window_s)
+        if result.since >= now:
+            return result
+        notify, excluded = await self._mailboxes()
+        if not notify:
+            return result
+        listed = await self._list(result, notify)
+        pending = await self._undiscovered()
+        candidates = []
+        for email in listed:
+            if email.mailbox_ids & excluded:
+                continue
+            if pending.holds(email):
+                result.undiscovered += 1
+            else:
+                candidates.append(email.id)
+        await self._check(result, candidates)
+        return result
+
+    async def _mailboxes(self) -> tuple[frozenset[str], frozenset[str]]:
+        boxes = await self.client.mailboxes()
+        notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in self.roles)
+        excluded = frozenset(b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES)
+        return notify, excluded
+
+    async def _list(self, result: AuditResult, notify: frozenset[str]) -> list[EmailMeta]:
+        assert result.since is not None
+        where = _listing_filter(result.since, notify)
+        seen: dict[str, EmailMeta] = {}
+        position = 0
+        page_size = min(AUDIT_PAGE_SIZE, (await self.client.get_session()).max_objects_in_get)
+        while True:
+            if position >= self.max_emails:
+                more = await self.client.query_emails(where, NEWEST_FIRST, position, 1)
+                result.complete = not more.ids
+                break
+            limit = min(page_size, self.max_emails - position)
+            page = await self.client.query_and_get(where, NEWEST_FIRST, limit,
+                                                   position=position, properties=PROPERTIES)
+            for email in page.emails:  # new mail shifts later pages: an id may come twice
+                seen.setdefault(email.id, email)
+            position += len(page.ids)
+            if len(page.ids) < limit:
+                break
+        return list(seen.values())
+
+    async def _undiscovered(self) -> _Undiscovered:
+        """Read after the listing: whatever the reconcile saved by now was enqueued before it
+        saved, and anything it has not reached is in the changes from its cursor."""
+        state = await gaps.read_state(self.redis)
+        if state.cursor is None:
+            return _Undiscovered(frozenset(), -math.inf)  # reset meanwhile: a first run is next
+        parsed = parse_cursor(state.cursor)
+        if state.watermark is None and not isinstance(parsed, Replay):
+            return _Undiscovered(frozenset(), -math.inf)  # the next pass is a first run
+        mark = float(state.watermark) if state.watermark is not None else time.time()
+        if parsed is None:  # an unreadable walk cursor: the next pass walks after the watermark
+            return _Undiscovered(frozenset(), mark)
+        after = mark if isinstance(parsed, Walk) else None
+        ids: set[str] = set()
+        since = parsed.state
+        try:
+            for _ in range(CHANGES_MAX_PAGES):
+                changes = await self.client.email_changes(since, CHANGES_WINDOW)
+                ids.update(changes.created)
+                since = changes.new_state
+                if not changes.has_more:
+                    break
+            else:  # too far behind to list them all: also spare what a re-walk would reach
+                after = mark
+        except (CannotCalculateChanges, InvalidArguments):
+            after = mark  # the reconcile re-baselines: it walks what came after the watermark
+        return _Undiscovered(frozenset(ids), after)
+
+    async def _check(self, result: AuditResult, email_ids: list[str]) -> None:
+        verdicts = await gaps.check_and_claim(self.redis, self.client.account_id, email_ids)
+        result.checked = len(verdicts)
+        for verdict in verdicts:
+            if not verdict.missing:
+                continue
+            result.missing += 1
+            result.missing_ids.append(verdict.email_id)
+            result.reasons[verdict.detail] = result.reasons.get(verdict.detail, 0) + 1
+            if verdict.entry_id is not None:
+                result.enqueued += 1
+                log.warning("gap audit: mail %s was missing (%s); re-enqueued as %s",
+                            verdict.email_id, verdict.detail, verdict.entry_id)
+            else:
+                log.warning("gap audit: mail %s is missing (%s) again after the auditor "
+                            "re-enqueued it once; not re-enqueued", verdict.email_id,
+                            verdict.detail)
+
+
+async def audit(redis: Redis, client: JmapClient, roles: Iterable[str], window_s: int,
+                *, max_emails: int = AUDIT_MAX_EMAILS) -> AuditResult:
+    """One audit of `client`'s account (JMAP and Redis errors propagate)."""
+    return await Auditor(redis, client, roles, window_s, max_emails=max_emails).run()
+
+
+# ---------------------------------------------------------------------------------- service
+
+
+async def run_audit(svc: Services, trigger: str) -> AuditResult:
+    """One audit with the live configuration, then its report: the missing-mail counter, a
+    `gap_audit` audit-log record (always for `api`/`cli`, for `schedule` only when mail was
+    missing) and `audit:last`. NotConfigured, JmapError and RedisError propagate (a failed
+    run is still recorded in `audit:last` when Redis answers)."""
+    cfg = svc.config.config
+    try:
+        if cfg is None:
+            raise NotConfigured
+        client = await svc.config.jmap()
+        result = await audit(svc.redis, client, cfg.notify_mailbox_roles, cfg.audit_window_s)
+    except Exception as exc:
+        raise_if_cancelling()
+        try:
+            await gaps.save_last(svc.redis, {"at": int(time.time()), "trigger": trigger,
+                                             "ok": False, "error": type(exc).__name__})
+        except RedisError:
+            pass
+        raise
+    for reason, count in result.reasons.items():
+        observe_gap_audit_missing(reason, count)
+    if result.missing:
+        log.warning("gap audit: %d missing mail(s), %d re-enqueued", result.missing,
+                    result.enqueued)
+    await gaps.save_last(svc.redis, {**result.summary(), "trigger": trigger, "ok": True})
+    if trigger != TRIGGER_SCHEDULE or result.missing:
+        await audit_log.record_audit(
+            svc, audit_log.GAP_AUDIT, trigger=trigger, **result.answer(),
+            complete=result.complete, email_ids=result.missing_ids[:RECORD_MAX_IDS],
+        )
+    return result
+
+
+async def run_auditor(svc: Services) -> None:
+    """Audit once per `audit_interval_s`, cluster-wide, until cancelled (started by the app
+    lifespan). Nothing runs while the switch is off, no configuration is live or the interval
+    is 0."""
+    while True:
+        try:
+            await _tick(svc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a Redis or JMAP hiccup must never stop the loop
+            raise_if_cancelling()
+            log.warning("periodic gap audit failed: %s", type(exc).__name__)
+        raise_if_cancelling()
+        await asyncio.sleep(POLL_S)
+
+
+async def _tick(svc: Services) -> None:
+    cfg = svc.config.config
+    if cfg is None or svc.config.runtime is None or cfg.audit_interval_s <= 0:
+        return
+    if not await svc.store.enabled():
+        return
+    if await claim_slot(svc.redis, keys.AUDIT_SCHEDULE, cfg.audit_interval_s):
+        await run_audit(svc, TRIGGER_SCHEDULE)

@@ -1,0 +1,358 @@
+"""The push lifecycle (issue #11: push died silently after a week): the subscription is kept
+alive, re-created when the server loses it, and reported as `degraded` when it cannot be; while
+degraded the scheduler reconciles on its own.
+
+The JMAP server for push is the RFC-shaped responder of push_server.py over real HTTPS (Cyrus
+3.6 has no PushSubscription); its clock is injected, so expiry is driven without sleeping.
+Maintenance passes that depend on that clock are run directly (`push.maintain(now=...)`) while
+the app's own maintenance slot is held, so the app's real-time pass cannot interleave; the
+scheduler tests use the app's own loop. Redis is real; the degraded-reconcile test reads real
+mail from Cyrus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from messageweave.mail import push
+from messageweave.mail.jmap import JmapClient
+from messageweave.store import keys
+from messageweave.store.mailbox import Registration, record_registration
+from messageweave.store.state import sha256_hex
+from tests.conftest import closed_port, login, sample_wire
+from tests.integration.jmap.test_push import DAY, FakeClock, unix_of
+from tests.integration.mailbox.conftest import Mailbox, enqueued
+from tests.integration.mailbox.push_server import PushServer
+from tests.integration.mailbox.test_reconcile_api import AUTH, configure, mailbox_wire
+from tests.peers.cyrus import CyrusServer
+
+CALLBACK = "https://bot.example.org/push/jmap"
+DIGEST = sha256_hex(CALLBACK)
+REGISTRATION_KEYS = (keys.PUSH_REGISTRATION_CURRENT, keys.push_registration(DIGEST),
+                     keys.PUSH_LIFECYCLE)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def server(
+    cyrus: CyrusServer, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[PushServer]:
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+    async with PushServer(cyrus, clock=clock) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def jmap(server: PushServer, cyrus: CyrusServer) -> AsyncIterator[JmapClient]:
+    """Our JMAP client for the responder, for maintenance passes run by the test itself."""
+    async with JmapClient(server.url, "alice", "pw", ca_file=cyrus.ca_file, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture
+async def admin(client: httpx.AsyncClient, server: PushServer) -> dict[str, str]:
+    """The app configured for the responder and switched on (no periodic reconcile)."""
+    headers = await login(client)
+    wire = sample_wire(jmap_session_url=server.url, reconcile_interval_s=0,
+                       telegram_api_base_url=f"http://127.0.0.1:{closed_port()}")
+    saved = await client.put("/api/business-config", headers=headers, json=wire)
+    assert saved.json()["runtime_applied"] is True, saved.text
+    assert (await client.put("/api/enabled", headers=headers,
+                             json={"enabled": True})).status_code == 200
+    return headers
+
+
+async def hold_maintenance_slot(redis: aioredis.Redis) -> None:
+    """The app's scheduler skips maintenance while this slot is taken: the test runs it."""
+    await redis.set(keys.PUSH_MAINTENANCE_SCHEDULE, "test", ex=3600)
+
+
+async def register_and_verify(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer
+) -> str:
+    answer = await client.post("/api/push/register", headers=admin,
+                               json={"callback_url": CALLBACK})
+    sub_id: str = answer.json()["push_subscription_id"]
+    await verify(client, server, sub_id)
+    return sub_id
+
+
+async def verify(client: httpx.AsyncClient, server: PushServer, sub_id: str) -> None:
+    """What the callback URL would receive from the server right after the create."""
+    body = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
+            "verificationCode": server.responder.codes[sub_id]}
+    response = await client.post("/push/jmap", json=body)
+    assert response.status_code == 204, response.text
+
+
+def state_change() -> dict[str, object]:
+    return {"@type": "StateChange", "changed": {"u1": {"Email": "s9"}}}
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not await check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def status(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, object]:
+    response = await client.get("/api/push/status", headers=admin)
+    assert response.status_code == 200, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+# ------------------------------------------------------------------------------ renewal
+
+
+async def test_an_approaching_expiry_is_extended_and_push_outlives_the_old_seven_days(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
+    clock: FakeClock, redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught (issue #11): nothing renewed the subscription nor the registration keys, so
+    after 7 days every StateChange was answered 401 and mail waited for reconcile."""
+    await hold_maintenance_slot(redis_client)
+    sub_id = await register_and_verify(client, admin, server)
+    first_expiry = unix_of(server.responder.subscriptions[sub_id]["expires"])
+    start = clock.now
+
+    clock.now = start + 4 * DAY  # 3 days left of 7: more than a third, nothing to do yet
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "ok"
+    assert unix_of(server.responder.subscriptions[sub_id]["expires"]) == first_expiry
+
+    clock.now = start + 5.5 * DAY  # 1.5 days left: renewed well before the end
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "renewed"
+    [(name, args, _)] = server.responder.bodies[-1]["methodCalls"]
+    assert name == "PushSubscription/set" and list(args["update"][sub_id]) == ["expires"]
+    renewed = unix_of(server.responder.subscriptions[sub_id]["expires"])
+    assert renewed == int(clock.now) + keys.PUSH_SUBSCRIPTION_LIFETIME_S
+    assert int(await redis_client.hget(keys.PUSH_LIFECYCLE, "expires")) == renewed
+
+    clock.now = start + 8 * DAY  # past the old expiry and the old 7-day key TTL
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "ok"
+    assert sub_id in server.responder.subscriptions
+    for key in REGISTRATION_KEYS:
+        assert await redis_client.ttl(key) == -1, key  # no EX: nothing lapses after a week
+    assert (await push.health(redis_client, clock.now)).label == "ok"
+    response = await client.post("/push/jmap", json=state_change())
+    assert response.status_code == 204, response.text
+
+
+async def test_a_server_that_grants_less_is_renewed_on_its_own_terms(
+    cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch, client: httpx.AsyncClient,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: storing the expiry we asked for (7 d) when the server granted 2 d (RFC 8620
+    §7.2 lets it), which would schedule the renewal days after the subscription is gone."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+    clock = FakeClock()
+    async with PushServer(cyrus, clock=clock, max_lifetime_s=2 * DAY) as server, \
+            JmapClient(server.url, "alice", "pw", ca_file=cyrus.ca_file, timeout=10) as jmap:
+        async def connect() -> JmapClient:
+            return jmap
+
+        await push.register(redis_client, connect, CALLBACK, "req", now=clock.now)
+        granted = int(clock.now) + 2 * DAY
+        assert int(await redis_client.hget(keys.PUSH_LIFECYCLE, "expires")) == granted
+        clock.now += 1.2 * DAY  # 0.8 d left of 2: more than a third
+        assert await push.maintain(redis_client, jmap, now=clock.now) == "ok"
+        clock.now += 0.3 * DAY  # 0.5 d left: less than a third
+        assert await push.maintain(redis_client, jmap, now=clock.now) == "renewed"
+        assert int(await redis_client.hget(keys.PUSH_LIFECYCLE, "expires")) == (
+            int(clock.now) + 2 * DAY)
+
+
+# ------------------------------------------------------------------------------ loss
+
+
+async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: a JMAP server restart dropped the subscription and nothing noticed; the
+    registration kept pointing at an id the server no longer knew."""
+    old = await register_and_verify(client, admin, server)
+    await eventually(lambda: redis_client.exists(keys.PUSH_MAINTENANCE_SCHEDULE),
+                     3, "the scheduler never ran a maintenance pass")
+    server.responder.restart()
+    calls = len(server.responder.bodies)
+    await redis_client.delete(keys.PUSH_MAINTENANCE_SCHEDULE)  # the next pass, now not in 60 s
+
+    async def recreated() -> bool:
+        return await redis_client.hget(keys.PUSH_LIFECYCLE, "id") not in (None, old)
+
+    await eventually(recreated, 3, "the lost subscription was never re-created")
+    new = await redis_client.hget(keys.PUSH_LIFECYCLE, "id")
+    assert server.responder.methods()[calls:] == ["PushSubscription/get", "PushSubscription/set"]
+    sub = server.responder.subscriptions[new]
+    assert sub["url"] == CALLBACK and sub["types"] == ["Email"]
+    assert await redis_client.get(keys.PUSH_REGISTRATION_CURRENT) == f"{DIGEST}:{new}"
+    assert await redis_client.get(keys.push_registration(DIGEST)) == new
+    assert await redis_client.get(keys.push_subscription_status(old)) == "disabled"
+    assert (await status(client, admin))["verified"] is False  # a new one: verify again
+    await verify(client, server, new)
+    body = await status(client, admin)
+    expires_in = body.pop("expires_in_s")
+    assert isinstance(expires_in, int) and expires_in > keys.PUSH_SUBSCRIPTION_LIFETIME_S - 60
+    assert body == {
+        "state": "ok", "label": "ok", "reason": None, "subscription_id": new, "verified": True,
+        "expires_at": unix_of(sub["expires"]), "last_state_change_at": None,
+        "last_state_change_age_s": None}
+
+
+async def test_a_lost_subscription_that_cannot_be_recreated_is_degraded_until_it_can(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
+    clock: FakeClock, redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: `/ready` said `"push": true` whatever happened; a lost subscription the
+    server refuses to re-create must show as degraded, and recover by itself."""
+    await hold_maintenance_slot(redis_client)
+    await register_and_verify(client, admin, server)
+    server.responder.restart()
+    server.responder.refuse_creates = True
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "failed"
+    body = await status(client, admin)
+    assert (body["state"], body["reason"]) == ("degraded", "recreate_failed")
+    assert body["label"] == "degraded: subscription lost, re-create failed"
+
+    server.responder.refuse_creates = False
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "recreated"
+    body = await status(client, admin)
+    assert (body["state"], body["reason"]) == ("ok", None)
+
+
+async def test_an_unreachable_server_is_degraded_and_clears_on_the_next_good_pass(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
+    clock: FakeClock, redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: a subscription nobody can check being reported as working."""
+    await hold_maintenance_slot(redis_client)
+    sub_id = await register_and_verify(client, admin, server)
+    server.responder.down = True
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "failed"
+    assert (await push.health(redis_client, clock.now)).label == "degraded: server check failed"
+    server.responder.down = False
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "ok"
+    health = await push.health(redis_client, clock.now)
+    assert (health.label, health.subscription_id) == ("ok", sub_id)
+
+
+async def test_an_expired_or_unverified_subscription_is_degraded(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, clock: FakeClock,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: a subscription that can no longer push (past `expires`) or never could
+    (no PushVerification arrived) reported as working."""
+    await hold_maintenance_slot(redis_client)
+    answer = await client.post("/api/push/register", headers=admin,
+                               json={"callback_url": CALLBACK})
+    sub_id = answer.json()["push_subscription_id"]
+    within = await push.health(redis_client, clock.now + keys.PUSH_VERIFY_DEADLINE_S - 5)
+    assert within.label == "ok" and within.verified is False  # verification is on its way
+    late = await push.health(redis_client, clock.now + keys.PUSH_VERIFY_DEADLINE_S + 5)
+    assert late.label == "degraded: subscription not verified in time"
+    await verify(client, server, sub_id)
+    expires = unix_of(server.responder.subscriptions[sub_id]["expires"])
+    assert (await push.health(redis_client, expires - 1)).label == "ok"
+    assert (await push.health(redis_client, expires)).label == "degraded: subscription expired"
+
+
+async def test_a_registration_without_a_callback_url_is_degraded_until_registered_again(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
+    clock: FakeClock, redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: a registration made before the lifecycle existed (no stored URL) cannot be
+    re-created; it must say so, and registering the same URL again must repair it."""
+    await hold_maintenance_slot(redis_client)
+    await record_registration(redis_client, Registration(DIGEST, "P-old"))  # the old layout
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "failed"
+    health = await push.health(redis_client, clock.now)
+    assert health.label == "degraded: subscription lost, callback URL unknown"
+    again = await client.post("/api/push/register", headers=admin,
+                              json={"callback_url": CALLBACK})
+    assert again.json() == {"push_subscription_id": "P-old", "idempotent": True}
+    assert await push.maintain(redis_client, jmap, now=clock.now) == "recreated"
+    assert list(server.responder.subscriptions) == [
+        await redis_client.hget(keys.PUSH_LIFECYCLE, "id")]
+
+
+async def test_a_state_change_is_timed_for_the_last_state_change_age(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: nothing recorded when pushes last arrived, so silence looked like health."""
+    await hold_maintenance_slot(redis_client)
+    await register_and_verify(client, admin, server)
+    assert (await status(client, admin))["last_state_change_at"] is None
+    before = int(time.time())
+    assert (await client.post("/push/jmap", json=state_change())).status_code == 204
+    body = await status(client, admin)
+    assert isinstance(body["last_state_change_at"], int)
+    assert before <= body["last_state_change_at"] <= time.time()
+    assert body["last_state_change_age_s"] in (0, 1)
+    # a StateChange for another account is refused and not recorded
+    await redis_client.delete(keys.PUSH_LAST_STATE_CHANGE)
+    other = {"@type": "StateChange", "changed": {"someone-else": {"Email": "x"}}}
+    assert (await client.post("/push/jmap", json=other)).status_code == 403
+    assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is None
+
+
+# ------------------------------------------------------------------------------ degraded
+
+
+async def test_while_degraded_the_scheduler_reconciles_every_degraded_interval_on_its_own(
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bug caught (issue #11): with `reconcile_interval_s = 0` and push dead, mail waited
+    forever. Here Cyrus cannot keep a subscription at all (no PushSubscription/get), so a
+    registration is degraded, and the scheduler reconciles every
+    `degraded_reconcile_interval_s` = 10 s with no cron and no push."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+    interval = 10
+    await configure(client, mailbox_wire(cyrus, mailbox, reconcile_interval_s=0,
+                                         degraded_reconcile_interval_s=interval))
+    assert (await client.post("/reconcile", headers=AUTH)).status_code == 204  # the baseline
+    first = cyrus.append(user=mailbox.user, subject="while push is degraded 1")
+    await record_registration(redis_client, Registration(DIGEST, "P-cyrus"), url=CALLBACK,
+                              expires=int(time.time()) + DAY, now=time.time())
+
+    async def seen(email_id: str) -> bool:
+        return email_id in await enqueued(redis_client)
+
+    await eventually(lambda: seen(first.email_id), 5, "no reconcile pass while degraded")
+    health = await push.health(redis_client, time.time())
+    assert health.label == "degraded: server check failed"
+    assert 0 < await redis_client.ttl(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE) <= interval
+    after_first = time.monotonic()
+    second = cyrus.append(user=mailbox.user, subject="while push is degraded 2")
+    await eventually(lambda: seen(second.email_id), interval + 4,
+                     "no second pass within the degraded interval")
+    # the next pass waited for the interval (a slot, not a hot loop)
+    assert time.monotonic() - after_first > interval / 2
+    assert await redis_client.get(keys.RECONCILE_SCHEDULE) is None  # not the periodic schedule
+    assert await enqueued(redis_client) == [first.email_id, second.email_id]
+
+
+async def test_push_that_works_adds_no_reconcile_passes(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: reconciling on the degraded schedule while push is fine (wasted passes)."""
+    await register_and_verify(client, admin, server)
+    await eventually(lambda: redis_client.exists(keys.PUSH_MAINTENANCE_SCHEDULE),
+                     3, "the scheduler never ran a maintenance pass")
+    await asyncio.sleep(1.5)
+    assert (await push.health(redis_client, time.time())).label == "ok"
+    assert await redis_client.exists(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE) == 0
