@@ -7,6 +7,7 @@ business configuration, so they work next to (or instead of) running instances.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 from collections.abc import AsyncIterator
@@ -14,7 +15,9 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 import typer
+from redis.exceptions import RedisError
 
+from messageweave.aio import cancel
 from messageweave.api.services import Services
 from messageweave.config.service import ConfigService
 from messageweave.pipeline import service
@@ -24,6 +27,8 @@ from messageweave.store import keys
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
 from messageweave.version import build_version
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 dlq_app = typer.Typer(help="List and replay dead-lettered events.", no_args_is_help=True)
 
@@ -49,19 +54,40 @@ async def _services() -> AsyncIterator[Services]:
 async def _drain(loop: bool, batch: int) -> None:
     async with _services() as svc:
         if loop:
-            reload = asyncio.create_task(svc.config.run_reload_loop())
-            worker = asyncio.create_task(Worker(svc).run())
-            # SIGTERM: stop like Ctrl-C (in-flight entries released, heartbeat dropped).
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.cancel)
-            try:
-                await worker
-            except asyncio.CancelledError:
-                pass
-            finally:
-                reload.cancel()
-        else:
-            result = await Worker(svc).drain_once(batch)
-            typer.echo(json.dumps({"processed": result.processed, "outcomes": result.outcomes}))
+            await _run_until_stopped(svc)
+            return
+        worker = Worker(svc)
+        try:
+            result = await worker.drain_once(batch)
+        finally:
+            # Done: whatever is left pending (a retry, a busy entry) is claimable at once.
+            with contextlib.suppress(RedisError, OSError):
+                await worker.streams.stop_beating(worker.consumer)
+        typer.echo(json.dumps({"processed": result.processed, "outcomes": result.outcomes}))
+
+
+async def _run_until_stopped(svc: Services) -> None:
+    """The continuous worker until SIGINT or SIGTERM, then a clean stop (in-flight entries
+    released, heartbeat dropped).
+
+    Both signals get our own handler that sets an event: a process started in the background
+    by a non-interactive shell inherits SIGINT as *ignored*, so Python's Ctrl-C handling (and
+    asyncio.run's) never runs there and a SIGINT would otherwise be lost (issue #11)."""
+    stop = asyncio.Event()
+    running = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        running.add_signal_handler(sig, stop.set)
+    reload = asyncio.create_task(svc.config.run_reload_loop(), name="config-reload")
+    worker = asyncio.create_task(Worker(svc).run(), name="worker")
+    stopped = asyncio.create_task(stop.wait(), name="stop-signal")
+    try:
+        await asyncio.wait([worker, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for sig in STOP_SIGNALS:
+            running.remove_signal_handler(sig)
+        await cancel(worker)
+        await cancel(stopped)
+        await cancel(reload)
 
 
 def drain(

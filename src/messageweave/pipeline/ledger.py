@@ -1,37 +1,61 @@
-"""The durable delivery ledger (SPEC D.1): committed → inflight → intent → send → receipt.
+"""The durable delivery ledger (SPEC D.1): terminal record, lease, intent, receipt.
 
-For each stream entry:
-1. `delivery:committed:{stream}:{id}` exists → already delivered: just XACK.
-2. `delivery:inflight:{stream}:{id}` (60 s) is claimed, or someone else is working on it.
-3. Before every Telegram call the intent `delivery:intent:{stream}:{id}` is marked `sending`
-   with the progress (reply index, chunks done). A known failure marks it `failed`.
-4. Success commits the receipt (Telegram message ids), deletes inflight/intent/retry and XACKs,
-   in one script. A failure runs `retry_or_dlq` (one script).
+The state machine is `docs/reference.md` §1.3.1. For each stream entry:
+1. `delivery:committed:{stream}:{id}` exists → the entry is finished (delivered, dead-lettered,
+   outcome unknown, or skipped): `BEGIN` acks it and the attempt stops.
+2. Otherwise `BEGIN` takes the lease `delivery:inflight:{stream}:{id}` for this attempt: a random
+   token plus the consumer name. A lease held by a live consumer (heartbeat present) is never
+   taken over, not even when the consumer name is ours (another attempt of this process).
+3. Before every Telegram call, `MARK` checks that the lease still holds this attempt's token and,
+   in the same script, marks the intent `sending` with the progress (the fence: a mismatch
+   raises `LeaseLost` and nothing is sent). A known failure marks it `failed`; only a failure
+   that may have reached Telegram leaves it `sending`.
+4. Success commits the terminal record with the Telegram message ids (whatever the lease says:
+   a sent message gets its receipt), deletes lease/intent/retry and XACKs, in one script. A
+   failure runs `RETRY_OR_DLQ` (one script, fenced): a retry releases the lease, a dead letter
+   writes the terminal record and XACKs.
 
-An intent still `sending` when an entry is picked up again means an earlier attempt died between
-the send and the commit: an `unknown_after_send` record is written to
-`delivery:unknown_after_send` and the configured policy decides (resend or not).
+Every script that XACKs an entry leaves its terminal record in the same script, so an entry is
+always either finished (terminal record) or still owned by the stream and its group.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 
-# KEYS: committed, inflight, intent, retry_due
-# ARGV: consumer, inflight ttl, entry id, heartbeat key prefix
-# → {'committed'} | {'busy'} | {'go', intent field/value pairs...}
-# An inflight claim whose holder has no heartbeat any more (a killed process) is taken over.
+DELIVERED = "delivered"
+DEAD_LETTER = "dead_letter"
+UNKNOWN = "unknown"
+SKIPPED = "skipped"  # reserved: a deliberate skip (written by a rules feature, not yet here)
+TERMINAL_STATES = (DELIVERED, DEAD_LETTER, UNKNOWN, SKIPPED)
+
+# KEYS: committed, inflight, intent, retry_due, stream
+# ARGV: lease, lease ttl, entry id, heartbeat key prefix, group, busy retry due (ms)
+# → {'terminal', record} (acked here) | {'busy'} (due again later) | {'go', intent pairs...}
+# A lease is `{token} {consumer}`; one whose consumer has no heartbeat any more (a killed
+# process) is taken over. A bare consumer name (a lease from before tokens) reads the same.
 BEGIN = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'committed'} end
+local record = redis.call('GET', KEYS[1])
+if record then
+  redis.call('XACK', KEYS[5], ARGV[5], ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+  return {'terminal', record}
+end
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  local holder = redis.call('GET', KEYS[2])
-  if holder ~= ARGV[1] and redis.call('EXISTS', ARGV[4] .. holder) == 1 then
-    return {'busy'}
+  local held = redis.call('GET', KEYS[2])
+  if held then
+    local holder = string.match(held, '^%x+ (.+)$') or held
+    if redis.call('EXISTS', ARGV[4] .. holder) == 1 then
+      redis.call('ZADD', KEYS[4], ARGV[6], ARGV[3])
+      return {'busy'}
+    end
   end
   redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
 end
@@ -41,8 +65,46 @@ for _, v in ipairs(redis.call('HGETALL', KEYS[3])) do out[#out + 1] = v end
 return out
 """
 
+# KEYS: inflight, intent
+# ARGV: lease, lease ttl, consumer, state (sending/failed), reply, chunk, now, intent ttl
+# → 1 when written (and the lease extended), 0 when the lease is not ours (nothing written).
+MARK = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], 'consumer', ARGV[3], 'state', ARGV[4], 'reply', ARGV[5],
+  'chunk', ARGV[6], 'at', ARGV[7])
+redis.call('HDEL', KEYS[2], 'resolution')
+redis.call('EXPIRE', KEYS[2], ARGV[8])
+return 1
+"""
+
+# KEYS: inflight, intent   ARGV: lease, resolution
+# An intent left `sending` whose outcome the policy already settled (`resent`): the next
+# attempt resumes from its progress without flagging it again.
+RESOLVE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], 'resolution', ARGV[2])
+return 1
+"""
+
+# KEYS: inflight   ARGV: lease, lease ttl → 1 renewed, 0 not ours any more
+RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('EXPIRE', KEYS[1], ARGV[2])
+"""
+
+# KEYS: inflight, retry_due   ARGV: lease, entry id, due ms
+# Give the entry back (shutdown): due again at once, only if the lease is still ours.
+RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+return 1
+"""
+
 # KEYS: committed, inflight, intent, retry counter, retry_due, stream
-# ARGV: receipt, committed ttl, group, entry id
+# ARGV: terminal record (JSON), committed ttl, group, entry id
 COMMIT = """
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
@@ -51,17 +113,21 @@ redis.call('XACK', KEYS[6], ARGV[3], ARGV[4])
 return 1
 """
 
-# KEYS: retry counter, stream, dlq, inflight, retry_due, intent
+# KEYS: retry counter, stream, dlq, inflight, retry_due, intent, committed
 # ARGV: group, entry id, max attempts, retry ttl, permanent (0/1), due ms, payload,
-#       failure class, reason, failed_at, dlq maxlen
-# → {1, attempts} when dead-lettered (and acked), {0, attempts} when scheduled for a retry.
+#       failure class, reason, failed_at, dlq maxlen, lease, committed ttl
+# → {1, attempts} dead-lettered (terminal record written, acked), {0, attempts} scheduled for a
+#   retry (lease released), {-1, 0} the lease is not ours (nothing written).
 RETRY_OR_DLQ = """
+if redis.call('GET', KEYS[4]) ~= ARGV[12] then return {-1, 0} end
 local n = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 if ARGV[5] == '1' or n >= tonumber(ARGV[3]) then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[11], '*', 'payload', ARGV[7],
+  local dlq_id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[11], '*', 'payload', ARGV[7],
     'source_id', ARGV[2], 'failure_class', ARGV[8], 'reason', ARGV[9], 'attempts', n,
     'failed_at', ARGV[10])
+  redis.call('SET', KEYS[7], cjson.encode({state = 'dead_letter', dlq_id = dlq_id,
+    failure_class = ARGV[8], attempts = n, at = tonumber(ARGV[10])}), 'EX', ARGV[13])
   redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
   redis.call('DEL', KEYS[1], KEYS[4], KEYS[6])
   redis.call('ZREM', KEYS[5], ARGV[2])
@@ -75,6 +141,23 @@ return {0, n}
 DLQ_MAXLEN = 10_000
 
 
+class LeaseLost(Exception):
+    """The attempt's lease holds another token now: stop without sending."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One attempt's hold on one entry; `value` is what `delivery:inflight` holds."""
+
+    stream: str
+    entry_id: str
+    value: str
+
+    @property
+    def inflight_key(self) -> str:
+        return keys.delivery_inflight(self.stream, self.entry_id)
+
+
 @dataclass(frozen=True)
 class Progress:
     """How far an entry's sends got: replies fully sent, chunks of the next one sent."""
@@ -85,81 +168,117 @@ class Progress:
 
 @dataclass(frozen=True)
 class Begin:
-    state: str  # "committed" | "busy" | "go"
+    state: str  # "terminal" | "busy" | "go"
+    lease: Lease | None = None
     progress: Progress = Progress()
     unknown_after_send: bool = False
+    terminal: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Outcome:
     dead_lettered: bool
     attempts: int
+    fenced: bool = False
+
+
+def terminal_record(state: str, **details: Any) -> dict[str, Any]:
+    return {"state": state, **details, "at": int(time.time())}
+
+
+def _parse_record(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        return {"state": DELIVERED}
+    value.setdefault("state", DELIVERED)  # a receipt from before terminal states
+    return value
 
 
 class Ledger:
-    def __init__(self, redis: Redis, consumer: str) -> None:
+    def __init__(self, redis: Redis, consumer: str,
+                 lease_ttl_s: int = keys.INFLIGHT_TTL_S) -> None:
         self.redis = redis
         self.consumer = consumer
+        self.lease_ttl_s = lease_ttl_s
+
+    @property
+    def renew_every_s(self) -> float:
+        return self.lease_ttl_s / 3
 
     async def begin(self, stream: str, entry_id: str) -> Begin:
+        lease = Lease(stream, entry_id, f"{secrets.token_hex(16)} {self.consumer}")
+        busy_due = int((time.time() + self.lease_ttl_s) * 1000)
         reply = await self.redis.eval(
-            BEGIN, 4, keys.delivery_committed(stream, entry_id),
-            keys.delivery_inflight(stream, entry_id), keys.delivery_intent(stream, entry_id),
-            keys.retry_due(stream), self.consumer, keys.INFLIGHT_TTL_S, entry_id,
-            keys.WORKER_HEARTBEAT_PREFIX,
+            BEGIN, 5, keys.delivery_committed(stream, entry_id), lease.inflight_key,
+            keys.delivery_intent(stream, entry_id), keys.retry_due(stream), stream,
+            lease.value, self.lease_ttl_s, entry_id, keys.WORKER_HEARTBEAT_PREFIX,
+            keys.CONSUMER_GROUP, busy_due,
         )
         state = str(reply[0])
+        if state == "terminal":
+            return Begin(state, terminal=_parse_record(str(reply[1])))
         if state != "go":
             return Begin(state)
         intent = {str(reply[i]): str(reply[i + 1]) for i in range(1, len(reply) - 1, 2)}
         progress = Progress(int(intent.get("reply", 0)), int(intent.get("chunk", 0)))
-        return Begin("go", progress, intent.get("state") == "sending")
+        unknown = intent.get("state") == "sending" and "resolution" not in intent
+        return Begin("go", lease, progress, unknown)
 
-    async def mark(self, stream: str, entry_id: str, progress: Progress, state: str) -> None:
-        """Record the intent (`sending`, before a Telegram call) or a known outcome (`failed`)."""
-        key = keys.delivery_intent(stream, entry_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"consumer": self.consumer, "state": state,
-                                    "reply": progress.reply, "chunk": progress.chunk,
-                                    "at": int(time.time())})
-            pipe.expire(key, keys.INTENT_TTL_S)
-            pipe.expire(keys.delivery_inflight(stream, entry_id), keys.INFLIGHT_TTL_S)
-            await pipe.execute()
+    async def mark(self, lease: Lease, progress: Progress, state: str) -> None:
+        """The fence: record the intent (`sending` before a Telegram call, `failed` after a
+        known failure) only while the lease is ours; otherwise raise `LeaseLost`."""
+        written = await self.redis.eval(
+            MARK, 2, lease.inflight_key, keys.delivery_intent(lease.stream, lease.entry_id),
+            lease.value, self.lease_ttl_s, self.consumer, state, progress.reply,
+            progress.chunk, int(time.time()), keys.INTENT_TTL_S,
+        )
+        if not int(written):
+            raise LeaseLost
 
-    async def commit(self, stream: str, entry_id: str, receipt: dict[str, object]) -> None:
+    async def resolve(self, lease: Lease, resolution: str) -> None:
+        await self.redis.eval(RESOLVE, 2, lease.inflight_key,
+                              keys.delivery_intent(lease.stream, lease.entry_id),
+                              lease.value, resolution)
+
+    async def renew(self, lease: Lease) -> bool:
+        return bool(int(await self.redis.eval(RENEW, 1, lease.inflight_key, lease.value,
+                                              self.lease_ttl_s)))
+
+    async def commit(self, lease: Lease, record: dict[str, Any]) -> None:
+        """Write the terminal record and ack. Not fenced: what was sent gets its receipt."""
+        stream, entry_id = lease.stream, lease.entry_id
         await self.redis.eval(
-            COMMIT, 6, keys.delivery_committed(stream, entry_id),
-            keys.delivery_inflight(stream, entry_id), keys.delivery_intent(stream, entry_id),
-            keys.retry_counter(stream, entry_id), keys.retry_due(stream), stream,
-            json.dumps(receipt, separators=(",", ":")), keys.COMMITTED_TTL_S,
+            COMMIT, 6, keys.delivery_committed(stream, entry_id), lease.inflight_key,
+            keys.delivery_intent(stream, entry_id), keys.retry_counter(stream, entry_id),
+            keys.retry_due(stream), stream,
+            json.dumps(record, separators=(",", ":")), keys.COMMITTED_TTL_S,
             keys.CONSUMER_GROUP, entry_id,
         )
 
     async def retry_or_dlq(
-        self, stream: str, entry_id: str, *, payload: str, failure_class: str, reason: str,
+        self, lease: Lease, *, payload: str, failure_class: str, reason: str,
         max_attempts: int, permanent: bool, delay_s: float,
     ) -> Outcome:
+        stream, entry_id = lease.stream, lease.entry_id
         now = time.time()
         reply = await self.redis.eval(
-            RETRY_OR_DLQ, 6, keys.retry_counter(stream, entry_id), stream, keys.dlq(stream),
-            keys.delivery_inflight(stream, entry_id), keys.retry_due(stream),
-            keys.delivery_intent(stream, entry_id),
+            RETRY_OR_DLQ, 7, keys.retry_counter(stream, entry_id), stream, keys.dlq(stream),
+            lease.inflight_key, keys.retry_due(stream), keys.delivery_intent(stream, entry_id),
+            keys.delivery_committed(stream, entry_id),
             keys.CONSUMER_GROUP, entry_id, max(1, max_attempts), keys.RETRY_TTL_S,
             "1" if permanent else "0", int((now + delay_s) * 1000), payload, failure_class,
-            reason, int(now), DLQ_MAXLEN,
+            reason, int(now), DLQ_MAXLEN, lease.value, keys.COMMITTED_TTL_S,
         )
-        return Outcome(bool(int(reply[0])), int(reply[1]))
+        code = int(reply[0])
+        return Outcome(code == 1, int(reply[1]), fenced=code == -1)
 
-    async def release(self, stream: str, entry_id: str) -> None:
-        """Give the entry back (shutdown, or busy elsewhere): due again at once."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(keys.delivery_inflight(stream, entry_id))
-            pipe.zadd(keys.retry_due(stream), {entry_id: int(time.time() * 1000)})
-            await pipe.execute()
-
-    async def defer(self, stream: str, entry_id: str, delay_s: float) -> None:
-        await self.redis.zadd(keys.retry_due(stream),
-                              {entry_id: int((time.time() + delay_s) * 1000)})
+    async def release(self, lease: Lease) -> None:
+        """Give the entry back (shutdown): due again at once, if the lease is still ours."""
+        await self.redis.eval(RELEASE, 2, lease.inflight_key, keys.retry_due(lease.stream),
+                              lease.value, lease.entry_id, int(time.time() * 1000))
 
     async def due(self, stream: str, limit: int) -> list[str]:
         now_ms = int(time.time() * 1000)

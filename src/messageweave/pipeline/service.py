@@ -80,7 +80,8 @@ async def dlq_entries(redis: Redis, streams: list[str], limit: int) -> list[DlqE
 
 
 async def replay(redis: Redis, stream: str, ids: list[str] | None) -> int:
-    """Put DLQ entries back on their stream (all of them when `ids` is None)."""
+    """Put DLQ entries back on their stream (all of them when `ids` is None): each becomes a
+    new entry (new id, its own ledger) whose `replay_of` names the dead-lettered entry."""
     store = StreamStore(redis)
     targets = ids if ids is not None else await store.dlq_ids(stream)
     replayed = 0

@@ -5,13 +5,19 @@ BLOCK under a consumer name unique to the process, bounded concurrency, and per-
 messages to one chat leave in stream order. `POST /worker` and `messageweave drain` call
 `Worker.drain_once` for cron-driven deployments.
 
+Every attempt at an entry holds its own lease (`Ledger.begin`), kept alive by a renewer while
+the attempt runs and checked right before each Telegram call (`Ledger.mark`, the fence), so the
+continuous worker, `POST /worker`, `messageweave drain` and other instances never send one entry
+twice (`docs/reference.md` §1.3.1).
+
 Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
-- a consumer whose heartbeat key (`worker:heartbeat:{consumer}`, 15 s) is gone is dead: its
-  pending entries are claimed at once and the consumer is removed from the group;
+- a consumer whose heartbeat key (`worker:heartbeat:{consumer}`, 15 s, refreshed every
+  `HEARTBEAT_INTERVAL_S` by its own loop) is gone is dead: its pending entries are claimed at
+  once and the consumer is removed from the group;
 - entries whose backoff is over (`delivery:retry_due:{stream}`) are claimed and retried;
 - this process's own pending entries idle for `OWN_IDLE_MS` (e.g. after a Redis error) are
-  retried; entries idle past the reference's threshold on a live but stuck consumer are taken
-  over with XAUTOCLAIM (the fallback);
+  retried unless this process is working on them; entries idle past the reference's threshold
+  on a live but stuck consumer are taken over with XAUTOCLAIM (the fallback);
 - streams are trimmed below what the group still needs.
 """
 
@@ -41,13 +47,23 @@ from messageweave.pipeline.events import (
     outgoing_for,
 )
 from messageweave.pipeline.governor import Governor, bot_id
-from messageweave.pipeline.ledger import Ledger, Progress
+from messageweave.pipeline.ledger import (
+    DELIVERED,
+    UNKNOWN,
+    Begin,
+    Lease,
+    LeaseLost,
+    Ledger,
+    Progress,
+    terminal_record,
+)
 from messageweave.store import keys
 from messageweave.store.streams import Entry, StreamStore, dlq_payload
 
 log = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL_S = 2.0
+HEARTBEAT_INTERVAL_S = 2.0
 OWN_IDLE_MS = 10_000
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 300.0
@@ -61,6 +77,7 @@ class WorkerOptions:
     block_ms: int = 1000
     inline_retry_max_s: float = 30.0
     shutdown_grace_s: float = 3.0
+    lease_ttl_s: int = keys.INFLIGHT_TTL_S
 
 
 def consumer_name() -> str:
@@ -87,6 +104,26 @@ class _Lane:
 
 
 @dataclass
+class _Attempt:
+    """One try at an entry: its lease and how long its Telegram calls took."""
+
+    lease: Lease
+    telegram_s: float = 0.0
+
+    @property
+    def latency_ms(self) -> float:
+        return self.telegram_s * 1000
+
+
+class _MaybeSent(Exception):
+    """A Telegram call failed after the request may have reached Telegram."""
+
+    def __init__(self, failure: DeliveryFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+@dataclass
 class DrainResult:
     processed: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -99,22 +136,29 @@ class Worker:
         self.consumer = consumer or consumer_name()
         self.options = options or WorkerOptions()
         self.streams = StreamStore(svc.redis)
-        self.ledger = Ledger(svc.redis, self.consumer)
+        self.ledger = Ledger(svc.redis, self.consumer, self.options.lease_ttl_s)
         self.governor = Governor(svc.redis)
         self._lanes: dict[int, _Lane] = {}
+        # Entries this process works on or has taken to work on (read, claimed, in a batch):
+        # the maintenance pass never reclaims them as stalled.
         self._active: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[str]] = set()
+        self._renewers: set[asyncio.Task[None]] = set()
+        # Leases of attempts a Redis error ended before they could give them back: released
+        # (by token) by the next maintenance pass, so the entry does not wait for the TTL.
+        self._orphans: dict[tuple[str, str], Lease] = {}
         self._slots = asyncio.Semaphore(self.options.concurrency)
         self._passes = 0
 
     # --- continuous mode ----------------------------------------------------------------
     async def run(self) -> None:
+        beating = asyncio.create_task(self._keep_beating(), name="worker-heartbeat")
         maintenance = asyncio.create_task(self._maintenance_loop(), name="worker-maintenance")
         try:
             await self._read_loop()
         finally:
             await cancel(maintenance)  # repeated: one cancellation can be swallowed
-            await self._shutdown()
+            await self._shutdown(beating)
 
     async def _read_loop(self) -> None:
         ready = False
@@ -135,18 +179,41 @@ class Worker:
                 await asyncio.sleep(0.5)
                 continue
             raise_if_cancelling()
-            for entry in entries:
-                await self.spawn(entry)
+            taken = self._take(entries)
+            try:
+                while taken:
+                    await self._start(taken[0])
+                    taken.pop(0)
+            finally:
+                for entry in taken:  # not started (cancelled while waiting for a slot)
+                    self._active.discard((entry.stream, entry.id))
 
     def _free_slots(self) -> int:
         return self.options.concurrency - len(self._tasks)
 
+    def _take(self, entries: list[Entry]) -> list[Entry]:
+        """Mark `entries` as ours to work on (leaving out those already taken), at once: no
+        await between a fetch and this, so no other path can reclaim them meanwhile."""
+        taken = []
+        for entry in entries:
+            key = (entry.stream, entry.id)
+            if key not in self._active:
+                self._active.add(key)
+                taken.append(entry)
+        return taken
+
     async def spawn(self, entry: Entry) -> None:
         """Start processing `entry` in the background (waits for a free slot)."""
-        if (entry.stream, entry.id) in self._active:
-            return
-        await self._slots.acquire()
-        self._active.add((entry.stream, entry.id))
+        if self._take([entry]):
+            await self._start(entry)
+
+    async def _start(self, entry: Entry) -> None:
+        """Run a taken entry in the background once a slot is free."""
+        try:
+            await self._slots.acquire()
+        except BaseException:
+            self._active.discard((entry.stream, entry.id))
+            raise
         prev, mine = self._ticket(entry)
         task = asyncio.create_task(self._run_one(entry, prev, mine))
         self._tasks.add(task)
@@ -170,48 +237,65 @@ class Worker:
         lane.tail = mine
         return prev, mine
 
-    async def _shutdown(self) -> None:
-        """Stop: cancel in-flight work (each entry releases itself), drop the heartbeat so
-        another instance claims what is left at once."""
+    async def _shutdown(self, beating: asyncio.Task[None]) -> None:
+        """Stop: cancel in-flight work (each attempt releases its lease), then drop the
+        heartbeat so another instance claims what is left at once."""
         deadline = time.monotonic() + self.options.shutdown_grace_s
         while self._tasks and time.monotonic() < deadline:
             # repeated: a library call inside a task can swallow one cancellation
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.wait(list(self._tasks), timeout=0.1)
+        await cancel(beating)
         with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
             await asyncio.shield(self.streams.stop_beating(self.consumer))
+
+    async def _keep_beating(self) -> None:
+        """The heartbeat has its own loop: a maintenance pass can wait for a slot for long."""
+        while True:
+            try:
+                await self.streams.beat(self.consumer)
+            except RedisError as exc:
+                raise_if_cancelling()
+                log.warning("worker heartbeat failed: %s", type(exc).__name__)
+            raise_if_cancelling()
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
     # --- cron mode ----------------------------------------------------------------------
     async def drain_once(self, batch: int = MAX_BATCH) -> DrainResult:
         """Recover, then read and process at most `batch` new entries per stream, in order.
 
-        Redis errors propagate (the caller answers 503)."""
+        The whole batch is taken (`_active`) as soon as it is fetched, and the heartbeat is kept
+        up while it runs. Redis errors propagate (the caller answers 503)."""
         batch = MAX_BATCH if batch <= 0 else min(batch, MAX_BATCH)
         await self.streams.beat(self.consumer)
         await self.streams.ensure_groups()
+        beating = asyncio.create_task(self._keep_beating(), name="drain-heartbeat")
         result = DrainResult()
-        entries = await self._recoverable(batch)
-        entries += await self.streams.read_new(self.consumer, batch, None)
-        for entry in entries:
-            if (entry.stream, entry.id) in self._active:
-                continue
-            self._active.add((entry.stream, entry.id))
-            prev, mine = self._ticket(entry)
-            try:
-                outcome = await self.process(entry, prev)
-            finally:
+        taken: list[Entry] = []
+        try:
+            taken += self._take(await self._recoverable(batch))
+            taken += self._take(await self.streams.read_new(self.consumer, batch, None))
+            for entry in taken:
+                prev, mine = self._ticket(entry)
+                try:
+                    outcome = await self.process(entry, prev)
+                finally:
+                    self._active.discard((entry.stream, entry.id))
+                    mine.set_result(None)
+                result.processed += 1
+                result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
+        finally:
+            for entry in taken:
                 self._active.discard((entry.stream, entry.id))
-                mine.set_result(None)
-            result.processed += 1
-            result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
+            await cancel(beating)
         return result
 
     # --- maintenance --------------------------------------------------------------------
     async def _maintenance_loop(self) -> None:
         while True:
             try:
-                await self.streams.beat(self.consumer)
+                await self._release_orphans()
                 for entry in await self._recoverable(50):
                     await self.spawn(entry)
                 self._passes += 1
@@ -278,72 +362,120 @@ class Worker:
 
     # --- one entry ----------------------------------------------------------------------
     async def process(self, entry: Entry, after: asyncio.Future[None] | None = None) -> str:
-        """Deliver one entry through the ledger; returns the outcome."""
-        stream, entry_id = entry.stream, entry.id
+        """Deliver one entry through the ledger; returns the outcome (`delivered`, `skipped`,
+        `busy`, `fenced`, `retry`, `dead_letter`, `unknown`, `interrupted`).
+
+        A retry due within `inline_retry_max_s` is waited for here, holding the chat's lane;
+        each retry is a new attempt with a new lease."""
         try:
-            begin = await self.ledger.begin(stream, entry_id)
-            if begin.state == "committed":
-                await self.streams.ack(stream, entry_id)
-                return "skipped"
-            if begin.state == "busy":
-                await self.ledger.defer(stream, entry_id, keys.INFLIGHT_TTL_S)
-                return "busy"
-            progress = begin.progress
-            if begin.unknown_after_send:
-                resolved = await self._resolve_unknown(entry)
-                if resolved is not None:
-                    return resolved
             while True:
-                try:
-                    ids = await self._deliver_classified(entry, progress, after)
-                except DeliveryFailure as failure:
-                    delay = await self._failed(entry, failure)
-                    if delay is None or delay > self.options.inline_retry_max_s:
-                        return "retry" if delay is not None else "dead_letter"
-                    await asyncio.sleep(delay)
-                    begin = await self.ledger.begin(stream, entry_id)
-                    if begin.state != "go":
-                        return "retry"
-                    progress = begin.progress
-                    continue
-                await self.ledger.commit(stream, entry_id, {"message_ids": ids,
-                                                            "at": int(time.time())})
-                await self._record(entry, "delivered", message_ids=ids)
-                return "delivered"
-        except asyncio.CancelledError:
-            with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-                await asyncio.shield(self.ledger.release(stream, entry_id))
-            raise
+                outcome, delay = await self._attempt(entry, after)
+                if delay is None:
+                    return outcome
+                await asyncio.sleep(delay)
         except RedisError as exc:
             raise_if_cancelling()
-            log.warning("delivery of %s %s interrupted: %s", stream, entry_id,
+            log.warning("delivery of %s %s interrupted: %s", entry.stream, entry.id,
                         type(exc).__name__)
             return "interrupted"
 
-    async def _resolve_unknown(self, entry: Entry) -> str | None:
-        """An earlier attempt died mid-send. `at_most_once`: never resend, flag and commit."""
+    async def _attempt(self, entry: Entry,
+                       after: asyncio.Future[None] | None) -> tuple[str, float | None]:
+        """One attempt under one lease → (outcome, delay before the next attempt or None)."""
+        begin = await self.ledger.begin(entry.stream, entry.id)
+        if begin.state == "terminal":
+            return "skipped", None  # finished by another path; BEGIN acked it
+        if begin.lease is None:
+            return "busy", None  # a live attempt holds it; BEGIN made it due again later
+        attempt = _Attempt(begin.lease)
+        alive = asyncio.Event()
+        renewer = asyncio.create_task(self._keep_lease(attempt.lease, alive))
+        self._renewers.add(renewer)
+        renewer.add_done_callback(self._renewers.discard)
+        try:
+            return await self._try(entry, attempt, begin, after)
+        except LeaseLost:
+            log.info("%s %s: the lease is another attempt's; not sent", entry.stream, entry.id)
+            return "fenced", None
+        except asyncio.CancelledError:
+            with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
+                await asyncio.shield(self.ledger.release(attempt.lease))
+            raise
+        except RedisError:
+            self._orphans[(entry.stream, entry.id)] = attempt.lease
+            raise_if_cancelling()
+            await self._release_orphans([(entry.stream, entry.id)])
+            raise
+        finally:
+            alive.set()
+
+    async def _release_orphans(self, only: list[tuple[str, str]] | None = None) -> None:
+        for key in list(self._orphans) if only is None else only:
+            lease = self._orphans.get(key)
+            if lease is None:
+                continue
+            with contextlib.suppress(RedisError, OSError):
+                await self.ledger.release(lease)
+                self._orphans.pop(key, None)
+
+    async def _keep_lease(self, lease: Lease, done: asyncio.Event) -> None:
+        """Extend the lease every third of its TTL until the attempt ends (or loses it)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), self.ledger.renew_every_s)
+                return
+            try:
+                if not await self.ledger.renew(lease):
+                    return  # not ours any more: the next fence check stops the attempt
+            except RedisError as exc:
+                raise_if_cancelling()
+                log.warning("lease renewal failed: %s", type(exc).__name__)
+
+    async def _try(self, entry: Entry, attempt: _Attempt, begin: Begin,
+                   after: asyncio.Future[None] | None) -> tuple[str, float | None]:
+        if begin.unknown_after_send:
+            resolved = await self._resolve_unknown(entry, attempt)
+            if resolved is not None:
+                return resolved, None
+        try:
+            ids = await self._deliver_classified(entry, attempt, begin.progress, after)
+        except _MaybeSent as maybe:
+            resolved = await self._resolve_unknown(entry, attempt)
+            if resolved is not None:
+                return resolved, None
+            return await self._failed(entry, attempt, maybe.failure)
+        except DeliveryFailure as failure:
+            return await self._failed(entry, attempt, failure)
+        await self.ledger.commit(attempt.lease, terminal_record(DELIVERED, message_ids=ids))
+        await self._record(entry, attempt, "delivered", message_ids=ids)
+        return "delivered", None
+
+    async def _resolve_unknown(self, entry: Entry, attempt: _Attempt) -> str | None:
+        """A send whose outcome is unknown (an attempt died mid-send, or Telegram's answer was
+        lost). `at_most_once`: never resend, flag it and finish the entry as `unknown`.
+        `at_least_once`: flag it and go on (None): the entry is sent again."""
         cfg = self.svc.config.config
         policy = cfg.delivery_policy if cfg is not None else "at_least_once"
         if policy == "at_most_once":
             await self.ledger.record_unknown(entry.stream, entry.id, "not_resent")
-            await self.ledger.commit(entry.stream, entry.id, {"unknown_after_send": True,
-                                                              "at": int(time.time())})
-            await self._record(entry, "unknown")
+            await self.ledger.commit(attempt.lease, terminal_record(UNKNOWN))
+            await self._record(entry, attempt, "unknown")
             return "unknown"
         await self.ledger.record_unknown(entry.stream, entry.id, "resent")
+        await self.ledger.resolve(attempt.lease, "resent")
         return None
 
-    async def _deliver_classified(self, entry: Entry, progress: Progress,
+    async def _deliver_classified(self, entry: Entry, attempt: _Attempt, progress: Progress,
                                   after: asyncio.Future[None] | None) -> list[int]:
         try:
-            return await self._deliver(entry, progress, after)
-        except (DeliveryFailure, RedisError):
+            return await self._deliver(entry, attempt, progress, after)
+        except (DeliveryFailure, _MaybeSent, LeaseLost, RedisError):
             raise
         except Exception as exc:  # a bug must not leave the entry retrying forever
             log.exception("delivery of %s %s failed unexpectedly", entry.stream, entry.id)
             raise DeliveryFailure(FailureClass.UNKNOWN, type(exc).__name__) from None
 
-    async def _deliver(self, entry: Entry, progress: Progress,
+    async def _deliver(self, entry: Entry, attempt: _Attempt, progress: Progress,
                        after: asyncio.Future[None] | None) -> list[int]:
         outgoing = await outgoing_for(entry, self.svc)
         if after is not None:
@@ -357,61 +489,80 @@ class Worker:
             if index < progress.reply:
                 continue
             start = progress.chunk if index == progress.reply else 0
-            ids += await self._send(entry, bot, message, index, start)
+            ids += await self._send(attempt, bot, message, index, start)
         return ids
 
-    async def _send(self, entry: Entry, bot: str, message: Outgoing, index: int,
+    async def _send(self, attempt: _Attempt, bot: str, message: Outgoing, index: int,
                     start: int) -> list[int]:
-        runtime = self.svc.config.runtime
-        assert runtime is not None
-        for _ in split_text(message.text)[start:]:
+        """Send the chunks of one message from `start`, one Telegram call each. Right before
+        each call (after the governor's wait) the fence checks the lease and marks the intent."""
+        chunks = split_text(message.text)
+        if not chunks:
+            raise DeliveryFailure(FailureClass.INVALID_PAYLOAD,
+                                  "telegram -: message text is empty")
+        ids: list[int] = []
+        for number in range(start, len(chunks)):
             await self.governor.acquire(bot, message.chat_id)
-        await self.ledger.mark(entry.stream, entry.id, Progress(index, start), "sending")
-        try:
-            return await runtime.telegram.send_text(message.chat_id, message.text,
-                                                    start_chunk=start)
-        except TelegramSendError as exc:
-            done = start + len(exc.sent_message_ids)
-            await self.ledger.mark(entry.stream, entry.id, Progress(index, done), "failed")
-            if exc.failure_class == FailureClass.RATE_LIMIT and exc.retry_after:
-                await self.governor.pause(bot, message.chat_id, exc.retry_after)
-            status = exc.status_code if exc.status_code is not None else "-"
-            raise DeliveryFailure(exc.failure_class, f"telegram {status}: {exc.description}",
-                                  exc.retry_after, message.chat_id) from None
+            await self.ledger.mark(attempt.lease, Progress(index, number), "sending")
+            runtime = self.svc.config.runtime
+            if runtime is None:
+                raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+            started = time.monotonic()
+            try:
+                ids += await runtime.telegram.send_text(message.chat_id, chunks[number])
+            except TelegramSendError as exc:
+                attempt.telegram_s += time.monotonic() - started
+                await self._telegram_failed(attempt, bot, message, Progress(index, number), exc)
+            else:
+                attempt.telegram_s += time.monotonic() - started
+        return ids
 
-    async def _failed(self, entry: Entry, failure: DeliveryFailure) -> float | None:
-        """Count the attempt; None when the entry went to the DLQ, else the retry delay."""
+    async def _telegram_failed(self, attempt: _Attempt, bot: str, message: Outgoing,
+                               progress: Progress, exc: TelegramSendError) -> None:
+        status = exc.status_code if exc.status_code is not None else "-"
+        failure = DeliveryFailure(exc.failure_class, f"telegram {status}: {exc.description}",
+                                  exc.retry_after, message.chat_id)
+        if exc.maybe_sent:
+            raise _MaybeSent(failure)  # the intent stays `sending`: outcome unknown
+        await self.ledger.mark(attempt.lease, progress, "failed")
+        if exc.failure_class == FailureClass.RATE_LIMIT and exc.retry_after:
+            await self.governor.pause(bot, message.chat_id, exc.retry_after)
+        raise failure
+
+    async def _failed(self, entry: Entry, attempt: _Attempt,
+                      failure: DeliveryFailure) -> tuple[str, float | None]:
+        """Count the attempt: dead-letter it, or schedule a retry (inline when it is soon)."""
         retryable = failure.failure_class.retryable
-        attempts = await self._attempts(entry)
+        attempts = await self.ledger.attempts(entry.stream, entry.id)
         if failure.failure_class == FailureClass.RATE_LIMIT and failure.retry_after:
             delay = failure.retry_after + random.uniform(0, 0.2)
         else:
             delay = backoff_s(attempts + 1)
         outcome = await self.ledger.retry_or_dlq(
-            entry.stream, entry.id, payload=dlq_payload(entry.fields),
+            attempt.lease, payload=dlq_payload(entry.fields),
             failure_class=failure.failure_class.value, reason=failure.reason,
             max_attempts=self.svc.config.outbound.max_retries + 1, permanent=not retryable,
             delay_s=delay,
         )
+        if outcome.fenced:
+            return "fenced", None
         if outcome.dead_lettered:
             log.warning("%s %s dead-lettered: %s", entry.stream, entry.id,
                         failure.failure_class.value)
-            await self._record(entry, "dead_letter", failure.failure_class.value)
-            return None
-        await self._record(entry, "retry", failure.failure_class.value)
-        return delay
+            await self._record(entry, attempt, "dead_letter", failure.failure_class.value)
+            return "dead_letter", None
+        await self._record(entry, attempt, "retry", failure.failure_class.value)
+        return "retry", delay if delay <= self.options.inline_retry_max_s else None
 
-    async def _attempts(self, entry: Entry) -> int:
-        return await self.ledger.attempts(entry.stream, entry.id)
-
-    async def _record(self, entry: Entry, outcome: str, failure_class: str | None = None,
+    async def _record(self, entry: Entry, attempt: _Attempt, outcome: str,
+                      failure_class: str | None = None,
                       message_ids: list[int] | None = None) -> None:
         now = time.time()
         chat = lane_of(entry, self.svc) or None
         await record_send(
             self.svc.redis, stream=entry.stream, event_id=entry.id, kind=kind_of(entry.stream),
             chat_id=chat, outcome=outcome, failure_class=failure_class,
-            message_ids=message_ids or [], latency_ms=0.0,
+            message_ids=message_ids or [], latency_ms=attempt.latency_ms,
             end_to_end_s=max(0.0, now - entry.enqueued_ms / 1000),
         )
 

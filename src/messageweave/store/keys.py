@@ -45,10 +45,12 @@ RETRY_TTL_S = 86_400
 
 
 def delivery_inflight(stream: str, entry_id: str) -> str:
+    """One attempt's lease: `{token} {consumer}`, renewed while the attempt runs."""
     return f"delivery:inflight:{stream}:{entry_id}"
 
 
 def delivery_committed(stream: str, entry_id: str) -> str:
+    """The entry's terminal record: JSON with `state` (delivered, dead_letter, unknown, skipped)."""
     return f"delivery:committed:{stream}:{entry_id}"
 
 

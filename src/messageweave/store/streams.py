@@ -22,6 +22,9 @@ ENTRY_FIELDS = {
     keys.STREAM_JMAP: ("account_id", "email_id"),
     keys.STREAM_TELEGRAM: ("update_id", "chat_id", "text"),
 }
+# Added to an entry put back from the DLQ: the id of the entry that was dead-lettered. The
+# worker does not read it; the replayed entry has its own id and its own ledger.
+REPLAY_OF = "replay_of"
 
 # KEYS: dedup:tg:{update_id}, stalwart:telegram   ARGV: ttl, then field/value pairs
 # → the new entry id, or false when this update was already claimed (a Telegram redelivery).
@@ -34,18 +37,27 @@ for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[2], '*', unpack(fields))
 """
 
-# KEYS: {stream}:dlq, {stream}   ARGV: dlq entry id
+# KEYS: {stream}:dlq, {stream}   ARGV: dlq entry id, the replay field's name
 # → the new stream id, or false when the DLQ entry is gone (replayed already).
+# The new entry is the payload plus `replay_of` = the dead-lettered entry's id (`source_id`); a
+# `replay_of` inside the payload (a replay dead-lettered again) is replaced by the newer one.
 REPLAY = """
 local rows = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #rows == 0 then return false end
 local f = rows[1][2]
-local payload
-for i = 1, #f, 2 do if f[i] == 'payload' then payload = f[i + 1] end end
-if not payload then redis.call('XDEL', KEYS[1], ARGV[1]); return false end
-local decoded = cjson.decode(payload)
+local payload, source
+for i = 1, #f, 2 do
+  if f[i] == 'payload' then payload = f[i + 1] end
+  if f[i] == 'source_id' then source = f[i + 1] end
+end
 local fields = {}
-for k, v in pairs(decoded) do fields[#fields + 1] = k; fields[#fields + 1] = tostring(v) end
+if payload then
+  for k, v in pairs(cjson.decode(payload)) do
+    if k ~= ARGV[2] then fields[#fields + 1] = k; fields[#fields + 1] = tostring(v) end
+  end
+end
+if #fields == 0 then redis.call('XDEL', KEYS[1], ARGV[1]); return false end
+if source then fields[#fields + 1] = ARGV[2]; fields[#fields + 1] = source end
 local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id
@@ -214,11 +226,10 @@ class StreamStore:
         rows = await self._raw.xrange(keys.dlq(stream))
         return [str(entry_id) for entry_id, _ in rows]
 
-    async def replay(self, stream: str, dlq_id: str) -> bool:
-        result = await self.redis.eval(
-            REPLAY, 2, keys.dlq(stream), stream, dlq_id
-        )
-        return bool(result)
+    async def replay(self, stream: str, dlq_id: str) -> str | None:
+        """Put one DLQ entry back on `stream` as a new entry; its id, or None when gone."""
+        result = await self.redis.eval(REPLAY, 2, keys.dlq(stream), stream, dlq_id, REPLAY_OF)
+        return str(result) if result else None
 
     async def stats(self, stream: str) -> dict[str, int]:
         length = await self.redis.xlen(stream)

@@ -6,6 +6,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +14,21 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from messageweave import app as app_module
+from messageweave.api.services import Services
+from messageweave.config.service import ConfigService
 from messageweave.store import keys
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
+from messageweave.store.redis import connect
+from messageweave.store.state import ConfigStore
+from messageweave.version import build_version
+from tests.conftest import (
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    login,
+    running_client,
+    sample_wire,
+    settings_for,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
@@ -91,8 +105,65 @@ async def pipeline(
     await telegram_emulator.clear_failures(wire["bot_token"])
 
 
+def subject_of(text: str) -> str:
+    """The subject line of a three-line notification."""
+    return text.split("\n")[1].removeprefix("Subject: ")
+
+
+async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
+                        count: int) -> dict[str, str]:
+    """Append `count` mails to Cyrus and queue them; subject → stream entry id."""
+    by_subject = {}
+    for n in range(count):
+        subject = f"{prefix} {n:03d}"
+        email_id = cyrus.append(subject=subject).email_id
+        by_subject[subject] = str(await redis.xadd(
+            keys.STREAM_JMAP, {"account_id": CYRUS_USER, "email_id": email_id}))
+    return by_subject
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not await check():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def cron_only(
+    embedded_redis_url: str, redis_client: aioredis.Redis, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator, trust_cyrus: None, monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Pipeline]:
+    """A configured instance whose continuous worker never runs, and no other worker on its
+    Redis: whatever reaches Telegram was sent by a request to this app (`POST /worker`) or by
+    a `Worker` the test drives itself."""
+
+    async def no_worker(svc: Services) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(app_module, "run_worker", no_worker)
+    async with running_client(settings_for(embedded_redis_url)) as client:
+        await lift_limits(redis_client)
+        wire = peer_wire(cyrus, telegram_emulator)
+        await configure(client, wire)
+        yield Pipeline(client, redis_client, cyrus, telegram_emulator, wire)
+    await telegram_emulator.clear_failures(wire["bot_token"])
+
+
+@asynccontextmanager
+async def worker_services(redis_url: str) -> AsyncIterator[Services]:
+    """The stored configuration loaded into services of our own, wired like `messageweave
+    drain`, for tests that drive a `Worker` directly."""
+    settings = settings_for(redis_url)
+    redis = connect(redis_url)
+    store = ConfigStore(redis)
+    svc = Services(settings=settings, redis=redis, store=store,
+                   config=ConfigService(store, settings.encryption_key), version=build_version())
+    try:
+        await svc.config.refresh()
+        assert svc.config.runtime is not None
+        yield svc
+    finally:
+        await svc.config.aclose()
+        await redis.aclose()
+

@@ -3,10 +3,14 @@ the Bot API emulator."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
+import os
 
 from messageweave.store import keys
-from tests.integration.pipeline.conftest import Pipeline, eventually
+from tests.conftest import ADMIN_KEY, console_script
+from tests.integration.pipeline.conftest import Pipeline, eventually, subject_of
 from tests.integration.test_envelope import assert_envelope
 
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": "webhook-SECRET"}
@@ -63,7 +67,10 @@ async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
     status = (await pipeline.client.get("/api/delivery", headers=auth)).json()
     assert status["streams"][keys.STREAM_JMAP]["dlq"] == 1
     assert status["streams"][keys.STREAM_JMAP]["pending"] == 0
-    assert not await pipeline.redis.exists(keys.delivery_committed(keys.STREAM_JMAP, entry))
+    # The dead letter is the entry's terminal record: a stale batch can never send it again.
+    record = json.loads(await pipeline.redis.get(keys.delivery_committed(keys.STREAM_JMAP, entry)))
+    assert record["state"] == "dead_letter" and record["failure_class"] == "not_found"
+    assert record["dlq_id"] == row["id"]
 
     # Replayed, it runs again (and, still missing, lands in the DLQ again).
     replay = await pipeline.client.post("/api/dlq/replay", headers=auth,
@@ -135,9 +142,12 @@ async def test_disabled_service_answers_503_only_after_authentication(
                     503, "service_unavailable")
 
 
-async def test_worker_endpoint_drains_and_validates_its_body(pipeline: Pipeline) -> None:
+async def test_worker_endpoint_drains_and_validates_its_body(cron_only: Pipeline) -> None:
+    """`POST /worker` delivers what is queued before it answers. Issue #11: this test used to
+    pass with the route's `drain_once()` call deleted, because the continuous worker delivered
+    instead; `cron_only` runs no other worker, so only the request can have sent these."""
     auth = {"Authorization": "Bearer worker-SECRET"}
-    client = pipeline.client
+    client = cron_only.client
     for bad in (b"nope", b'{"batch":-1}', b'{"batch":"3"}', b"[1]"):
         assert_envelope(await client.post("/worker", content=bad, headers=auth),
                         400, "invalid_request")
@@ -146,6 +156,55 @@ async def test_worker_endpoint_drains_and_validates_its_body(pipeline: Pipeline)
             "session"]}
     session["Authorization"] = "Bearer " + session["Authorization"]
     assert_envelope(await client.post("/worker", headers=session), 401, "unauthorized")
+    for n in range(3):
+        await cron_only.enqueue_mail(cron_only.append(f"cron {n}"))
+
+    response = await client.post("/worker", headers=auth)
+    assert response.status_code == 204, response.text
+    sent = await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)
+    assert [subject_of(m.text) for m in sent] == ["cron 0", "cron 1", "cron 2"]
+    info = await cron_only.redis.xpending(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
+    assert info["pending"] == 0
     for body in (b"", b"{}", b'{"batch":0}', b'{"batch":50}'):
         response = await client.post("/worker", content=body, headers=auth)
         assert response.status_code == 204, response.text
+    assert len(await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)) == 3
+
+
+async def test_worker_endpoint_drains_at_most_batch_entries_in_order(cron_only: Pipeline) -> None:
+    """`{"batch": n}` bounds one request to n new entries per stream, in stream order (issue
+    #11: nothing proved the route drained at all, let alone how much)."""
+    auth = {"Authorization": "Bearer worker-SECRET"}
+    for n in range(12):
+        await cron_only.enqueue_mail(cron_only.append(f"batch {n:02d}"))
+    response = await cron_only.client.post("/worker", headers=auth, json={"batch": 5})
+    assert response.status_code == 204, response.text
+    sent = await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)
+    assert [subject_of(m.text) for m in sent] == [f"batch {n:02d}" for n in range(5)]
+    response = await cron_only.client.post("/worker", headers=auth)  # 10 at most
+    assert response.status_code == 204, response.text
+    sent = await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)
+    assert [subject_of(m.text) for m in sent] == [f"batch {n:02d}" for n in range(12)]
+
+
+async def test_drain_once_command_delivers_and_reports_outcomes(
+    cron_only: Pipeline, embedded_redis_url: str,
+) -> None:
+    """`messageweave drain --once` delivers a batch on its own and prints what it did (the
+    third delivery path, fenced like the others)."""
+    for n in range(2):
+        await cron_only.enqueue_mail(cron_only.append(f"once {n}"))
+    env = {**os.environ, "REDIS_URL": embedded_redis_url, "CONFIG_ENCRYPTION_KEY": ADMIN_KEY,
+           "SSL_CERT_FILE": str(cron_only.cyrus.ca_file)}
+    done = await asyncio.create_subprocess_exec(
+        console_script("messageweave"), "drain", "--once", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await asyncio.wait_for(done.communicate(), 60)
+    assert done.returncode == 0
+    assert json.loads(out.decode().strip().splitlines()[-1]) == {
+        "processed": 2, "outcomes": {"delivered": 2}}
+    sent = await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)
+    assert [subject_of(m.text) for m in sent] == ["once 0", "once 1"]
+    # It dropped its heartbeat when done: nothing of it looks alive to the other workers.
+    assert await cron_only.redis.keys(keys.worker_heartbeat("*")) == []
+

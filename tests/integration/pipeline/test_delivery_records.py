@@ -38,3 +38,25 @@ async def test_a_delivery_is_logged_and_counted(pipeline: Pipeline) -> None:
 
     metrics = (await pipeline.client.get("/metrics", headers=WORKER)).text
     assert _delivered_total(metrics) == before + 1
+
+
+async def test_the_send_record_holds_the_telegram_call_latency(pipeline: Pipeline) -> None:
+    """Issue #11: every send record said `latency_ms: 0.0`. The attempt's Telegram calls are
+    timed now; the Bot API answers this one after 400 ms."""
+    await pipeline.emulator.fail(token=pipeline.token, method="sendMessage", delay_ms=400,
+                                 times=1)
+    entry = await pipeline.enqueue_mail(pipeline.append("Timed"))
+
+    async def record() -> dict[str, object] | None:
+        body = (await pipeline.client.get("/api/logs/send?outcome=delivered",
+                                          headers=WORKER)).json()
+        return next((r for r in body["records"] if r.get("event_id") == entry), None)
+
+    async def logged() -> bool:
+        return await record() is not None
+
+    await eventually(logged, 10)
+    found = await record()
+    assert found is not None
+    latency = float(found["latency_ms"])  # type: ignore[arg-type]
+    assert 400 <= latency < 10_000, latency

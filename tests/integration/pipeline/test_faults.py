@@ -24,18 +24,16 @@ from tests.conftest import ADMIN_KEY, console_script, running_client, settings_f
 from tests.integration.pipeline.conftest import (
     Pipeline,
     configure,
+    enqueue_mails,
     eventually,
     lift_limits,
     peer_wire,
+    subject_of,
 )
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
 
 AUTH = {"Authorization": "Bearer worker-SECRET"}
-
-
-def _subject(text: str) -> str:
-    return text.split("\n")[1].removeprefix("Subject: ")
 
 
 async def _dlq(pipeline: Pipeline) -> list[dict[str, object]]:
@@ -52,7 +50,7 @@ async def test_429_pauses_the_lane_and_keeps_order_without_dropping(pipeline: Pi
     for email_id in ids:
         await pipeline.enqueue_mail(email_id)
     sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 5, 8.0)
-    assert [_subject(m.text) for m in sent] == [f"ordered {n}" for n in range(5)]
+    assert [subject_of(m.text) for m in sent] == [f"ordered {n}" for n in range(5)]
     assert time.monotonic() - started >= 1.0  # the lane waited for retry_after
     assert await _dlq(pipeline) == []
 
@@ -82,7 +80,7 @@ async def test_a_transient_telegram_error_is_retried_within_seconds(pipeline: Pi
                                  times=1)
     await pipeline.enqueue_mail(pipeline.append("flaky"))
     sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 6.0)
-    assert [_subject(m.text) for m in sent] == ["flaky"]
+    assert [subject_of(m.text) for m in sent] == ["flaky"]
     assert await _dlq(pipeline) == []
 
 
@@ -117,11 +115,19 @@ async def configured_redis(
     yield wire
 
 
-def _worker_process(redis_url: str, cyrus: CyrusServer) -> subprocess.Popen[bytes]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _worker_process(redis_url: str, cyrus: CyrusServer, *,
+                    sigint_ignored: bool = False) -> subprocess.Popen[bytes]:
+    """`messageweave drain --loop`. `sigint_ignored` starts it the way a non-interactive shell
+    starts a background job: with SIGINT inherited as ignored."""
     env = {**os.environ, "REDIS_URL": redis_url, "CONFIG_ENCRYPTION_KEY": ADMIN_KEY,
            "SSL_CERT_FILE": str(cyrus.ca_file)}
     return subprocess.Popen([console_script("messageweave"), "drain", "--loop"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=_ignore_sigint if sigint_ignored else None)
 
 
 async def _wait_unique(emulator: TelegramEmulator, token: str, chat: int, count: int,
@@ -135,18 +141,6 @@ async def _wait_unique(emulator: TelegramEmulator, token: str, chat: int, count:
         await asyncio.sleep(0.1)
 
 
-async def _enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
-                         count: int) -> dict[str, str]:
-    """Append `count` mails to Cyrus and queue them; subject → stream entry id."""
-    by_subject = {}
-    for n in range(count):
-        subject = f"{prefix} {n:03d}"
-        email_id = cyrus.append(subject=subject).email_id
-        by_subject[subject] = str(await redis.xadd(
-            keys.STREAM_JMAP, {"account_id": "alice", "email_id": email_id}))
-    return by_subject
-
-
 async def test_kill_9_during_200_notifications_loses_nothing(
     configured_redis: dict[str, object], embedded_redis_url: str, redis_client: aioredis.Redis,
     cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
@@ -154,7 +148,7 @@ async def test_kill_9_during_200_notifications_loses_nothing(
     token, chat = str(configured_redis["bot_token"]), int(configured_redis["telegram_chat_id"])
     # Each send answers after 20 ms, so a kill lands mid-send now and then.
     await telegram_emulator.fail(token=token, method="sendMessage", delay_ms=20)
-    by_subject = await _enqueue_mails(redis_client, cyrus, "kill", 200)
+    by_subject = await enqueue_mails(redis_client, cyrus, "kill", 200)
     kills = 0
     proc = _worker_process(embedded_redis_url, cyrus)
     try:
@@ -167,12 +161,12 @@ async def test_kill_9_during_200_notifications_loses_nothing(
             proc = _worker_process(embedded_redis_url, cyrus)
         restarted = time.monotonic()
         sent = await _wait_unique(telegram_emulator, token, chat, 200, 30.0)
-        subjects = Counter(_subject(m.text) for m in sent)
+        subjects = Counter(subject_of(m.text) for m in sent)
         assert set(subjects) == set(by_subject), "every mail is delivered"
         assert time.monotonic() - restarted < 30
         await asyncio.sleep(0.5)
         sent = await telegram_emulator.sent_messages(token, chat)
-        subjects = Counter(_subject(m.text) for m in sent)
+        subjects = Counter(subject_of(m.text) for m in sent)
         duplicates = {s for s, n in subjects.items() if n > 1}
         assert sum(subjects.values()) - len(subjects) <= kills
         unknown = await redis_client.zrange(keys.DELIVERY_UNKNOWN, 0, -1)
@@ -184,18 +178,25 @@ async def test_kill_9_during_200_notifications_loses_nothing(
         await telegram_emulator.clear_failures(token)
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 async def test_sigterm_hands_pending_work_over_at_once(
     configured_redis: dict[str, object], embedded_redis_url: str, redis_client: aioredis.Redis,
-    cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
+    cyrus: CyrusServer, telegram_emulator: TelegramEmulator, stop: signal.Signals,
 ) -> None:
+    """A stopped worker releases its entries and drops its heartbeat, so the next one takes
+    over at once. Issue #11: this failed whenever the suite ran as a background job (a
+    non-interactive shell's `cmd &`): the worker inherited SIGINT as ignored, Python and asyncio
+    then install no Ctrl-C handling, and the SIGINT was lost; the worker never exited. The
+    first worker is started that way on purpose, whatever started the suite."""
     token, chat = str(configured_redis["bot_token"]), int(configured_redis["telegram_chat_id"])
     await redis_client.hset(keys.GOVERNOR_LIMITS, "chat_per_s", 20)
-    await _enqueue_mails(redis_client, cyrus, "term", 40)
-    first = _worker_process(embedded_redis_url, cyrus)
+    await enqueue_mails(redis_client, cyrus, "term", 40)
+    first = _worker_process(embedded_redis_url, cyrus, sigint_ignored=True)
     second = None
     try:
-        await telegram_emulator.wait_for_messages(token, chat, 5, 20.0)
-        first.send_signal(signal.SIGINT)
+        early = await telegram_emulator.wait_for_messages(token, chat, 5, 20.0)
+        assert len(early) >= 5, "the first worker did not start delivering"
+        first.send_signal(stop)
         first.wait(30)
         handed_over = len({m.text for m in await telegram_emulator.sent_messages(token, chat)})
         started = time.monotonic()
@@ -205,7 +206,7 @@ async def test_sigterm_hands_pending_work_over_at_once(
         # The second worker took over without waiting out the first one's 15 s heartbeat.
         assert time.monotonic() - started < 12
         sent = await _wait_unique(telegram_emulator, token, chat, 40, 60.0)
-        assert len({_subject(m.text) for m in sent}) == 40
+        assert len({subject_of(m.text) for m in sent}) == 40
     finally:
         for p in (first, second):
             if p is not None:
@@ -227,13 +228,13 @@ async def test_redis_restart_mid_run_loses_nothing(
         async with running_client(settings_for(url)) as client:
             await configure(client, wire)
             await redis.hset(keys.GOVERNOR_LIMITS, mapping={"bot_per_s": 0, "chat_per_s": 10})
-            by_subject = await _enqueue_mails(redis, cyrus, "restart", 30)
+            by_subject = await enqueue_mails(redis, cyrus, "restart", 30)
             await telegram_emulator.wait_for_messages(token, chat, 5, 10.0)
             server.stop()
             await asyncio.sleep(1.0)
             server.start()
             sent = await _wait_unique(telegram_emulator, token, chat, 30, 30.0)
-            subjects = Counter(_subject(m.text) for m in sent)
+            subjects = Counter(subject_of(m.text) for m in sent)
             assert set(subjects) == set(by_subject)
             unknown = await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)
             for subject, n in subjects.items():
@@ -252,10 +253,10 @@ async def test_two_instances_deliver_each_event_once(
     token, chat = str(configured_redis["bot_token"]), int(configured_redis["telegram_chat_id"])
     settings = settings_for(embedded_redis_url)
     async with running_client(settings), running_client(settings):
-        by_subject = await _enqueue_mails(redis_client, cyrus, "twice", 100)
+        by_subject = await enqueue_mails(redis_client, cyrus, "twice", 100)
         sent = await telegram_emulator.wait_for_messages(token, chat, 100, 20.0)
         await asyncio.sleep(0.5)
         sent = await telegram_emulator.sent_messages(token, chat)
-        assert sorted(_subject(m.text) for m in sent) == sorted(by_subject)
+        assert sorted(subject_of(m.text) for m in sent) == sorted(by_subject)
         consumers = await redis_client.xinfo_consumers(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
         assert len(consumers) == 2
