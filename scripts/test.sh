@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite from a clean checkout: system packages (as root on Debian/Ubuntu), the
-# Python environment, lint and types, the gateway's JavaScript suites, then pytest.
+# Python environment, lint, types and bandit, the gateway's JavaScript suites, then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,7 @@ PYTHON="${PYTHON:-python3}"
 
 echo "[test] ruff"; .venv/bin/ruff check src tests
 echo "[test] mypy"; .venv/bin/mypy src
+echo "[test] bandit"; .venv/bin/bandit -q -r src -c pyproject.toml
 echo "[test] hadolint"; .venv/bin/hadolint Dockerfile
 echo "[test] gateway"; bash gateway/test.sh
 echo "[test] pytest"; .venv/bin/pytest -q "$@"

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from fastapi import FastAPI
 
 from messageweave.app import create_app
 from messageweave.settings import Settings
@@ -111,11 +112,22 @@ def settings_for(redis_url: str, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def fastapi_of(asgi: object) -> FastAPI:
+    """The FastAPI app inside `create_app()`'s outer ASGI layers (SecurityHeaders,
+    RequestContext), e.g. to add a route or run its lifespan."""
+    while not isinstance(asgi, FastAPI):
+        asgi = asgi.app  # type: ignore[attr-defined]
+    return asgi
+
+
 @asynccontextmanager
-async def running_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The real app (lifespan included) behind an httpx client."""
+async def running_client(
+    settings: Settings, client: tuple[str, int] = ("127.0.0.1", 123)
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The real app (lifespan included) behind an httpx client; `client` is the socket peer
+    address the app sees."""
     asgi = create_app(settings)
-    inner = asgi.app  # type: ignore[attr-defined]
+    inner = fastapi_of(asgi)
     started, stop = asyncio.Event(), asyncio.Event()
 
     # pytest-asyncio sets up and tears down a fixture in different tasks; the lifespan's
@@ -130,12 +142,12 @@ async def running_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]
                        return_when=asyncio.FIRST_COMPLETED)
     if task.done():
         task.result()
-    transport = httpx.ASGITransport(app=asgi)
-    client = httpx.AsyncClient(transport=transport, base_url="http://mw.test")
+    transport = httpx.ASGITransport(app=asgi, client=client)
+    http = httpx.AsyncClient(transport=transport, base_url="http://mw.test")
     try:
-        yield client
+        yield http
     finally:
-        await client.aclose()
+        await http.aclose()
         stop.set()
         await task
 
@@ -164,7 +176,7 @@ def sample_wire(**overrides: Any) -> dict[str, Any]:
         "bot_token": "123456:bot-token-SECRET",
         "telegram_chat_id": 4242,
         "chat_allowlist": [4242],
-        "telegram_webhook_secret": "webhook-SECRET",
+        "telegram_webhook_secret": "webhook-secret-SECRET",
         "timezone": "Asia/Shanghai",
         "jmap_session_url": f"https://127.0.0.1:{closed_port()}/",
         "jmap_username": "alice",
@@ -172,7 +184,7 @@ def sample_wire(**overrides: Any) -> dict[str, Any]:
         "llm_enabled": False,
         "llm_allow_net": False,
         "reconcile_token": "reconcile-SECRET",
-        "worker_token": "worker-SECRET",
+        "worker_token": "worker-token-SECRET",
     }
     wire.update(overrides)
     return wire

@@ -1,4 +1,5 @@
-// Forwarding to the backend pool: rotation order, failover decision, header hygiene.
+// Forwarding to the backend pool: rotation order, failover decision, header hygiene, and the
+// client-address header the backend's throttle can be told to trust.
 
 import { serviceUnavailable } from "./errors.js";
 
@@ -18,6 +19,12 @@ const HOP_BY_HOP = [
 const REQUEST_ONLY_DROP = ["host", "content-length"];
 
 export const BACKEND_HEADER = "x-lb-backend";
+// The client's address as the gateway saw it, for the backend's throttle (reference §3.4).
+// Always the gateway's own: whatever a client sent under this name is dropped first.
+export const CLIENT_IP_HEADER = "x-mw-client-ip";
+// Where the runtime puts the connecting address: Cloudflare's edge sets it on every request
+// (a client cannot choose it), and so does workerd under Miniflare, from the socket's peer.
+export const CONNECTING_IP_HEADER = "cf-connecting-ip";
 
 // Every origin once, starting at a random index and rotating: [s, s+1, ..., s-1].
 export function rotation(origins, random = Math.random) {
@@ -44,7 +51,14 @@ function stripHopByHop(headers, extra = []) {
   return out;
 }
 
-export const requestHeaders = (headers) => stripHopByHop(headers, REQUEST_ONLY_DROP);
+// The headers sent to a backend: the client's, minus hop-by-hop ones and Host/Content-Length,
+// with CLIENT_IP_HEADER replaced by the connecting address (absent when the runtime gave none).
+export function requestHeaders(headers) {
+  const out = stripHopByHop(headers, [...REQUEST_ONLY_DROP, CLIENT_IP_HEADER]);
+  const client = (headers.get(CONNECTING_IP_HEADER) ?? "").trim();
+  if (client) out.set(CLIENT_IP_HEADER, client);
+  return out;
+}
 
 export function responseWithBackend(response, origin) {
   const headers = stripHopByHop(response.headers);

@@ -170,3 +170,33 @@ test("requestHeaders drops Host and Content-Length (the runtime recomputes them)
   const h = requestHeaders(new Headers({ host: "lb.example.net", "content-length": "3", a: "b" }));
   assert.deepEqual([...h], [["a", "b"]]);
 });
+
+test("a client-sent x-mw-client-ip is replaced by the connecting address on every attempt", async () => {
+  // Catches a gateway that passes the client's own claim on: a guesser would send a new
+  // address with every try and never be locked by a backend that trusts this header.
+  const f = fakeFetch((origin) => (origin === A ? status(502) : ok()));
+  const res = await run(req("POST", "/api/admin/session", {
+    headers: {
+      "cf-connecting-ip": "203.0.113.7",
+      "x-mw-client-ip": "192.0.2.1",
+      "x-forwarded-for": "192.0.2.2",
+    },
+  }), f);
+  assert.equal(res.headers.get("x-lb-backend"), B);
+  assert.deepEqual(f.calls.map((c) => c.headers.get("x-mw-client-ip")),
+    ["203.0.113.7", "203.0.113.7"]);
+  // Other client headers still go along as sent; the backend must not trust them.
+  assert.equal(f.calls[0].headers.get("x-forwarded-for"), "192.0.2.2");
+});
+
+test("without a connecting address, a client-sent x-mw-client-ip is dropped, nothing set", () => {
+  // Catches the fallback passing the client's claim on when the runtime gives no address.
+  for (const sent of [{ "x-mw-client-ip": "192.0.2.1" },
+    { "X-MW-Client-IP": "192.0.2.1, 192.0.2.3", "cf-connecting-ip": "  " },
+    { connection: "x-mw-client-ip", "x-mw-client-ip": "192.0.2.1" }]) {
+    const h = requestHeaders(new Headers(sent));
+    assert.equal(h.get("x-mw-client-ip"), null, JSON.stringify(sent));
+  }
+  const ipv6 = requestHeaders(new Headers({ "cf-connecting-ip": "2001:db8::7" }));
+  assert.equal(ipv6.get("x-mw-client-ip"), "2001:db8::7");
+});

@@ -17,7 +17,9 @@ from messageweave.api import auditor as auditor_api
 from messageweave.api import logs as logs_api
 from messageweave.api import metrics as metrics_api
 from messageweave.api import openapi as openapi_api
+from messageweave.api.headers import SecurityHeaders
 from messageweave.api.services import Services
+from messageweave.api.throttle import ClientAddressPolicy
 from messageweave.config.service import ConfigService
 from messageweave.errors import (
     RequestContext,
@@ -81,7 +83,7 @@ def create_setup_app(settings: Settings) -> ASGIApp:
         return JSONResponse(ops.status_body(settings, version))
 
     _include(app, [router, static.router])
-    return RequestContext(app)
+    return SecurityHeaders(RequestContext(app))
 
 
 def create_app(settings: Settings) -> ASGIApp:
@@ -97,6 +99,8 @@ def create_app(settings: Settings) -> ASGIApp:
         store=store,
         config=ConfigService(store, settings.encryption_key),
         version=build_version(),
+        client_address=ClientAddressPolicy.parse(settings.trusted_proxy_header,
+                                                 settings.trusted_proxies),
     )
 
     def secrets() -> list[str | None]:
@@ -129,4 +133,4 @@ def create_app(settings: Settings) -> ASGIApp:
     if settings.debug_enabled:
         routers.append(debug.router)
     _include(app, routers)
-    return RequestContext(app)
+    return SecurityHeaders(RequestContext(app))

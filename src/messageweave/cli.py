@@ -10,19 +10,19 @@ from types import FrameType
 from typing import Annotated
 
 import typer
-import uvicorn
 from rich.console import Console
 
-from messageweave import cli_mailbox, cli_ops, cli_pipeline
+from messageweave import cli_mailbox, cli_ops, cli_pipeline, server
 from messageweave.app import create_app
-from messageweave.logs import configure_logging
-from messageweave.settings import from_env
+from messageweave.logs import add_secret_source, configure_logging
+from messageweave.settings import KEY_FILE, REDIS_DIR, default_data_dir, from_env
 from messageweave.store.redis import EmbeddedRedis
 
 app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
 console = Console()
 
-KEY_FILE = "encryption.key"
+# `serve`'s default (`run` binds 127.0.0.1): in a container, its port mapping is the boundary.
+CONTAINER_HOST = "0.0.0.0"  # nosec B104 # container mode, see above
 
 DebugOption = Annotated[bool, typer.Option("--debug", help="Mount /debug/* (needs DEBUG_TOKEN).")]
 
@@ -36,11 +36,6 @@ def _handle_stop_signals() -> None:
     was there before it: this one, so `finally` blocks (the embedded Redis) still run."""
     signal.signal(signal.SIGTERM, _exit_cleanly)
     signal.signal(signal.SIGINT, _exit_cleanly)
-
-
-def default_data_dir() -> Path:
-    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
-    return Path(xdg) / "messageweave" if xdg else Path(".messageweave")
 
 
 def load_or_create_key(data_dir: Path) -> tuple[str, bool]:
@@ -75,16 +70,18 @@ def run(
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     embedded: EmbeddedRedis | None = None
     if not env.get("REDIS_URL", "").strip():
-        embedded = EmbeddedRedis(directory / "redis")
+        embedded = EmbeddedRedis(directory / REDIS_DIR)
+        add_secret_source(embedded.secrets)  # the password is in REDIS_URL: never logged
         env["REDIS_URL"] = embedded.start()
-        console.print(f"Embedded Redis running, data in [bold]{directory / 'redis'}[/]")
+        console.print(f"Embedded Redis running, data in [bold]{embedded.data_dir}[/]")
     created = False
     if not env.get("CONFIG_ENCRYPTION_KEY", "").strip():
         env["CONFIG_ENCRYPTION_KEY"], created = load_or_create_key(directory)
     try:
         settings = from_env(env, debug_flag=debug)
         bind_port = port if port is not None else settings.port
-        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bind_port}/"
+        shown = "127.0.0.1" if host in (CONTAINER_HOST, "::") else host
+        url = f"http://{shown}:{bind_port}/"
         if created:
             console.print(
                 "\n[bold]Admin key generated[/] (shown once; it is also the encryption key, "
@@ -92,8 +89,7 @@ def run(
             )
         console.print(f"Admin page: [bold]{url}[/]")
         configure_logging()
-        uvicorn.run(create_app(settings), host=host, port=bind_port, log_config=None,
-                    access_log=False)
+        server.serve(create_app(settings), host, bind_port)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -101,15 +97,14 @@ def run(
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
+    host: Annotated[str, typer.Option(help="Address to bind.")] = CONTAINER_HOST,
     debug: DebugOption = False,
 ) -> None:
     """Container mode: only the environment; a missing variable serves setup mode."""
     _handle_stop_signals()
     settings = from_env(debug_flag=debug)
     configure_logging()
-    uvicorn.run(create_app(settings), host=host, port=settings.port, log_config=None,
-                access_log=False)
+    server.serve(create_app(settings), host, settings.port)
 
 
 cli_ops.register(app)

@@ -20,12 +20,13 @@ from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from messageweave.api.services import Services
+from messageweave.cli_ops import DataDirOption
 from messageweave.config.runtime import new_jmap_client
 from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.auditor import TRIGGER_CLI, AuditResult, run_audit
 from messageweave.mail.jmap import JmapError
 from messageweave.mail.reconcile import Budget, Progress, ReconcileBusy, ReconcileError, reconcile
-from messageweave.settings import Settings, from_env
+from messageweave.settings import Settings, from_env_or_data_dir
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
 from messageweave.version import build_version
@@ -70,9 +71,10 @@ async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> 
 def reconcile_command(
     once: Annotated[bool, typer.Option("--once", help="One pass only (cron).")] = False,
     max_passes: Annotated[int, typer.Option(help="Stop after this many passes.")] = 1000,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Find new mail now: replay Email/changes (or walk after a re-baseline) and enqueue it."""
-    settings = from_env()
+    settings = from_env_or_data_dir(data_dir)
     if settings.missing:
         console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
         raise typer.Exit(1)
@@ -109,10 +111,10 @@ async def _audit(settings: Settings) -> AuditResult:
         await redis.aclose()
 
 
-def audit_command() -> None:
+def audit_command(data_dir: DataDirOption = None) -> None:
     """Check that no new mail of the audit window was left without its notification, and
     re-enqueue the missing ones. Exit 0: nothing missing; 3: missing mail found; 1: failure."""
-    settings = from_env()
+    settings = from_env_or_data_dir(data_dir)
     if settings.missing:
         console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
         raise typer.Exit(1)

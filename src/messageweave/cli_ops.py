@@ -15,11 +15,20 @@ from rich.console import Console
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.ops.diagnose import Check, run_checks
-from messageweave.settings import Settings, from_env
+from messageweave.settings import (
+    KEY_FILE,
+    Settings,
+    default_data_dir,
+    from_env_or_data_dir,
+)
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
 
 console = Console()
+
+DataDirOption = Annotated[Path | None, typer.Option(
+    help="The data directory of `messageweave run`: its embedded Redis and key are used when "
+         "REDIS_URL / CONFIG_ENCRYPTION_KEY are unset (default: the one `run` uses).")]
 
 _MARKS = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
 
@@ -32,9 +41,9 @@ def print_checks(checks: list[Check]) -> None:
             console.print(f"      → {check.remedy}", highlight=False)
 
 
-def diagnose() -> None:
+def diagnose(data_dir: DataDirOption = None) -> None:
     """Check the environment, Redis, the configuration, JMAP, Telegram and the queues."""
-    checks = asyncio.run(run_checks(from_env()))
+    checks = asyncio.run(run_checks(from_env_or_data_dir(data_dir)))
     print_checks(checks)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
@@ -64,9 +73,10 @@ def test_notify(
     = None,
     text: Annotated[str, typer.Option(help="Message text.")]
     = "messageweave: test notification",
+    data_dir: DataDirOption = None,
 ) -> None:
     """Send one Telegram message with the stored configuration."""
-    settings = from_env()
+    settings = from_env_or_data_dir(data_dir)
     if settings.missing:
         console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
         raise typer.Exit(1)
@@ -82,8 +92,6 @@ def test_notify(
 
 
 def _admin_key(data_dir: Path | None) -> str:
-    from messageweave.cli import KEY_FILE, default_data_dir  # the command module imports us
-
     key = os.environ.get("CONFIG_ENCRYPTION_KEY", "").strip()
     if key:
         return key
@@ -102,10 +110,13 @@ def bootstrap(
         help="Where `messageweave run` keeps its key (when CONFIG_ENCRYPTION_KEY is unset).")]
     = None,
 ) -> None:
-    """Store a first configuration on a running instance (POST /api/bootstrap)."""
+    """Store a first configuration on a running instance (POST /api/bootstrap).
+
+    The worker token, reconcile token and webhook secret may be left out of the file: the
+    instance generates them, and they are printed here once."""
     try:
         body = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         console.print(f"[red]fail[/] cannot read {file}: {type(exc).__name__}")
         raise typer.Exit(1) from None
     key = _admin_key(data_dir)
@@ -128,6 +139,12 @@ def bootstrap(
     for warning in result.get("warnings", []):
         console.print(f"[yellow]warn[/] {warning.get('component')} {warning.get('step')}: "
                       f"{warning.get('detail')}", highlight=False)
+    generated = result.get("generated") or {}
+    if generated:
+        console.print("generated (shown only this once; keep them where the gateway and your "
+                      "cron can read them):")
+        for name, value in generated.items():
+            console.print(f"  {name} = {value}", highlight=False, markup=False)
 
 
 def _code(response: httpx.Response) -> str:

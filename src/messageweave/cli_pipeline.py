@@ -22,7 +22,7 @@ from messageweave.api.services import Services
 from messageweave.config.service import ConfigService
 from messageweave.pipeline import service
 from messageweave.pipeline.worker import Worker
-from messageweave.settings import from_env
+from messageweave.settings import from_env_or_data_dir
 from messageweave.store import keys
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
@@ -35,7 +35,7 @@ dlq_app = typer.Typer(help="List and replay dead-lettered events.", no_args_is_h
 
 @asynccontextmanager
 async def _services() -> AsyncIterator[Services]:
-    settings = from_env()
+    settings = from_env_or_data_dir()
     if not settings.configured:
         raise typer.BadParameter(f"missing {', '.join(settings.missing)}")
     redis = connect(settings.redis_url)

@@ -226,12 +226,64 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def parse_json(body: bytes) -> Any:
-    """Parse a request body as JSON, else 400 invalid_request."""
+# Deeper JSON is refused before `json.loads` sees it: the decoder recurses once per level, and
+# no configuration, update or push object we read is nested more than a few levels.
+MAX_JSON_DEPTH = 64
+# A string literal (escapes included) or one bracket; brackets inside strings do not count.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+# `\ud800`-style escapes: a lone one decodes to a string that cannot be encoded as UTF-8 later.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_depth(text: str) -> int:
+    """How deeply `text` nests arrays and objects, counted without recursion."""
+    depth = deepest = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth -= 1
+    return deepest
+
+
+def _json_text(body: bytes) -> str:
+    """The body as text in the encoding JSON allows (UTF-8, -16 or -32), else 400."""
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return body.decode(json.detect_encoding(body))
+    except (UnicodeDecodeError, LookupError) as exc:
         raise invalid_request() from exc
+
+
+def check_json_depth(body: bytes) -> None:
+    """400 invalid_request when `body` nests deeper than `MAX_JSON_DEPTH`. For preflight, which
+    answers other malformed JSON itself (in its 200 body)."""
+    try:
+        text = _json_text(body)
+    except ApiError:
+        return  # not JSON text at all: the route's own parse says so
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise invalid_request()
+
+
+def parse_json(body: bytes) -> Any:
+    """The one reader of JSON request bodies: strict JSON (no NaN or Infinity, no lone UTF-16
+    surrogate), nested at most `MAX_JSON_DEPTH` levels, else 400 invalid_request (never 500)."""
+    text = _json_text(body)
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise invalid_request()
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+        if _SURROGATE_ESCAPE.search(text):  # a valid pair is one character; a lone half fails
+            json.dumps(value, ensure_ascii=False).encode()
+    except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        raise invalid_request() from exc
+    return value
 
 
 def json_object(body: bytes) -> dict[str, Any]:

@@ -5,7 +5,8 @@ logger; uvicorn's own loggers propagate to it. Each line is
 `{"time","level","logger","message",...}` plus the request id of the request being served and
 any `extra={"fields": {...}}` the call site gave. `RequestLog` writes one line per request:
 `{"event":"request","request_id","method","path","status","duration_ms"}` (the path only,
-never the query string: `/debug/notify?text=` carries message text).
+never the query string: `/debug/notify?text=` carries message text); status 499 when the client
+went away before its response was complete.
 
 Redaction happens on the way out, for every record of every logger: `scheme://user:pass@`
 becomes `scheme://<credentials>@`, `/bot<token>` paths lose the token, and every value
@@ -25,9 +26,10 @@ from datetime import UTC, datetime
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messageweave.config.runtime import scrub
+from messageweave.config.runtime import MIN_SECRET_LEN, scrub
 from messageweave.errors import request_id_of
 
 SecretSource = Callable[[], Iterable[str | None]]
@@ -36,7 +38,6 @@ request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "request_id", default=None
 )
 _sources: list[SecretSource] = []
-_MIN_SECRET_LEN = 4  # shorter values would turn ordinary words into "<secret>"
 
 
 def add_secret_source(source: SecretSource) -> None:
@@ -54,9 +55,14 @@ def current_secrets() -> list[str]:
     for source in list(_sources):
         try:
             found = list(source())
-        except Exception:  # a broken source must never stop logging
+        except Exception:  # nosec B112 # a broken source must never stop logging
             continue
-        values.update(v for v in found if v and len(v.strip()) >= _MIN_SECRET_LEN)
+        for value in found:
+            if value and len(value.strip()) >= MIN_SECRET_LEN:
+                values.add(value)
+                # as it appears inside a JSON line (`fields` are redacted after json.dumps)
+                values.add(json.dumps(value, ensure_ascii=False)[1:-1])
+                values.add(json.dumps(value)[1:-1])
     return sorted(values, key=len, reverse=True)  # longest first: a token before its parts
 
 
@@ -129,8 +135,16 @@ def configure_logging(stream: IO[str] | None = None, level: int = logging.INFO) 
 _request_log = logging.getLogger("messageweave.request")
 
 
+CLIENT_CLOSED = 499  # nginx's code: the client went away before the response was complete
+
+
 class RequestLog:
-    """ASGI middleware: binds the request id for the duration of a request, then logs it."""
+    """ASGI middleware: binds the request id for the duration of a request, then logs it.
+
+    A client that goes away before its response is complete (an `http.disconnect` from
+    `receive`, which Starlette turns into `ClientDisconnect` while reading the body) is logged
+    as 499 at INFO: nothing failed on our side, and there is nobody left to answer. The
+    `ClientDisconnect` stops here, before the last-resort handler would log it as an error."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -143,16 +157,30 @@ class RequestLog:
         token = request_id_var.set(rid)
         started = time.perf_counter()
         status = 500
+        complete = disconnected = False
+
+        async def watch_receive() -> Message:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected = True
+            return message
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, complete
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                complete = not disconnected  # an answer after the disconnect reaches nobody
             await send(message)
 
         try:
-            await self.app(scope, receive, send_status)
+            await self.app(scope, watch_receive, send_status)
+        except ClientDisconnect:
+            disconnected = True
         finally:
+            if disconnected and not complete:
+                status = CLIENT_CLOSED
             _request_log.info(
                 "%s %s %d", scope["method"], scope["path"], status,
                 extra={"fields": {

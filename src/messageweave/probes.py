@@ -1,8 +1,19 @@
-"""Readiness probes shared by `/ready` and the debug surface: JMAP session and Telegram getMe."""
+"""Readiness probes shared by `/ready` and the debug surface: JMAP session and Telegram getMe.
+
+`/ready` needs no credential and the gateway forwards it, so it must not turn requests into
+calls to the peers: it runs each probe through a `Shared` check, at most one per peer at a time,
+and reuses the answer for a few seconds (`probe_ttl`, docs/reference.md §3.1). The debug surface
+and `messageweave diagnose` call the probe functions directly: they want a fresh answer and are
+behind a credential or on the operator's own terminal.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 import httpx
 
@@ -10,7 +21,14 @@ from messageweave.config.model import BusinessConfig
 from messageweave.config.runtime import jmap_origin_probe_url
 from messageweave.mail.jmap import build_ssl_context
 
+log = logging.getLogger(__name__)
+
 PROBE_TIMEOUT_S = 3.0
+READY_CACHE_TTL_S = 5.0
+"""How long `/ready` reuses a peer probe that passed, counted from when it finished."""
+READY_FAILURE_TTL_S = 2.0
+"""How long it reuses one that failed: shorter, so a recovered peer shows soon, yet a down peer
+still gets at most one probe per this window (plus the probe's own timeout)."""
 
 
 async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
@@ -44,3 +62,56 @@ async def probe_telegram_get_me(
     except httpx.HTTPError:
         return "telegram get_me probe failed"
     return None if response.is_success else "telegram get_me probe failed"
+
+
+
+async def guarded(probe: Callable[[BusinessConfig], Awaitable[str | None]], cfg: BusinessConfig
+                  ) -> str | None:
+    """`probe(cfg)`, an unexpected exception counting as a failed probe (logged by its type):
+    one probe answers many `/ready` requests, so it must answer rather than raise into all."""
+    try:
+        return await probe(cfg)
+    except Exception as exc:
+        log.warning("readiness probe raised %s", type(exc).__name__)
+        return "probe failed"
+
+
+def probe_ttl(result: str | None) -> float:
+    """How long `/ready` reuses a peer probe's answer: `READY_CACHE_TTL_S` when it passed,
+    `READY_FAILURE_TTL_S` when it failed."""
+    return READY_CACHE_TTL_S if result is None else READY_FAILURE_TTL_S
+
+
+T = TypeVar("T")
+
+
+class Shared(Generic[T]):
+    """One check that concurrent callers share: single-flight, then cached for `ttl(answer)`
+    seconds after it finished (0: shared only while in flight), and made anew as soon as a
+    caller asks for another `key` (for the peers, the configuration revision).
+
+    Every caller awaits the same task, shielded: a caller that goes away does not cancel it
+    for the others. So a burst costs one check per window, however large it is."""
+
+    def __init__(self, ttl: Callable[[T], float], clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._task: asyncio.Task[T] | None = None
+        self._key: object = None
+        self._fresh_until = 0.0  # set by the task itself, the moment it finishes
+
+    async def get(self, key: object, check: Callable[[], Awaitable[T]]) -> T:
+        """The answer of `check()` for `key`: the one in flight, a fresh cached one, or new."""
+        task = self._task
+        if (task is None or key != self._key
+                or (task.done() and self._clock() >= self._fresh_until)):
+            task = asyncio.create_task(self._run(check), name="shared-check")
+            self._task, self._key, self._fresh_until = task, key, 0.0
+        return await asyncio.shield(task)
+
+    async def _run(self, check: Callable[[], Awaitable[T]]) -> T:
+        result = await check()
+        if self._task is asyncio.current_task():  # not replaced by a newer key meanwhile
+            self._fresh_until = self._clock() + self._ttl(result)
+        return result

@@ -1,19 +1,34 @@
-"""The process environment: five variables, nothing else (SPEC Part A, reference §5.1).
+"""The process environment (boot settings, reference §4): the five variables of SPEC Part A,
+plus the two that describe the deployment in front of the service (`TRUSTED_PROXY_HEADER`,
+`TRUSTED_PROXIES`, reference §3.4).
 
 A missing or malformed required variable never crashes the process; it puts the service in
-*setup mode* and is listed by name in `GET /api/status`.
+*setup mode* and is listed by name in `GET /api/status`. A malformed optional variable (`PORT`,
+the two trust settings) is a `ValueError` naming the variable, at startup: guessing what was
+meant could bind the wrong port or believe a header from the wrong peers.
+
+Operator commands also look in the data directory of `messageweave run` for what the
+environment lacks (`from_env_or_data_dir`): its embedded Redis and its generated key.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from messageweave.store.redis import embedded_url
 
 DEFAULT_PORT = 8080
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+KEY_FILE = "encryption.key"  # in the data directory
+REDIS_DIR = "redis"  # the embedded Redis's directory inside the data directory
 _TRUTHY = frozenset({"1", "true", "TRUE", "True", "yes", "YES"})
+# An HTTP field name (RFC 9110 §5.1: a token).
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 @dataclass(frozen=True)
@@ -24,6 +39,11 @@ class Settings:
     port: int = DEFAULT_PORT
     debug_requested: bool = False
     debug_token: str = field(default="", repr=False)
+    # The header a trusted proxy (the gateway) sets to the client's address, lowercase;
+    # "" = the socket peer is the client. `TRUSTED_PROXIES`: the networks that header is
+    # believed from, normalised and comma-separated; "" = from any peer.
+    trusted_proxy_header: str = ""
+    trusted_proxies: str = ""
 
     @property
     def missing(self) -> list[str]:
@@ -65,12 +85,63 @@ def _port(raw: str | None) -> int:
     return port
 
 
+def _trusted_proxy_header(raw: str | None) -> str:
+    name = (raw or "").strip()
+    if name and not _FIELD_NAME.fullmatch(name):
+        raise ValueError(f"TRUSTED_PROXY_HEADER must be an HTTP header name, got {name!r}")
+    return name.lower()
+
+
+def _trusted_proxies(raw: str | None, header: str) -> str:
+    """Comma-separated IP addresses or CIDR networks, normalised (`10.0.0.7/8` → `10.0.0.0/8`,
+    a bare address → its /32 or /128); blank = any peer."""
+    entries = [p.strip() for p in (raw or "").split(",") if p.strip()]
+    if not entries:
+        return ""
+    if not header:
+        raise ValueError("TRUSTED_PROXIES is set but TRUSTED_PROXY_HEADER is not: "
+                         "name the header those proxies set, or unset TRUSTED_PROXIES")
+    nets = []
+    for entry in entries:
+        try:
+            nets.append(str(ipaddress.ip_network(entry, strict=False)))
+        except ValueError as exc:
+            raise ValueError(
+                "TRUSTED_PROXIES must be comma-separated IP addresses or CIDR networks "
+                f"(e.g. 10.0.0.0/8,2001:db8::1), got {entry!r}") from exc
+    return ",".join(nets)
+
+
 def from_env(env: Mapping[str, str] | None = None, *, debug_flag: bool = False) -> Settings:
     env = os.environ if env is None else env
+    header = _trusted_proxy_header(env.get("TRUSTED_PROXY_HEADER"))
     return Settings(
         redis_url=env.get("REDIS_URL", "").strip(),
         admin_key=env.get("CONFIG_ENCRYPTION_KEY", "").strip(),
         port=_port(env.get("PORT")),
         debug_requested=debug_surface_requested(debug_flag, env),
         debug_token=env.get("DEBUG_TOKEN", ""),
+        trusted_proxy_header=header,
+        trusted_proxies=_trusted_proxies(env.get("TRUSTED_PROXIES"), header),
     )
+
+
+def default_data_dir() -> Path:
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    return Path(xdg) / "messageweave" if xdg else Path(".messageweave")
+
+
+def from_env_or_data_dir(data_dir: Path | None = None) -> Settings:
+    """`from_env`, with `REDIS_URL` and `CONFIG_ENCRYPTION_KEY` taken from the data directory
+    of `messageweave run` (default `default_data_dir()`) when the environment lacks them: the
+    embedded Redis (socket and password, `embedded_url`) and the generated key."""
+    env = dict(os.environ)
+    directory = (data_dir or default_data_dir()).resolve()
+    if not env.get("REDIS_URL", "").strip():
+        env["REDIS_URL"] = embedded_url(directory / REDIS_DIR) or ""
+    if not env.get("CONFIG_ENCRYPTION_KEY", "").strip():
+        try:
+            env["CONFIG_ENCRYPTION_KEY"] = (directory / KEY_FILE).read_text().strip()
+        except OSError:
+            pass
+    return from_env(env)

@@ -16,8 +16,8 @@ from tests.browser.conftest import LiveService, PageRun, save_configuration
 from tests.conftest import ADMIN_KEY, CYRUS_PASSWORD, CYRUS_USER, sample_wire
 from tests.peers.cyrus import CyrusServer
 
-SECRETS = ("123456:bot-token-SECRET", "webhook-SECRET", "jmap-password-SECRET",
-           "reconcile-SECRET", "worker-SECRET")
+SECRETS = ("123456:bot-token-SECRET", "webhook-secret-SECRET", "jmap-password-SECRET",
+           "reconcile-SECRET", "worker-token-SECRET")
 BIZ = "/api/business-config"
 
 
@@ -62,10 +62,11 @@ def dom_text_and_values(page: Page) -> str:
     return result
 
 
-def worker_put(service: LiveService, patch: dict[str, Any]) -> httpx.Response:
-    """Another operator's write, authorized with the configuration's worker token."""
+def session_put(service: LiveService, session: str, patch: dict[str, Any]) -> httpx.Response:
+    """A write from another tool with the page's own admin session (only a session may write,
+    and a second login would end the page's)."""
     return httpx.put(service.base_url + BIZ, json=patch,
-                     headers={"Authorization": "Bearer worker-SECRET"})
+                     headers={"Authorization": f"Bearer {session}"})
 
 
 def test_setup_mode_lists_the_missing_variables_and_offers_no_sign_in(
@@ -165,8 +166,10 @@ def test_a_concurrent_change_elsewhere_shows_the_conflict_and_reloads(
     configured: LiveService, page_run: PageRun
 ) -> None:
     page = page_run.page
-    signed_in(page, configured, revision=1)
-    assert worker_put(configured, {"jmap_username": "carol"}).status_code == 200
+    with page.expect_response(lambda r: r.url.endswith("/api/admin/session")) as login:
+        signed_in(page, configured, revision=1)
+    session = login.value.json()["session"]
+    assert session_put(configured, session, {"jmap_username": "carol"}).status_code == 200
     page.fill("#f-account_id", "acct-1")
     with page.expect_response(lambda r: is_put(r.request)) as answered:
         page.click("#biz-save")
@@ -346,3 +349,49 @@ def test_dead_letter_entries_are_listed_and_replayed(
     page.click("#dlq-replay-all")
     expect(page.locator("#dlq-msg")).to_have_text("Replayed 1 entries.")
     expect(page.locator(f"#dlq-list li:has-text('{dlq_id}')")).to_have_count(0)
+
+
+TOKEN_FIELDS = ("telegram_webhook_secret", "reconcile_token", "worker_token")
+
+
+def test_generate_buttons_fill_strong_secrets_that_the_first_save_stores(
+    service: LiveService, page_run: PageRun,
+) -> None:
+    """Bug: the page offered no way to make a strong token, so operators typed short ones
+    (the server now refuses anything under 16 characters); a generated value must be strong,
+    url-safe (Telegram's secret_token alphabet), visible to copy, and saved as generated."""
+    page = page_run.page
+    signed_in(page, service)
+    wire = sample_wire()
+    for name in ("jmap_session_url", "jmap_username", "jmap_password", "bot_token"):
+        page.fill(f"#f-{name}", wire[name])
+    page.fill("#f-telegram_chat_id", str(wire["telegram_chat_id"]))
+    page.fill("#f-chat_allowlist", ", ".join(map(str, wire["chat_allowlist"])))
+    # A short typed token is stopped on the page, naming the field.
+    page.fill("#f-worker_token", "short")
+    page.click("#biz-save")
+    expect(page.locator("#biz-error")).to_have_text(
+        "Worker token must be at least 16 characters (use Generate).")
+    generated = {}
+    for name in TOKEN_FIELDS:
+        expect(page.locator(f"#gen-{name}")).to_have_accessible_name(re.compile("^Generate"))
+        page.click(f"#gen-{name}")
+        expect(page.locator(f"#f-{name}")).to_have_attribute("type", "text")
+        expect(page.locator(f"#m-{name}")).to_contain_text("copy it now")
+        generated[name] = page.input_value(f"#f-{name}")
+        assert re.fullmatch(r"[A-Za-z0-9_-]{32}", generated[name]), generated[name]
+    assert len(set(generated.values())) == 3
+    page.click("#gen-worker_token")  # a second click makes a new value
+    assert page.input_value("#f-worker_token") != generated["worker_token"]
+    generated["worker_token"] = page.input_value("#f-worker_token")
+    with page.expect_request(is_put) as sent:
+        page.click("#biz-save")
+    assert {name: body_of(sent.value)[name] for name in TOKEN_FIELDS} == generated
+    expect(page.locator("#biz-state")).to_contain_text("revision 1")
+    for name in TOKEN_FIELDS:  # after the save the values are gone from the page again
+        expect(page.locator(f"#f-{name}")).to_have_value("")
+        expect(page.locator(f"#f-{name}")).to_have_attribute("type", "password")
+    # Stored as generated: the worker token now authorizes the worker route.
+    worker = httpx.post(service.base_url + "/worker",
+                        headers={"Authorization": f"Bearer {generated['worker_token']}"})
+    assert worker.status_code != 401, worker.text

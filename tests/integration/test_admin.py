@@ -119,12 +119,12 @@ async def test_corrupt_runtime_parameters_are_503(
     assert_envelope(await client.get("/api/config", headers=headers), 503, "service_unavailable")
 
 
-async def test_worker_token_of_the_live_config_authorizes_admin_routes(
+async def test_worker_token_of_the_live_config_opens_only_the_kill_switch(
     client: httpx.AsyncClient,
 ) -> None:
     await client.put("/api/business-config", json=sample_wire(), headers=await login(client))
-    worker = {"Authorization": "Bearer worker-SECRET"}
-    assert (await client.get("/api/config", headers=worker)).status_code == 200
+    worker = {"Authorization": "Bearer worker-token-SECRET"}
+    assert_envelope(await client.get("/api/config", headers=worker), 403, "forbidden")
     assert (await client.get("/api/enabled", headers=worker)).status_code == 200
     reconcile = {"Authorization": "Bearer reconcile-SECRET"}
-    assert_envelope(await client.get("/api/config", headers=reconcile), 401, "unauthorized")
+    assert_envelope(await client.get("/api/config", headers=reconcile), 403, "forbidden")

@@ -12,8 +12,8 @@ from tests.conftest import ADMIN_KEY, admin_headers, login, sample_wire
 from tests.integration.test_envelope import assert_envelope
 
 KEY = bytes.fromhex(ADMIN_KEY)
-SECRET_VALUES = ("123456:bot-token-SECRET", "webhook-SECRET", "jmap-password-SECRET",
-                 "reconcile-SECRET", "worker-SECRET")
+SECRET_VALUES = ("123456:bot-token-SECRET", "webhook-secret-SECRET", "jmap-password-SECRET",
+                 "reconcile-SECRET", "worker-token-SECRET")
 
 
 async def stored_wire(r: aioredis.Redis) -> dict[str, Any]:
@@ -145,19 +145,20 @@ async def test_incomplete_first_save_is_422_and_stores_nothing(
     assert await snapshot(redis_client) == (None, None)
 
 
-async def test_config_routes_need_a_session_or_the_worker_token(
+async def test_config_routes_need_a_session(
     client: httpx.AsyncClient, redis_client: aioredis.Redis
 ) -> None:
-    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "bearer x"},
-                    admin_headers()):
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "bearer x"}):
         response = await client.get("/api/business-config", headers=headers)
         assert_envelope(response, 401, "unauthorized")
+    response = await client.get("/api/business-config", headers=admin_headers())
+    assert_envelope(response, 403, "forbidden")
     response = await client.put("/api/business-config", json=sample_wire())
     assert_envelope(response, 401, "unauthorized")
     assert await snapshot(redis_client) == (None, None)
     await first_save(client)
-    worker = {"Authorization": "Bearer worker-SECRET"}
-    assert (await client.get("/api/business-config", headers=worker)).status_code == 200
+    worker = {"Authorization": "Bearer worker-token-SECRET"}
+    assert_envelope(await client.get("/api/business-config", headers=worker), 403, "forbidden")
 
 
 async def test_undecryptable_stored_value_is_503(
@@ -207,7 +208,8 @@ async def test_bootstrap_creates_once_then_409(
     response = await client.post("/api/bootstrap", json=sample_wire(), headers=admin_headers())
     assert response.status_code == 200, response.text
     assert response.headers["x-business-config-revision"] == "1"
-    assert set(response.json()) == {"persisted", "runtime_applied", "warnings"}
+    assert set(response.json()) == {"persisted", "runtime_applied", "warnings", "generated"}
+    assert response.json()["generated"] == {}  # every shared secret was given
     before = await snapshot(redis_client)
     again = await client.post("/api/bootstrap", json=sample_wire(jmap_username="eve"),
                               headers=admin_headers())
@@ -218,7 +220,7 @@ async def test_bootstrap_creates_once_then_409(
 async def test_bootstrap_input_errors(
     client: httpx.AsyncClient, redis_client: aioredis.Redis
 ) -> None:
-    worker = {"Authorization": "Bearer worker-SECRET"}
+    worker = {"Authorization": "Bearer worker-token-SECRET"}
     assert_envelope(await client.post("/api/bootstrap", json=sample_wire(), headers=worker),
                     401, "unauthorized")
     assert_envelope(await client.post("/api/bootstrap", content=b"x", headers=admin_headers()),

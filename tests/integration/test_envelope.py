@@ -6,7 +6,7 @@ import httpx
 from fastapi import APIRouter
 
 from messageweave.settings import Settings
-from tests.conftest import admin_headers, login, running_client
+from tests.conftest import admin_headers, fastapi_of, login, running_client
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 
@@ -76,7 +76,7 @@ async def test_unhandled_exception_is_a_500_envelope(embedded_redis_url: str) ->
     async def boom() -> None:
         raise RuntimeError("secret detail must not leak")
 
-    asgi.app.include_router(broken)  # type: ignore[attr-defined]
+    fastapi_of(asgi).include_router(broken)
     transport = httpx.ASGITransport(app=asgi)
     async with httpx.AsyncClient(transport=transport, base_url="http://mw.test") as c:
         response = await c.get("/boom")

@@ -25,6 +25,7 @@ from schemathesis.generation import GenerationMode
 from messageweave.api.openapi import OPERATIONS
 from messageweave.app import create_app
 from messageweave.settings import Settings
+from messageweave.store import keys
 from tests.conftest import (
     ADMIN_KEY,
     admin_headers,
@@ -48,6 +49,7 @@ class LiveService:
 
     def __init__(self, redis_url: str) -> None:
         self.base_url = ""
+        self.redis_url = redis_url
         app = create_app(settings_for(redis_url, debug_requested=True, debug_token=DEBUG_TOKEN))
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
@@ -90,6 +92,11 @@ def _session(base_url: str) -> str:
     return token
 
 
+def _unlock(live: LiveService) -> None:
+    with redis.Redis.from_url(live.redis_url) as client:
+        client.delete(*(key("127.0.0.1") for key in (keys.throttle_failures, keys.throttle_lock)))
+
+
 def _enable(base_url: str) -> None:
     auth = {"Authorization": f"Bearer {_session(base_url)}"}
     answer = httpx.put(f"{base_url}/api/enabled", json={"enabled": True}, headers=auth)
@@ -129,6 +136,7 @@ def fuzz(live: LiveService, credentials: Callable[[str], dict[str, str]]) -> int
         modes = [GenerationMode.POSITIVE] + [GenerationMode.NEGATIVE] * has_inputs
         for mode in modes:
             label = f"{operation.method.upper()} {operation.path} {mode.value}"
+            _unlock(live)  # the fuzz's own wrong credentials must not lock its setup out
             _enable(live.base_url)  # a generated request may have switched it off
 
             @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None,

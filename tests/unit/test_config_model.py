@@ -1,13 +1,16 @@
+import re
 from typing import Any
 
 import pytest
 
 from messageweave.config.model import (
     FIRST_SAVE_FIELDS,
+    GENERATED_SECRETS,
     SHORTLIST_TIMEZONES,
     ConfigInvalid,
     WireError,
     all_timezones,
+    fill_generated_secrets,
     merge,
     parse_patch,
     parse_wire,
@@ -18,10 +21,10 @@ from messageweave.config.model import (
 def wire(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "bot_token": "t", "telegram_chat_id": 1, "chat_allowlist": [1],
-        "telegram_webhook_secret": "w", "timezone": "Asia/Shanghai",
+        "telegram_webhook_secret": "webhook-secret-0123", "timezone": "Asia/Shanghai",
         "jmap_session_url": "https://mail.example.com/", "jmap_username": "u",
         "jmap_password": "p", "llm_enabled": False, "llm_allow_net": False,
-        "reconcile_token": "r", "worker_token": "k",
+        "reconcile_token": "reconcile-token-0123", "worker_token": "worker-token-0123",
     }
     base.update(overrides)
     return base
@@ -53,6 +56,27 @@ def test_a_complete_wire_is_valid_and_defaults_the_optional_fields() -> None:
     ({"telegram_webhook_secret": ""}, "missing or blank TG_WEBHOOK_SECRET"),
     ({"reconcile_token": ""}, "missing or blank RECONCILE_TOKEN"),
     ({"worker_token": ""}, "missing or blank WORKER_TOKEN"),
+    ({"worker_token": "x" * 15}, "WORKER_TOKEN must be at least 16 characters"),
+    ({"reconcile_token": "short"}, "RECONCILE_TOKEN must be at least 16 characters"),
+    ({"telegram_webhook_secret": "7"}, "TG_WEBHOOK_SECRET must be at least 16 characters"),
+    ({"telegram_webhook_secret": "has spaces in it, 22"},
+     "TG_WEBHOOK_SECRET may contain only A-Z, a-z, 0-9, _ and -"),
+    ({"worker_token": "w" * 257}, "WORKER_TOKEN must be at most 256 characters"),
+    ({"telegram_webhook_secret": "w" * 257}, "TG_WEBHOOK_SECRET must be at most 256 characters"),
+    ({"llm_model": "m" * 201}, "LLM_MODEL must be at most 200 characters"),
+    ({"jmap_username": "u" * 321}, "JMAP_USERNAME must be at most 320 characters"),
+    ({"jmap_session_url": "https://mail.example.com/" + "a" * 2048},
+     "JMAP_SESSION_URL must be at most 2048 characters"),
+    ({"timezone": "Z" * 65}, "TIMEZONE must be at most 64 characters"),
+    ({"account_id": "a" * 257}, "ACCOUNT_ID must be at most 256 characters"),
+    ({"notify_mailbox_roles": ["inbox"] * 17},
+     "NOTIFY_MAILBOX_ROLES must list at most 16 roles of at most 64 characters"),
+    ({"notify_mailbox_roles": ["r" * 65]},
+     "NOTIFY_MAILBOX_ROLES must list at most 16 roles of at most 64 characters"),
+    ({"chat_allowlist": list(range(1, 102))}, "CHAT_ALLOWLIST must list at most 100 chat ids"),
+    ({"chat_allowlist": [10**39]}, "CHAT_ALLOWLIST must list signed 64-bit chat ids"),
+    ({"chat_allowlist": [-(2**63) - 1]}, "CHAT_ALLOWLIST must list signed 64-bit chat ids"),
+    ({"telegram_chat_id": 2**63}, "TELEGRAM_CHAT_ID must be a signed 64-bit chat id"),
     ({"timezone": "Mars/Olympus"}, "TIMEZONE must be one of the supported time zones"),
     ({"timezone": "asia/shanghai"}, "TIMEZONE must be one of the supported time zones"),
     ({"llm_api_key": " "}, "missing or blank LLM_API_KEY"),
@@ -92,6 +116,10 @@ def test_rules_are_checked_in_the_documented_order() -> None:
     # Several broken fields: the first rule in the reference's order wins.
     assert message_for(worker_token="", timezone="Nope", chat_allowlist=[]) == \
         "missing or blank WORKER_TOKEN"
+    assert message_for(worker_token="k", llm_model="m" * 201) == \
+        "LLM_MODEL must be at most 200 characters"
+    assert message_for(worker_token="k", telegram_webhook_secret="w", timezone="Nope") == \
+        "TG_WEBHOOK_SECRET must be at least 16 characters"
     assert message_for(timezone="Nope", chat_allowlist=[]) == \
         "TIMEZONE must be one of the supported time zones"
     assert message_for(chat_allowlist=[], jmap_session_url="http://x") == \
@@ -169,3 +197,37 @@ def test_values_never_contain_a_secret_and_presence_is_reported() -> None:
         assert secret not in values
     assert all(cfg.secrets_present().values())
     assert "'t'" not in repr(cfg) and "sk-1" not in repr(cfg)
+
+
+def test_limits_hold_at_their_bounds() -> None:
+    """The bounds themselves are accepted (an off-by-one would refuse a legitimate value)."""
+    validate(parse_wire(wire(
+        worker_token="w" * 16, reconcile_token="r" * 256, telegram_webhook_secret="A-z_9" * 4,
+        llm_model="m" * 200, jmap_username="u" * 320, account_id="a" * 256,
+        telegram_chat_id=-(2**63), chat_allowlist=[2**63 - 1, *range(1, 100)],
+        notify_mailbox_roles=["inbox", *["r" * 64] * 15],
+    )))
+
+
+def test_a_stored_configuration_older_than_the_limits_still_loads() -> None:
+    """Bug: an upgraded instance whose stored tokens predate the 16-character minimum would
+    refuse its own configuration and stop serving; the limits apply to writes only."""
+    weak = parse_wire(wire(worker_token="k", telegram_chat_id=10**39))
+    validate(weak, limits=False)
+    with pytest.raises(ConfigInvalid):
+        validate(weak)
+
+
+def test_bootstrap_fills_only_the_left_out_shared_secrets() -> None:
+    """Bug: a bootstrap without tokens stored none (or empty ones) instead of strong values."""
+    body = wire()
+    for name in GENERATED_SECRETS:
+        del body[name]
+    body["worker_token"] = "my-own-worker-token"
+    filled, generated = fill_generated_secrets(body)
+    assert set(generated) == {"telegram_webhook_secret", "reconcile_token"}
+    assert isinstance(filled, dict) and filled["worker_token"] == "my-own-worker-token"
+    for value in generated.values():
+        assert len(value) >= 16 and re.fullmatch(r"[A-Za-z0-9_-]+", value)
+    validate(parse_wire(filled))
+    assert fill_generated_secrets([1]) == ([1], {})

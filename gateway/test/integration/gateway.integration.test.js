@@ -105,6 +105,10 @@ async function startBackend(name, redisPort) {
       PORT: String(port),
       DEBUG_ENABLED: "1",
       DEBUG_TOKEN,
+      // The deployment the gateway is for: the backends believe its client-address header,
+      // and only from the gateway's (loopback) address.
+      TRUSTED_PROXY_HEADER: "x-mw-client-ip",
+      TRUSTED_PROXIES: "127.0.0.1",
     });
   proc.origin = `http://127.0.0.1:${port}`;
   await waitFor(proc, async () => {
@@ -341,6 +345,52 @@ test("the callbacks card's GET /api/push/status passes the gateway to a backend"
   assert.equal((await status.json()).state, "off");
   await assertEnvelope(await gw("/api/push/status", { method: "POST", headers: bearer(session) }),
     405, "method_not_allowed");
+});
+
+test("the backends throttle each client the gateway saw, not the gateway, nor a spoofed header", async () => {
+  // Catches a gateway that sets no client address (one guesser behind it would lock out every
+  // client: they all share the gateway's address) and one that passes a client's own
+  // x-mw-client-ip on (a guesser sending a new one with each try would never be locked).
+  // Miniflare, like Cloudflare's edge, hands the Worker cf-connecting-ip; a request that
+  // carries none gets the socket's peer (127.0.0.1 here), which the other tests use.
+  const guesser = "203.0.113.7";
+  const wrong = (client, spoofed) => gw("/api/enabled", {
+    headers: { ...bearer("not-a-credential"), "cf-connecting-ip": client,
+      "x-mw-client-ip": spoofed },
+  });
+  for (let i = 0; i < 10; i++) {
+    const res = await wrong(guesser, `192.0.2.${i + 1}`);
+    assert.ok(res.headers.get("x-lb-backend"), "the 401 comes from a backend");
+    await assertEnvelope(res, 401, "unauthorized");
+  }
+  const locked = await wrong(guesser, "192.0.2.99");
+  await assertEnvelope(locked, 429, "rate_limited");
+  assert.ok(Number(locked.headers.get("retry-after")) > 0);
+
+  await assertEnvelope(await wrong("198.51.100.9", guesser), 401, "unauthorized");
+  const mine = await gw("/api/enabled", { headers: bearer(session) }); // from 127.0.0.1
+  assert.equal(mine.status, 200);
+
+  const audit = await gw("/api/logs/audit", { headers: bearer(session) });
+  assert.equal(audit.status, 200);
+  const throttled = (await audit.json()).records.filter((r) => r.action === "auth_throttled");
+  assert.deepEqual(throttled.map((r) => r.client), [guesser]);
+});
+
+test("a client-sent X-Forwarded-For does not choose the backend's throttle bucket", async () => {
+  // Catches the backend's HTTP server believing X-Forwarded-For from a local proxy (this
+  // gateway, a cloudflared tunnel): the gateway passes client headers on, so a guesser would
+  // pick a new address for every try and never be locked.
+  const guesser = "203.0.113.8";
+  for (let i = 0; i < 10; i++) {
+    await assertEnvelope(await gw("/api/enabled", {
+      headers: { ...bearer("not-a-credential"), "cf-connecting-ip": guesser,
+        "x-forwarded-for": `192.0.2.${i + 101}` },
+    }), 401, "unauthorized");
+  }
+  await assertEnvelope(await gw("/api/enabled", {
+    headers: { ...bearer("not-a-credential"), "cf-connecting-ip": guesser },
+  }), 429, "rate_limited");
 });
 
 test("after SIGKILL of one backend, requests fail over to the other", async () => {

@@ -10,10 +10,10 @@ from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
 from messageweave.api.services import (
-    bearer,
-    constant_time_eq,
+    require_admin,
     require_admin_key,
-    require_config_authorized,
+    require_admin_key_or_session,
+    require_worker_or_admin,
     services,
 )
 from messageweave.config.model import (
@@ -21,18 +21,19 @@ from messageweave.config.model import (
     ConfigInvalid,
     WireError,
     empty_values,
+    fill_generated_secrets,
     parse_outbound,
     validate_outbound,
 )
 from messageweave.config.service import SaveResult, StoredConfigInvalid, StoreUnavailable
 from messageweave.errors import (
     ApiError,
+    check_json_depth,
     conflict,
     invalid_request,
     json_object,
     parse_json,
     service_unavailable,
-    unauthorized,
 )
 from messageweave.ops import audit
 from messageweave.store import keys
@@ -56,7 +57,7 @@ def invalid_configuration(message: str | None = None) -> ApiError:
 
 @router.get("/api/business-config")
 async def get_business_config(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     svc = services(request)
     try:
         revision, cfg = await svc.config.read_stored()
@@ -77,18 +78,22 @@ async def get_business_config(request: Request) -> JSONResponse:
     return JSONResponse(body, headers={REVISION_HEADER: str(revision)})
 
 
-def _save_response(result: SaveResult, *, with_revision: bool) -> JSONResponse:
+def _save_response(
+    result: SaveResult, *, with_revision: bool, generated: dict[str, str] | None = None
+) -> JSONResponse:
     body: dict[str, Any] = {"persisted": True}
     if with_revision:
         body["revision"] = result.revision
     body["runtime_applied"] = result.runtime_applied
     body["warnings"] = [w.to_json() for w in result.warnings]
+    if generated is not None:
+        body["generated"] = generated
     return JSONResponse(body, headers={REVISION_HEADER: str(result.revision)})
 
 
 @router.put("/api/business-config")
 async def put_business_config(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     body = parse_json(await request.body())
     svc = services(request)
     try:
@@ -110,9 +115,11 @@ async def put_business_config(request: Request) -> JSONResponse:
 
 @router.post("/api/business-config/preflight")
 async def preflight_business_config(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
+    body = await request.body()
+    check_json_depth(body)  # too deep is a 400 as on every route; other bad JSON is reported
     try:
-        result = await services(request).config.preflight(await request.body())
+        result = await services(request).config.preflight(body)
     except StoreUnavailable as exc:
         raise service_unavailable() from exc
     except StoredConfigInvalid as exc:
@@ -122,8 +129,10 @@ async def preflight_business_config(request: Request) -> JSONResponse:
 
 @router.post("/api/bootstrap")
 async def bootstrap(request: Request) -> JSONResponse:
-    require_admin_key(request)
-    body = parse_json(await request.body())
+    await require_admin_key(request)
+    # The caller holds the admin key, which already grants every secret: the shared secrets
+    # it left out are generated here and shown in this answer, once.
+    body, generated = fill_generated_secrets(parse_json(await request.body()))
     try:
         result = await services(request).config.bootstrap(body)
     except WireError as exc:
@@ -136,7 +145,9 @@ async def bootstrap(request: Request) -> JSONResponse:
         raise service_unavailable() from exc
     await audit.record_audit(services(request), audit.CONFIG_BOOTSTRAPPED,
                              fields=audit.changed_fields(body), revision=result.revision)
-    return _save_response(result, with_revision=False)
+    response = _save_response(result, with_revision=False, generated=generated)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 # --- admin session -----------------------------------------------------------------------
@@ -144,7 +155,7 @@ async def bootstrap(request: Request) -> JSONResponse:
 
 @router.post("/api/admin/session")
 async def create_admin_session(request: Request) -> JSONResponse:
-    require_admin_key(request)
+    await require_admin_key(request)
     token = secrets.token_hex(32)
     try:
         await services(request).store.put_admin_session(token)
@@ -157,16 +168,8 @@ async def create_admin_session(request: Request) -> JSONResponse:
 @router.post("/api/admin/session/revoke", status_code=204)
 async def revoke_admin_session(request: Request) -> Response:
     """Needs the current session or the admin credential (SPEC C.7), then ends the session."""
+    await require_admin_key_or_session(request)
     svc = services(request)
-    token = bearer(request)
-    allowed = constant_time_eq(token, svc.settings.admin_key)
-    if not allowed and token:
-        try:
-            allowed = await svc.store.admin_session_valid(token)
-        except RedisError as exc:
-            raise service_unavailable() from exc
-    if not allowed:
-        raise unauthorized()
     try:
         await svc.store.revoke_admin_session()
     except RedisError as exc:
@@ -180,7 +183,7 @@ async def revoke_admin_session(request: Request) -> Response:
 
 @router.get("/api/enabled")
 async def get_enabled(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_worker_or_admin(request)
     try:
         enabled = await services(request).store.enabled()
     except RedisError:
@@ -190,7 +193,7 @@ async def get_enabled(request: Request) -> JSONResponse:
 
 @router.put("/api/enabled")
 async def put_enabled(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_worker_or_admin(request)
     body = json_object(await request.body())
     enabled = body.get("enabled")
     if not isinstance(enabled, bool):
@@ -205,7 +208,7 @@ async def put_enabled(request: Request) -> JSONResponse:
 
 @router.get("/api/config")
 async def get_config(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     try:
         outbound = await services(request).config.read_outbound()
     except (RedisError, CorruptValue) as exc:
@@ -215,7 +218,7 @@ async def get_config(request: Request) -> JSONResponse:
 
 @router.put("/api/config")
 async def put_config(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     body = parse_json(await request.body())
     try:
         outbound = parse_outbound(body)

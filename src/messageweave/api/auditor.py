@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import require_config_authorized, require_enabled, services
+from messageweave.api.services import require_admin, require_enabled, services
 from messageweave.config.service import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.mail.auditor import TRIGGER_API, run_audit
@@ -42,7 +42,7 @@ def _answer(description: str, schema: dict[str, Any]) -> dict[int | str, dict[st
 
 @router.get("/api/audit", responses=_answer("The last gap audit", _LAST))
 async def get_audit(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     try:
         last = await gaps.read_last(services(request).redis)
     except RedisError as exc:
@@ -53,7 +53,7 @@ async def get_audit(request: Request) -> JSONResponse:
 @router.post("/api/audit", responses=_answer("The audit's counts", _COUNTS))
 async def post_audit(request: Request) -> JSONResponse:
     """One gap audit now; it takes no body (anything in it is a 400)."""
-    await require_config_authorized(request)
+    await require_admin(request)
     if await request.body():
         raise invalid_request()
     await require_enabled(request)

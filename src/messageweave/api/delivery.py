@@ -7,10 +7,10 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from messageweave.api.services import (
-    bearer,
     constant_time_eq,
-    require_config_authorized,
+    require_admin,
     require_enabled,
+    require_worker_token,
     services,
 )
 from messageweave.errors import (
@@ -70,10 +70,8 @@ def _batch(body: bytes) -> int:
 
 @router.post("/worker")
 async def drain(request: Request) -> Response:
+    await require_worker_token(request)
     svc = services(request)
-    cfg = svc.config.config
-    if not constant_time_eq(bearer(request), cfg.worker_token if cfg is not None else ""):
-        raise unauthorized()
     await require_enabled(request)
     batch = _batch(await request.body())
     try:
@@ -85,7 +83,7 @@ async def drain(request: Request) -> Response:
 
 @router.get("/api/delivery")
 async def delivery_status(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     try:
         return JSONResponse(await service.delivery_status(services(request).redis))
     except RedisError as exc:
@@ -100,7 +98,7 @@ def _stream(value: object) -> str:
 
 @router.get("/api/dlq")
 async def list_dlq(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     raw_stream = request.query_params.get("stream")
     streams = list(keys.STREAMS) if raw_stream is None else [_stream(raw_stream)]
     try:
@@ -118,7 +116,7 @@ async def list_dlq(request: Request) -> JSONResponse:
 
 @router.post("/api/dlq/replay")
 async def replay_dlq(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     body = parse_json(await request.body())
     if not isinstance(body, dict) or set(body) - {"stream", "ids"}:
         raise invalid_request()

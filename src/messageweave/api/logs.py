@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import require_config_authorized, services
+from messageweave.api.services import require_admin, services
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.store.oplog import InvalidCursor, OpLog, Page, audit_log, send_log
 
@@ -52,12 +52,12 @@ async def _page(request: Request, log: OpLog, outcome: str | None = None) -> JSO
 
 @router.get("/api/logs/audit")
 async def get_audit_log(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     return await _page(request, audit_log(services(request).redis))
 
 
 @router.get("/api/logs/send")
 async def get_send_log(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     outcome = request.query_params.get("outcome") or None
     return await _page(request, send_log(services(request).redis), outcome)

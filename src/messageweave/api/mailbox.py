@@ -12,14 +12,13 @@ from redis.exceptions import RedisError
 
 from messageweave.api.services import (
     Services,
-    bearer,
-    constant_time_eq,
-    require_config_authorized,
+    require_admin,
     require_enabled,
+    require_reconcile_token,
     services,
 )
 from messageweave.config.service import NotConfigured
-from messageweave.errors import ApiError, conflict, json_object, service_unavailable, unauthorized
+from messageweave.errors import ApiError, conflict, json_object, service_unavailable
 from messageweave.mail import push
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.reconcile import ReconcileBusy, ReconcileError
@@ -45,11 +44,9 @@ async def _jmap(svc: Services) -> JmapClient:
 @router.post("/reconcile", status_code=204)
 async def post_reconcile(request: Request) -> Response:
     """One reconcile pass now (external cron). The request body is ignored."""
-    svc = services(request)
-    cfg = svc.config.config
-    if cfg is None or not constant_time_eq(bearer(request), cfg.reconcile_token):
-        raise unauthorized()
+    await require_reconcile_token(request)
     await require_enabled(request)
+    svc = services(request)
     try:
         await run_pass(svc)
     except ReconcileBusy as exc:
@@ -65,34 +62,33 @@ async def post_reconcile(request: Request) -> Response:
 @router.post("/push/jmap", status_code=204)
 async def post_push(request: Request) -> Response:
     """RFC 8620 pushes: PushVerification completes verification, StateChange schedules a
-    catch-up. Authentication comes from the body (see `messageweave.mail.push`)."""
+    catch-up. Authentication comes from the body (see `messageweave.mail.push`). A well-formed
+    StateChange is answered 204 whether or not it was acted on (503 only when Redis fails), so
+    the answer reveals neither the account id nor the registration (reference §7.2)."""
     svc = services(request)
     body = await request.body()
     if len(body) > push.MAX_PUSH_BODY_BYTES:
         raise ApiError(413, "payload_too_large")
     message = push.parse_push(json_object(body))
+    if isinstance(message, push.StateChange):
+        try:
+            await push.accept_state_change(svc.redis, message, svc.store.enabled,
+                                           lambda: _jmap(svc), now=time.time())
+        except RedisError as exc:
+            raise service_unavailable() from exc
+        return Response(status_code=204)
     try:
-        if isinstance(message, push.Verification):
-            await push.require_known_subscription(svc.redis, message)
-        else:
-            await push.require_registration(svc.redis)
+        await push.require_known_subscription(svc.redis, message)
     except RedisError as exc:
         raise service_unavailable() from exc
     await require_enabled(request)
-    client = await _jmap(svc)
-    if isinstance(message, push.Verification):
-        await push.verify(svc.redis, client, message, now=time.time())
-    else:
-        try:
-            await push.state_changed(svc.redis, client.account_id, message, now=time.time())
-        except RedisError as exc:
-            raise service_unavailable() from exc
+    await push.verify(svc.redis, await _jmap(svc), message, now=time.time())
     return Response(status_code=204)
 
 
 @router.post("/api/push/register")
 async def register_push(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     svc = services(request)
     url = push.callback_url_of(json_object(await request.body()), strict=True)
     result = await push.register(svc.redis, lambda: _jmap(svc), url, request.state.request_id,
@@ -105,7 +101,7 @@ async def register_push(request: Request) -> JSONResponse:
 
 @router.post("/api/push/disable")
 async def disable_push(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     svc = services(request)
     url = push.callback_url_of(json_object(await request.body()), strict=False)
     result = await push.disable(svc.redis, lambda: _jmap(svc), url)
@@ -116,7 +112,7 @@ async def disable_push(request: Request) -> JSONResponse:
 @router.get("/api/push/status")
 async def push_status(request: Request) -> JSONResponse:
     """The push lifecycle as every instance sees it (read from Redis): for the admin page."""
-    await require_config_authorized(request)
+    await require_admin(request)
     svc = services(request)
     now = time.time()
     try:

@@ -1,8 +1,8 @@
-"""`GET /metrics`: Prometheus text, for the same credentials as the admin API.
+"""`GET /metrics`: Prometheus text, for the worker token or an admin session.
 
-Protected like `/api/config` (config_authorized): a scraper sends
-`Authorization: Bearer <worker_token>` (Prometheus `authorization: {credentials: ...}`).
-Metrics name queues and counts, never content, but they are not for the open internet.
+A scraper sends `Authorization: Bearer <worker_token>` (Prometheus
+`authorization: {credentials: ...}`). Metrics name queues and counts, never content, but they
+are not for the open internet.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from redis.exceptions import RedisError
 
-from messageweave.api.services import require_config_authorized, services
+from messageweave.api.services import require_worker_or_admin, services
 from messageweave.mail import push
 from messageweave.ops import metrics
 from messageweave.store.opstats import stream_stats, unknown_after_send
@@ -23,7 +23,7 @@ router = APIRouter()
 
 @router.get("/metrics")
 async def get_metrics(request: Request) -> Response:
-    await require_config_authorized(request)
+    await require_worker_or_admin(request)
     svc = services(request)
     now = time.time()
     health: push.PushHealth | None = None

@@ -14,8 +14,18 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from messageweave.config.model import (
+    CHAT_ID_MAX,
+    CHAT_ID_MIN,
+    DELIVERY_POLICIES,
     FIELD_NAMES,
+    GENERATED_SECRETS,
+    MAX_ALLOWLIST,
+    MAX_CHARS,
     MAX_RETRIES_CAP,
+    MAX_ROLE_CHARS,
+    MAX_ROLES,
+    MIN_TOKEN_CHARS,
+    NULLABLE_FIELDS,
     OUTBOUND_FIELDS,
     TIMEOUT_MAX_MS,
     TIMEOUT_MIN_MS,
@@ -36,7 +46,40 @@ _ERROR_RESPONSE = {
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
 }
 
-_WIRE = {"type": "object", "properties": {name: {} for name in FIELD_NAMES}}
+
+
+def _wire_field(name: str) -> dict[str, Any]:
+    """One business configuration field as the validation rules bound it (reference §5.2)."""
+    if name in MAX_CHARS:
+        schema: dict[str, Any] = {"type": "string", "maxLength": MAX_CHARS[name]}
+        if name in GENERATED_SECRETS:
+            schema["minLength"] = MIN_TOKEN_CHARS
+        if name == "telegram_webhook_secret":
+            schema["pattern"] = "^[A-Za-z0-9_-]+$"
+        if name in NULLABLE_FIELDS:
+            schema["type"] = ["string", "null"]
+        return schema
+    chat_id = {"type": "integer", "minimum": CHAT_ID_MIN, "maximum": CHAT_ID_MAX}
+    others: dict[str, dict[str, Any]] = {
+        "telegram_chat_id": chat_id,
+        "chat_allowlist": {"type": "array", "items": chat_id, "minItems": 1,
+                           "maxItems": MAX_ALLOWLIST},
+        "notify_mailbox_roles": {"type": "array", "minItems": 1, "maxItems": MAX_ROLES,
+                                 "items": {"type": "string", "maxLength": MAX_ROLE_CHARS}},
+        "delivery_policy": {"type": "string", "enum": list(DELIVERY_POLICIES)},
+        "llm_enabled": {"type": "boolean"},
+        "llm_allow_net": {"type": "boolean"},
+    }
+    return others.get(name, {"type": "integer"})
+
+
+_WIRE: dict[str, Any] = {
+    "type": "object",
+    "properties": {name: _wire_field(name) for name in FIELD_NAMES},
+    "additionalProperties": False,
+}
+_PATCH = {**_WIRE, "properties": {**_WIRE["properties"],
+                                  "revision": {"type": "integer", "minimum": 0}}}
 _HTTPS_URL = "^https://[^/?#@\\s]+(/[^#\\s]*)?$"
 _CALLBACK = {
     "type": "object",
@@ -77,8 +120,8 @@ _LOG_QUERY = [_limit(200), _query("before", {"type": "string"})]
 
 # (method, path) → the parts FastAPI cannot see: requestBody and parameters.
 OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
-    ("put", "/api/business-config"): {"requestBody": _body(_WIRE)},
-    ("post", "/api/business-config/preflight"): {"requestBody": _body(_WIRE)},
+    ("put", "/api/business-config"): {"requestBody": _body(_PATCH)},
+    ("post", "/api/business-config/preflight"): {"requestBody": _body(_PATCH)},
     ("post", "/api/bootstrap"): {"requestBody": _body(_WIRE)},
     ("put", "/api/enabled"): {"requestBody": _body(
         {"type": "object", "required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}}

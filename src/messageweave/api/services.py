@@ -1,18 +1,32 @@
-"""What a handler needs, reached through `request.app.state.services`."""
+"""What a handler needs, reached through `request.app.state.services`, and who may call it.
+
+Every authenticated route starts with one `require_*` call naming the credential it accepts
+(docs/security.md has the table). A request with no credential, or one that matches nothing,
+is 401 `unauthorized`; a valid credential of another kind is 403 `forbidden`. Every failed
+credential counts against the client's address (`messageweave.store.throttle`); while the
+address is locked every authenticated route answers it 429 `rate_limited`, even for a correct
+credential (a lock that let the right guess through would not stop guessing).
+"""
 
 from __future__ import annotations
 
+import enum
 import hmac
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
 from fastapi import Request
 from redis.exceptions import RedisError
 
+from messageweave.api.throttle import ClientAddressPolicy, client_of, rate_limited
 from messageweave.config.service import ConfigService
-from messageweave.errors import service_unavailable, unauthorized
+from messageweave.errors import ApiError, service_unavailable, unauthorized
 from messageweave.settings import Settings
+from messageweave.store import throttle
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -22,6 +36,8 @@ class Services:
     store: ConfigStore
     config: ConfigService
     version: str
+    # Where the client address comes from (the socket peer unless a trusted proxy is named).
+    client_address: ClientAddressPolicy = field(default_factory=ClientAddressPolicy)
 
 
 def services(request: Request) -> Services:
@@ -42,30 +58,104 @@ def constant_time_eq(actual: str | None, expected: str) -> bool:
     return hmac.compare_digest(actual.encode(), expected.encode())
 
 
-def require_admin_key(request: Request) -> None:
-    """The CONFIG_ENCRYPTION_KEY itself as Bearer (bootstrap, session login)."""
-    if not constant_time_eq(bearer(request), services(request).settings.admin_key):
-        raise unauthorized()
+class Credential(enum.Enum):
+    """The bearer credentials the service knows (the webhook secret travels in its own header
+    and `DEBUG_TOKEN` guards only `/debug/*`)."""
+
+    ADMIN_KEY = "admin_key"  # CONFIG_ENCRYPTION_KEY itself: bootstrap, login, revoke
+    ADMIN_SESSION = "admin_session"  # what `POST /api/admin/session` hands out
+    WORKER_TOKEN = "worker_token"  # business config `worker_token`
+    RECONCILE_TOKEN = "reconcile_token"  # business config `reconcile_token`
 
 
-async def config_authorized(request: Request) -> bool:
-    """The worker token of the live configuration, or a valid admin session."""
+def forbidden() -> ApiError:
+    return ApiError(403, "forbidden")
+
+
+async def require_admin(request: Request) -> None:
+    """An admin session: settings, webhook and push registration, DLQ, logs, audit, status."""
+    await _authenticate(request, {Credential.ADMIN_SESSION})
+
+
+async def require_worker_or_admin(request: Request) -> None:
+    """The worker token or an admin session: the kill switch (`/api/enabled`) and `/metrics`."""
+    await _authenticate(request, {Credential.WORKER_TOKEN, Credential.ADMIN_SESSION})
+
+
+async def require_worker_token(request: Request) -> None:
+    """`POST /worker`: the worker token only."""
+    await _authenticate(request, {Credential.WORKER_TOKEN})
+
+
+async def require_reconcile_token(request: Request) -> None:
+    """`POST /reconcile`: the reconcile token only."""
+    await _authenticate(request, {Credential.RECONCILE_TOKEN})
+
+
+async def require_admin_key(request: Request) -> None:
+    """The admin key itself: `POST /api/bootstrap` and `POST /api/admin/session` (login)."""
+    await _authenticate(request, {Credential.ADMIN_KEY})
+
+
+async def require_admin_key_or_session(request: Request) -> None:
+    """`POST /api/admin/session/revoke`: the current session or the admin key (SPEC C.7)."""
+    await _authenticate(request, {Credential.ADMIN_KEY, Credential.ADMIN_SESSION})
+
+
+async def _authenticate(request: Request, allowed: set[Credential]) -> None:
     svc = services(request)
+    client = client_of(request, svc.client_address)
+    await _refuse_if_locked(svc, client)
     token = bearer(request)
-    if token is None:
-        return False
+    if token is not None:
+        # The accepted kinds first: a token that is also another kind's (an operator who set
+        # two tokens alike) still opens the routes it belongs to.
+        for kind in sorted(Credential, key=lambda k: k not in allowed):
+            if await _matches(svc, kind, token):
+                if kind in allowed:
+                    return
+                raise forbidden()
+    if request.headers.get("authorization"):  # a credential was presented and matched nothing
+        await _count_failure(request, svc, client)
+    raise unauthorized()
+
+
+async def _matches(svc: Services, kind: Credential, token: str) -> bool:
     cfg = svc.config.config
-    if cfg is not None and constant_time_eq(token, cfg.worker_token):
-        return True
+    if kind is Credential.ADMIN_KEY:
+        return constant_time_eq(token, svc.settings.admin_key)
+    if kind is Credential.WORKER_TOKEN:
+        return cfg is not None and constant_time_eq(token, cfg.worker_token)
+    if kind is Credential.RECONCILE_TOKEN:
+        return cfg is not None and constant_time_eq(token, cfg.reconcile_token)
     try:
         return await svc.store.admin_session_valid(token)
     except RedisError:  # a Redis error counts as "not authorized", never as a crash
         return False
 
 
-async def require_config_authorized(request: Request) -> None:
-    if not await config_authorized(request):
-        raise unauthorized()
+async def _refuse_if_locked(svc: Services, client: str) -> None:
+    try:
+        remaining = await throttle.locked_for(svc.redis, client)
+    except RedisError:  # fail open: the credentials still decide, and /metrics must answer
+        log.warning("throttle state unreadable; not throttling this request")
+        return
+    if remaining:
+        raise rate_limited(remaining)
+
+
+async def _count_failure(request: Request, svc: Services, client: str) -> None:
+    try:
+        lock_s = await throttle.record_failure(svc.redis, client)
+    except RedisError:
+        log.warning("failed credential not counted: Redis unavailable")
+        return
+    if lock_s:
+        # ops.audit imports `Services` from this module, so it can only be imported here.
+        from messageweave.ops import audit
+
+        await audit.record_audit(svc, audit.AUTH_THROTTLED, client=client, lock_s=lock_s,
+                                 method=request.method, path=request.url.path)
 
 
 async def require_enabled(request: Request) -> None:

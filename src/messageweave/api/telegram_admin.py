@@ -7,7 +7,7 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from messageweave.api.services import require_config_authorized, services
+from messageweave.api.services import require_admin, services
 from messageweave.chat.telegram import TelegramSendError
 from messageweave.chat.webhook_setup import register_webhook, webhook_url_of
 from messageweave.errors import ApiError, invalid_request, json_object, service_unavailable
@@ -20,7 +20,7 @@ router = APIRouter()
 
 @router.post("/api/telegram/register-webhook")
 async def post_register_webhook(request: Request) -> JSONResponse:
-    await require_config_authorized(request)
+    await require_admin(request)
     svc = services(request)
     url = webhook_url_of(json_object(await request.body()))
     if url is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
+import secrets
 import zoneinfo
 from dataclasses import dataclass, field
 from functools import cache
@@ -49,11 +51,11 @@ FIRST_SAVE_FIELDS = (
 )
 # A full wire may leave out the timezone (it defaults) and every optional field.
 _WIRE_REQUIRED = tuple(f for f in FIRST_SAVE_FIELDS if f != "timezone")
-_NULLABLE = frozenset({"account_id", "llm_api_key", "llm_base_url", "llm_model"})
+NULLABLE_FIELDS = frozenset({"account_id", "llm_api_key", "llm_base_url", "llm_model"})
 _STR = frozenset({
     "bot_token", "telegram_webhook_secret", "timezone", "jmap_session_url", "jmap_username",
     "jmap_password", "reconcile_token", "worker_token", "telegram_api_base_url",
-    "delivery_policy", *_NULLABLE,
+    "delivery_policy", *NULLABLE_FIELDS,
 })
 _INT = frozenset({
     "telegram_chat_id", "reconcile_interval_s", "degraded_reconcile_interval_s",
@@ -63,6 +65,51 @@ _BOOL = frozenset({"llm_enabled", "llm_allow_net"})
 _INT_LIST = frozenset({"chat_allowlist"})
 _STR_LIST = frozenset({"notify_mailbox_roles"})
 REVISION_FIELD = "revision"
+
+# Upper bounds (reference §5.2): nothing legitimate comes near them, and every value ends up in
+# Redis, in headers or in the page.
+MAX_URL_CHARS = 2048
+MAX_TOKEN_CHARS = 256  # Telegram's limit for a webhook secret; ample for the other tokens
+MAX_PASSWORD_CHARS = 1024  # the JMAP password and the LLM key (some providers issue long keys)
+MAX_CHARS = {
+    "bot_token": MAX_TOKEN_CHARS,
+    "jmap_session_url": MAX_URL_CHARS,
+    "jmap_username": 320,  # the longest e-mail address (RFC 3696 errata)
+    "jmap_password": MAX_PASSWORD_CHARS,
+    "telegram_webhook_secret": MAX_TOKEN_CHARS,
+    "reconcile_token": MAX_TOKEN_CHARS,
+    "worker_token": MAX_TOKEN_CHARS,
+    "timezone": 64,
+    "account_id": 256,
+    "llm_api_key": MAX_PASSWORD_CHARS,
+    "llm_base_url": MAX_URL_CHARS,
+    "llm_model": 200,
+    "telegram_api_base_url": MAX_URL_CHARS,
+}
+MAX_ROLE_CHARS = 64
+MAX_ROLES = 16
+MAX_ALLOWLIST = 100
+# Telegram chat ids are signed 64-bit integers.
+CHAT_ID_MIN = -(2**63)
+CHAT_ID_MAX = 2**63 - 1
+
+# The shared secrets that guard routes: long enough not to be guessed, and (for the bootstrap)
+# generated when left out.
+MIN_TOKEN_CHARS = 16
+GENERATED_SECRETS = ("telegram_webhook_secret", "reconcile_token", "worker_token")
+GENERATED_TOKEN_BYTES = 24  # 32 url-safe characters
+# What Telegram's setWebhook accepts as `secret_token`.
+_TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+# The names the validation messages use for each field (the original's environment names).
+_MESSAGE_NAMES = {
+    "bot_token": "BOT_TOKEN", "jmap_session_url": "JMAP_SESSION_URL",
+    "jmap_username": "JMAP_USERNAME", "jmap_password": "JMAP_PASSWORD",
+    "telegram_webhook_secret": "TG_WEBHOOK_SECRET", "reconcile_token": "RECONCILE_TOKEN",
+    "worker_token": "WORKER_TOKEN", "timezone": "TIMEZONE", "account_id": "ACCOUNT_ID",
+    "llm_api_key": "LLM_API_KEY", "llm_base_url": "LLM_BASE_URL", "llm_model": "LLM_MODEL",
+    "telegram_api_base_url": "TELEGRAM_API_BASE_URL",
+}
 
 
 class WireError(ValueError):
@@ -141,7 +188,7 @@ def _is_int(value: object) -> bool:
 
 def _check_field(name: str, value: object, *, patch: bool) -> object:
     if value is None:
-        if name in _NULLABLE:
+        if name in NULLABLE_FIELDS:
             return None
         raise WireError(f"{name} must not be null")
     if name in _STR:
@@ -207,6 +254,21 @@ def parse_patch(obj: object) -> tuple[dict[str, object], int | None]:
     return changes, revision
 
 
+def generate_token() -> str:
+    """A fresh shared secret: 32 url-safe characters (Telegram accepts them as a webhook
+    secret)."""
+    return secrets.token_urlsafe(GENERATED_TOKEN_BYTES)
+
+
+def fill_generated_secrets(obj: object) -> tuple[object, dict[str, str]]:
+    """A bootstrap body with every absent `GENERATED_SECRETS` field generated, and those
+    values (to be shown once). A body that is not an object is returned as it is."""
+    if not isinstance(obj, dict):
+        return obj, {}
+    generated = {name: generate_token() for name in GENERATED_SECRETS if name not in obj}
+    return {**obj, **generated}, generated
+
+
 def merge(stored: BusinessConfig | None, changes: dict[str, object]) -> BusinessConfig:
     """Named fields replace, the rest keep their stored value; a first save must be complete."""
     if stored is None:
@@ -266,19 +328,49 @@ def _blank(value: str | None) -> bool:
     return value is None or not value.strip()
 
 
-def validate(cfg: BusinessConfig) -> None:
-    """Raise `ConfigInvalid` with the first broken rule, in the reference's order."""
-    for attr, env_name in (
-        ("bot_token", "BOT_TOKEN"),
-        ("jmap_session_url", "JMAP_SESSION_URL"),
-        ("jmap_username", "JMAP_USERNAME"),
-        ("jmap_password", "JMAP_PASSWORD"),
-        ("telegram_webhook_secret", "TG_WEBHOOK_SECRET"),
-        ("reconcile_token", "RECONCILE_TOKEN"),
-        ("worker_token", "WORKER_TOKEN"),
-    ):
+def _chat_id(value: int) -> bool:
+    return CHAT_ID_MIN <= value <= CHAT_ID_MAX
+
+
+def _check_lengths(cfg: BusinessConfig) -> None:
+    for attr, limit in MAX_CHARS.items():
+        value = getattr(cfg, attr)
+        if value is not None and len(value) > limit:
+            raise ConfigInvalid(f"{_MESSAGE_NAMES[attr]} must be at most {limit} characters")
+    roles = cfg.notify_mailbox_roles
+    if len(roles) > MAX_ROLES or any(len(r) > MAX_ROLE_CHARS for r in roles):
+        raise ConfigInvalid(f"NOTIFY_MAILBOX_ROLES must list at most {MAX_ROLES} roles of at "
+                            f"most {MAX_ROLE_CHARS} characters")
+
+
+def _check_limits(cfg: BusinessConfig) -> None:
+    _check_lengths(cfg)
+    for attr in ("telegram_webhook_secret", "reconcile_token", "worker_token"):
+        if len(getattr(cfg, attr).strip()) < MIN_TOKEN_CHARS:
+            raise ConfigInvalid(
+                f"{_MESSAGE_NAMES[attr]} must be at least {MIN_TOKEN_CHARS} characters")
+    if not _TELEGRAM_SECRET.fullmatch(cfg.telegram_webhook_secret):
+        raise ConfigInvalid("TG_WEBHOOK_SECRET may contain only A-Z, a-z, 0-9, _ and -")
+    if len(cfg.chat_allowlist) > MAX_ALLOWLIST:
+        raise ConfigInvalid(f"CHAT_ALLOWLIST must list at most {MAX_ALLOWLIST} chat ids")
+    if not all(_chat_id(c) for c in cfg.chat_allowlist):
+        raise ConfigInvalid("CHAT_ALLOWLIST must list signed 64-bit chat ids")
+    if not _chat_id(cfg.telegram_chat_id):
+        raise ConfigInvalid("TELEGRAM_CHAT_ID must be a signed 64-bit chat id")
+
+
+def validate(cfg: BusinessConfig, *, limits: bool = True) -> None:
+    """Raise `ConfigInvalid` with the first broken rule, in the reference's order.
+
+    `limits=False` skips the size, strength and chat-id range rules (issue #12): a stored
+    configuration is loaded that way, so an instance upgraded with an older, weaker one keeps
+    serving; the next write must satisfy every rule."""
+    for attr in ("bot_token", "jmap_session_url", "jmap_username", "jmap_password",
+                 "telegram_webhook_secret", "reconcile_token", "worker_token"):
         if _blank(getattr(cfg, attr)):
-            raise ConfigInvalid(f"missing or blank {env_name}")
+            raise ConfigInvalid(f"missing or blank {_MESSAGE_NAMES[attr]}")
+    if limits:
+        _check_limits(cfg)
     if not valid_timezone(cfg.timezone):
         raise ConfigInvalid("TIMEZONE must be one of the supported time zones")
     if cfg.llm_api_key is not None and _blank(cfg.llm_api_key):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
 from messageweave.chat.telegram import TelegramClient
@@ -18,6 +19,9 @@ from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 _URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _BOT_PATH = re.compile(r"/bot[^/\s]+")
 WELL_KNOWN = "/.well-known/jmap"
+# A secret is replaced only as a whole value: never inside a longer name made of these.
+_NAME_CHAR = r"[A-Za-z0-9_\-]"
+MIN_SECRET_LEN = 4  # shorter values would turn ordinary words and addresses into "<secret>"
 
 
 def scrub(text: str, secrets: list[str | None]) -> str:
@@ -25,9 +29,16 @@ def scrub(text: str, secrets: list[str | None]) -> str:
     text = _URL_CREDENTIALS.sub(r"\1<credentials>@", text)
     text = _BOT_PATH.sub("/bot<token>", text)
     for secret in secrets:
-        if secret and secret.strip():
-            text = text.replace(secret, "<secret>")
+        if secret and len(secret.strip()) >= MIN_SECRET_LEN:
+            text = _whole_value(secret).sub("<secret>", text)
     return text
+
+
+@lru_cache(maxsize=256)
+def _whole_value(secret: str) -> re.Pattern[str]:
+    """`secret` where it stands on its own: not preceded or followed by a name character (so a
+    secret `mail` never rewrites `mailhost`, nor `7` the `127` of `127.0.0.1`)."""
+    return re.compile(rf"(?<!{_NAME_CHAR}){re.escape(secret)}(?!{_NAME_CHAR})")
 
 
 def secrets_of(cfg: BusinessConfig) -> list[str | None]:

@@ -27,6 +27,7 @@ from messageweave.config.model import (
     validate,
 )
 from messageweave.config.runtime import Runtime, Warning, build_runtime, new_jmap_client
+from messageweave.errors import ApiError, parse_json
 from messageweave.mail.jmap import JmapClient
 from messageweave.store.state import (
     AlreadyConfigured,
@@ -79,7 +80,7 @@ class ConfigService:
             raise StoreUnavailable("stored configuration cannot be decrypted") from exc
         try:
             cfg = parse_wire(json.loads(plain))
-            validate(cfg)
+            validate(cfg, limits=False)  # the issue #12 limits apply to writes only
         except (ValueError, WireError, ConfigInvalid) as exc:
             raise StoredConfigInvalid(str(exc)) from exc
         return cfg
@@ -238,8 +239,8 @@ class ConfigService:
                     "components": None}
 
         try:
-            obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            obj = parse_json(body)
+        except ApiError:
             return failed("请求体不是有效的 JSON")
         try:
             cfg = await self._preflight_config(obj)

@@ -7,9 +7,11 @@ catch-up reconcile from the stored Email state (Email/changes is the truth).
 How a push is authenticated (there is no header auth on `/push/jmap`):
 - `PushVerification`: its `pushSubscriptionId` must be a subscription we created and still track
   (else 401); the code is then checked by the JMAP server itself (PushSubscription/set update).
-- `StateChange`: accepted only while a push registration exists (`push:registration:current`,
-  else 401), and it acts only when `changed` names the configured account (else 403): then an
-  `Email` (or `EmailDelivery`) entry schedules one coalesced catch-up.
+- `StateChange`: acted on only while a push registration exists (`push:registration:current`),
+  the switch is on and `changed` names the configured account: then an `Email` (or
+  `EmailDelivery`) entry schedules one coalesced catch-up. Whether it was acted on is never
+  told to the sender (every well-formed StateChange is answered 204), so an unauthenticated
+  caller cannot guess the account id, nor learn whether push is registered (reference §7.2).
 
 The lifecycle: a subscription is created with an explicit `expires` (now + 7 days; the server
 may grant less) and `maintain` (run by the scheduler once a minute, cluster-wide) checks it with
@@ -213,20 +215,34 @@ async def require_known_subscription(redis: Redis, push: Verification) -> None:
         raise unauthorized()
 
 
-async def require_registration(redis: Redis) -> None:
-    if await store.current_registration(redis) is None:
-        raise unauthorized()
+async def accept_state_change(
+    redis: Redis, push: StateChange, enabled: Callable[[], Awaitable[bool]], connect: Connect,
+    *, now: float,
+) -> bool:
+    """Act on a StateChange when a registration exists, the switch is on (`enabled`) and it
+    names the account of the live JMAP client (`connect`); else ignore it. True when a
+    catch-up was newly scheduled. Never says why not: the caller answers the same either way
+    (no oracle). A RedisError propagates (the one failure every caller sees alike)."""
+    if await store.current_registration(redis) is None or not await enabled():
+        return False
+    try:
+        client = await connect()
+    except ApiError:
+        log.warning("StateChange ignored: no JMAP client to name our account")
+        return False
+    return await state_changed(redis, client.account_id, push, now=now)
 
 
 async def state_changed(
     redis: Redis, account_id: str, push: StateChange, *, now: float
 ) -> bool:
     """Record the StateChange's arrival and schedule a catch-up when it concerns our account's
-    mail. True when one was newly scheduled (False: nothing to do, or one is already pending).
-    403 for another account (nothing recorded)."""
+    mail. True when one was newly scheduled (False: nothing to do, one is already pending, or
+    it names only other accounts: then nothing is recorded)."""
     types = push.changed.get(account_id)
     if types is None:
-        raise ApiError(403, "forbidden")
+        log.info("StateChange ignored: it does not name the configured account")
+        return False
     await store.record_state_change(redis, now)
     if not CATCHUP_TYPES & types.keys():
         return False

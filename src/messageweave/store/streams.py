@@ -1,8 +1,13 @@
 """Redis Streams plumbing for the delivery pipeline: ingress, group reads, claims, DLQ, stats.
 
 Every entry of `stalwart:jmap` / `stalwart:telegram` holds only what the worker needs (SPEC C.8).
-Streams are trimmed with `XTRIM MINID ~` below the oldest entry the group still needs, so an
+Streams are trimmed with `XTRIM MINID` below the oldest entry the group still needs, so an
 unprocessed entry is never trimmed away.
+
+A `stalwart:telegram` entry holds the owner's own words (issue #12): the ledger script that
+finishes it also deletes it (`forgotten_when_finished`), its text never goes to the DLQ
+(`dlq_payload`), its dead letters are never replayed (`StreamStore.replay`), and its stream is
+trimmed exactly rather than by whole nodes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ ENTRY_FIELDS = {
     keys.STREAM_JMAP: ("account_id", "email_id"),
     keys.STREAM_TELEGRAM: ("update_id", "chat_id", "text"),
 }
+# Streams whose entries are deleted by the script that finishes them (terminal record + XACK),
+# and the fields of their entries that are never copied anywhere (DLQ payload included). Not
+# `stalwart:jmap`: the gap auditor follows mail to its entry until the trim removes it.
+FORGET_WHEN_FINISHED = frozenset({keys.STREAM_TELEGRAM})
+PRIVATE_FIELDS = {keys.STREAM_TELEGRAM: frozenset({"text"})}
 # Added to an entry put back from the DLQ: the id of the entry that was dead-lettered. The
 # worker does not read it; the replayed entry has its own id and its own ledger.
 REPLAY_OF = "replay_of"
@@ -201,7 +211,10 @@ class StreamStore:
     # --- trimming -----------------------------------------------------------------------
     async def trim(self, stream: str) -> None:
         """Drop entries the group no longer needs: below the oldest pending entry and the
-        group's last delivered id (approximate MINID: whole nodes only, never a needed entry)."""
+        group's last delivered id. Approximate MINID (whole nodes only, never a needed entry),
+        except on a stream that forgets its entries: there the trim is exact and takes every
+        acked entry, the last delivered one included (an acked entry has its terminal record,
+        §1.3.1). The scripts delete those entries already; this catches any acked before."""
         try:
             groups = await self.redis.xinfo_groups(stream)
         except ResponseError:
@@ -209,13 +222,18 @@ class StreamStore:
         group = next((g for g in groups if g["name"] == keys.CONSUMER_GROUP), None)
         if group is None:
             return
-        floor = str(group["last-delivered-id"])
+        delivered = str(group["last-delivered-id"])
+        if delivered in ("0-0", "0"):
+            return
+        exact = forgotten_when_finished(stream)
+        floor = _next_id(delivered) if exact else delivered
         summary = await self.redis.xpending(stream, keys.CONSUMER_GROUP)
         if summary and summary.get("pending") and summary.get("min"):
             floor = min(floor, str(summary["min"]), key=_id_key)
-        if floor in ("0-0", "0"):
-            return
-        await self._raw.execute_command("XTRIM", stream, "MINID", "~", floor)
+        if exact:
+            await self._raw.execute_command("XTRIM", stream, "MINID", floor)
+        else:
+            await self._raw.execute_command("XTRIM", stream, "MINID", "~", floor)
 
     # --- DLQ and stats ------------------------------------------------------------------
     async def dlq_list(self, stream: str, limit: int) -> list[DlqEntry]:
@@ -227,7 +245,14 @@ class StreamStore:
         return [str(entry_id) for entry_id, _ in rows]
 
     async def replay(self, stream: str, dlq_id: str) -> str | None:
-        """Put one DLQ entry back on `stream` as a new entry; its id, or None when gone."""
+        """Put one DLQ entry back on `stream` as a new entry; its id, or None when gone.
+
+        A dead letter of a stream that forgets its entries is refused and discarded (None):
+        it has no text left to answer, and a reply to a days-old command is of little use.
+        Discarding also clears DLQ entries written before the text was left out of them."""
+        if forgotten_when_finished(stream):
+            await self.redis.xdel(keys.dlq(stream), dlq_id)
+            return None
         result = await self.redis.eval(REPLAY, 2, keys.dlq(stream), stream, dlq_id, REPLAY_OF)
         return str(result) if result else None
 
@@ -254,6 +279,17 @@ def _id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
+def _next_id(entry_id: str) -> str:
+    """The smallest stream id above `entry_id` (MINID keeps ids >= its argument)."""
+    ms, seq = _id_key(entry_id)
+    return f"{ms}-{seq + 1}" if seq < 2**64 - 1 else f"{ms + 1}-0"
+
+
+def forgotten_when_finished(stream: str) -> bool:
+    """Whether an entry of `stream` is deleted by the script that finishes it."""
+    return stream in FORGET_WHEN_FINISHED
+
+
 def _dlq_entry(stream: str, entry_id: str, fields: dict[str, str]) -> DlqEntry:
     return DlqEntry(
         id=entry_id, stream=stream, failure_class=fields.get("failure_class", "unknown"),
@@ -262,5 +298,8 @@ def _dlq_entry(stream: str, entry_id: str, fields: dict[str, str]) -> DlqEntry:
     )
 
 
-def dlq_payload(fields: dict[str, str]) -> str:
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+def dlq_payload(stream: str, fields: dict[str, str]) -> str:
+    """The DLQ copy of an entry: its fields but the private ones (the owner's text)."""
+    private = PRIVATE_FIELDS.get(stream, frozenset())
+    kept = {name: value for name, value in fields.items() if name not in private}
+    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False)

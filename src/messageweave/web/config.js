@@ -70,6 +70,10 @@
       "biz.badInt": "{field} must be a whole number (64-bit).",
       "biz.badList": "{field}: every entry must be a 64-bit whole number, without duplicates.",
       "biz.llmRequired": "With AI enabled, the API base URL, model and API key are required.",
+      "biz.tooShort": "{field} must be at least {n} characters (use Generate).",
+      "biz.badSecretChars": "{field} may contain only A-Z, a-z, 0-9, _ and -.",
+      "biz.generate": "Generate",
+      "biz.generateFor": "Generate a random {field}",
       "biz.warning": "{component} · {step}: {detail}",
       "biz.testing": "Testing…",
       "biz.testOk": "Validation passed.",
@@ -108,6 +112,7 @@
       "field.timezoneFilterPlaceholder": "e.g. Berlin",
       "marker.set": "• Set. Leave empty to keep the saved value.",
       "marker.notSet": "• Not set. Enter a value.",
+      "marker.generated": "• Generated and shown here until you save: copy it now for the gateway or cron.",
       "callbacks.title": "External callbacks",
       "callbacks.intro": "The public https origin where Telegram and the mail server reach this service (no path).",
       "callbacks.origin": "Public origin",
@@ -272,6 +277,10 @@
       "biz.badInt": "{field} 必须是整数（64 位）。",
       "biz.badList": "{field}：每一项都必须是 64 位整数，且不能重复。",
       "biz.llmRequired": "启用 AI 后，API 地址、模型和 API 密钥为必填项。",
+      "biz.tooShort": "{field} 至少需要 {n} 个字符（可点击“生成”）。",
+      "biz.badSecretChars": "{field} 只能包含 A-Z、a-z、0-9、_ 和 -。",
+      "biz.generate": "生成",
+      "biz.generateFor": "随机生成{field}",
       "biz.warning": "{component} · {step}：{detail}",
       "biz.testing": "正在测试…",
       "biz.testOk": "校验通过。",
@@ -310,6 +319,7 @@
       "field.timezoneFilterPlaceholder": "例如 Berlin",
       "marker.set": "• 已设置。留空则保留已保存的值。",
       "marker.notSet": "• 未设置。请输入一个值。",
+      "marker.generated": "• 已生成，保存前会显示在此处：请立即复制给网关或定时任务使用。",
       "callbacks.title": "外部回调",
       "callbacks.intro": "Telegram 和邮件服务器访问本服务所用的公网 https 源地址（不含路径）。",
       "callbacks.origin": "公网源地址",
@@ -617,6 +627,7 @@
       if (el.type === "checkbox") el.checked = false;
       else el.value = "";
     });
+    TOKEN_FIELDS.forEach(function (name) { $("f-" + name).type = "password"; });
     state.configured = false;
     state.revision = 0;
     state.baseline = null;
@@ -837,6 +848,42 @@
     return patch;
   }
 
+  // The shared secrets that guard routes (reference §5.2): at least 16 characters, and the
+  // webhook secret only what Telegram's setWebhook accepts as secret_token.
+  const TOKEN_FIELDS = ["telegram_webhook_secret", "reconcile_token", "worker_token"];
+  const MIN_TOKEN_CHARS = 16;
+  const URLSAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+  // 32 url-safe characters; 256 is a multiple of 64, so `b & 63` keeps every one equally likely.
+  function randomToken() {
+    const bytes = new Uint8Array(32);
+    crypto.getRandomValues(bytes);
+    return Array.from(bytes, function (b) { return URLSAFE[b & 63]; }).join("");
+  }
+
+  function generateSecret(name) {
+    const el = $("f-" + name);
+    el.type = "text";  // visible so it can be copied before saving; prefill hides it again
+    el.value = randomToken();
+    const marker = $("m-" + name);
+    marker.textContent = t("marker.generated");
+    marker.classList.remove("ok");
+    updateDirty();
+  }
+
+  function checkTokens(values) {
+    TOKEN_FIELDS.forEach(function (name) {
+      const value = values[name];
+      if (value.trim() === "") return;  // blank: the saved value stays, or "required" says so
+      if (value.trim().length < MIN_TOKEN_CHARS) {
+        throw new FormError(t("biz.tooShort", { field: label(name), n: MIN_TOKEN_CHARS }), name);
+      }
+      if (name === "telegram_webhook_secret" && !/^[A-Za-z0-9_-]+$/.test(value)) {
+        throw new FormError(t("biz.badSecretChars", { field: label(name) }), name);
+      }
+    });
+  }
+
   function checkLlm(values) {
     if (!values.llm_enabled) return;
     const hasKey = values.llm_api_key.trim() !== "" || state.secretsPresent.llm_api_key;
@@ -878,6 +925,7 @@
       const value = state.baseline[name];
       if (kind === "secret") {
         el.value = "";
+        el.type = "password";
         el.required = !state.configured && name !== "llm_api_key";
         const marker = $("m-" + name);
         marker.textContent = t(state.secretsPresent[name] ? "marker.set" : "marker.notSet");
@@ -932,6 +980,7 @@
     try {
       const values = readForm();
       checkLlm(values);
+      checkTokens(values);
       if (state.configured) {
         body = changedFields(values);
         if (Object.keys(body).length === 0) {
@@ -982,6 +1031,7 @@
     let body;
     try {
       const values = readForm();
+      checkTokens(values);
       // With a saved configuration the server merges the changes onto it: no secret re-typing.
       body = state.configured ? changedFields(values) : fullWire(values);
     } catch (err) {
@@ -1450,6 +1500,11 @@
     $("biz-form").addEventListener("input", updateDirty);
     $("biz-form").addEventListener("change", updateDirty);
     $("biz-test").addEventListener("click", testConnection);
+    document.querySelectorAll("[data-generate]").forEach(function (button) {
+      const name = button.dataset.generate;
+      button.setAttribute("aria-label", t("biz.generateFor", { field: label(name) }));
+      button.addEventListener("click", function () { generateSecret(name); });
+    });
     $("biz-reload").addEventListener("click", function () {
       ["biz-error", "biz-msg", "preflight-result"].forEach(function (id) { say(id, ""); });
       loadBusiness();

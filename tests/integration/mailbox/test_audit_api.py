@@ -22,7 +22,7 @@ from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
-WORKER = {"Authorization": "Bearer worker-SECRET"}
+WORKER = {"Authorization": "Bearer worker-token-SECRET"}
 RECONCILE = {"Authorization": "Bearer reconcile-SECRET"}
 
 
@@ -69,7 +69,10 @@ async def skip_past(setup: Setup) -> None:
 
 
 async def post_audit(client: httpx.AsyncClient, **kw: Any) -> httpx.Response:
-    return await client.post("/api/audit", **{"headers": WORKER, **kw})
+    """With a new admin session unless `headers` are given (a login replaces the session)."""
+    if "headers" not in kw:
+        kw["headers"] = await login(client)
+    return await client.post("/api/audit", **kw)
 
 
 @pytest.fixture
@@ -153,7 +156,9 @@ async def test_two_audits_at_once_send_one_message(setup: Setup) -> None:
     await first_run(setup)
     email_id = setup.append("Audited twice at once")
     await skip_past(setup)
-    answers = await asyncio.gather(post_audit(setup.client), post_audit(setup.client))
+    admin = await login(setup.client)
+    answers = await asyncio.gather(post_audit(setup.client, headers=admin),
+                                   post_audit(setup.client, headers=admin))
     assert sorted(a.json()["enqueued"] for a in answers) == [0, 1]
     await eventually(lambda: _count(setup, 1))
     await asyncio.sleep(0.5)
@@ -170,7 +175,9 @@ async def test_audits_next_to_a_reconcile_pass_send_each_mail_once(setup: Setup)
     lost = [setup.append(f"Lost {i}") for i in range(3)]
     await skip_past(setup)
     fresh = [setup.append(f"Fresh {i}") for i in range(3)]
-    answers = await asyncio.gather(post_audit(setup.client), post_audit(setup.client),
+    admin = await login(setup.client)
+    answers = await asyncio.gather(post_audit(setup.client, headers=admin),
+                                   post_audit(setup.client, headers=admin),
                                    setup.client.post("/reconcile", headers=RECONCILE))
     assert answers[2].status_code == 204
     assert sum(a.json()["enqueued"] for a in answers[:2]) == 3
@@ -189,10 +196,12 @@ async def test_audits_next_to_a_reconcile_pass_send_each_mail_once(setup: Setup)
 async def test_post_api_audit_needs_config_authorization_and_no_body(setup: Setup) -> None:
     """Catches an operator route open to anyone (or to the reconcile token), and one that
     silently accepts a body it does not read."""
-    for headers in ({}, {"Authorization": "Bearer wrong"}, RECONCILE,
-                    {"Authorization": "bearer worker-SECRET"}):
+    for headers in ({}, {"Authorization": "Bearer wrong"},
+                    {"Authorization": "bearer worker-token-SECRET"}):
         assert_envelope(await setup.client.post("/api/audit", headers=headers), 401,
                         "unauthorized")
+    for headers in (RECONCILE, WORKER):
+        assert_envelope(await setup.client.post("/api/audit", headers=headers), 403, "forbidden")
     for body in (b"{}", b"x", b" ", b'{"window": 60}'):
         assert_envelope(await post_audit(setup.client, content=body), 400, "invalid_request")
     assert_envelope(await post_audit(setup.client, json={}), 400, "invalid_request")
@@ -208,22 +217,23 @@ async def test_missing_mail_moves_the_counter_and_writes_an_audit_record(setup: 
     """Catches a self-heal nobody hears about: found mail must move
     `messageweave_gap_audit_missing_total` and leave a `gap_audit` audit-log record naming it;
     the result is what `GET /api/audit` shows."""
-    assert (await setup.client.get("/api/audit", headers=WORKER)).json() == {"last": None}
+    admin = await login(setup.client)
+    assert (await setup.client.get("/api/audit", headers=admin)).json() == {"last": None}
     before = missing_total((await setup.client.get("/metrics", headers=WORKER)).text)
     await first_run(setup)
     email_id = setup.append("Counted")
     await skip_past(setup)
-    assert (await post_audit(setup.client)).json()["missing"] == 1
+    assert (await post_audit(setup.client, headers=admin)).json()["missing"] == 1
 
     metrics = (await setup.client.get("/metrics", headers=WORKER)).text
     assert missing_total(metrics) == before + 1
     assert 'messageweave_gap_audit_missing_total{reason="unclaimed"}' in metrics
-    records = (await setup.client.get("/api/logs/audit", headers=WORKER)).json()["records"]
+    records = (await setup.client.get("/api/logs/audit", headers=admin)).json()["records"]
     newest = records[0]
     assert newest["action"] == "gap_audit" and newest["trigger"] == "api"
     assert (newest["checked"], newest["missing"], newest["enqueued"]) == (1, 1, 1)
     assert newest["email_ids"] == [email_id] and newest["complete"] is True
-    last = (await setup.client.get("/api/audit", headers=WORKER)).json()["last"]
+    last = (await setup.client.get("/api/audit", headers=admin)).json()["last"]
     assert last["trigger"] == "api" and last["ok"] is True
     assert (last["checked"], last["missing"], last["enqueued"]) == (1, 1, 1)
     assert abs(last["at"] - time.time()) < 30
@@ -254,7 +264,7 @@ async def test_post_api_audit_is_a_retryable_503_when_jmap_is_down(
     down = await post_audit(client)
     assert_envelope(down, 503, "service_unavailable")
     assert down.headers["retry-after"] == "30"
-    last = (await client.get("/api/audit", headers=WORKER)).json()["last"]
+    last = (await client.get("/api/audit", headers=await login(client))).json()["last"]
     assert last["ok"] is False and last["trigger"] == "api"
     assert last["error"] == "JmapTransportError"
 
@@ -271,12 +281,13 @@ async def test_the_periodic_audit_runs_once_per_interval(setup: Setup) -> None:
     while await setup.redis.get(keys.AUDIT_LAST) is None:
         assert time.monotonic() < deadline, "the periodic audit never ran"
         await asyncio.sleep(0.05)
-    last = (await setup.client.get("/api/audit", headers=WORKER)).json()["last"]
+    admin = await login(setup.client)
+    last = (await setup.client.get("/api/audit", headers=admin)).json()["last"]
     assert last["trigger"] == "schedule" and last["missing"] == 1
     assert 0 < await setup.redis.ttl(keys.AUDIT_SCHEDULE) <= 60
     await eventually(lambda: _count(setup, 1))
     await asyncio.sleep(1.5)  # more ticks: the slot holds, nothing runs again
-    assert (await setup.client.get("/api/audit", headers=WORKER)).json()["last"] == last
+    assert (await setup.client.get("/api/audit", headers=admin)).json()["last"] == last
     assert len(await setup.messages()) == 1
 
 

@@ -102,7 +102,7 @@ async def test_register_and_disable_need_config_authorization(
     for path in ("/api/push/register", "/api/push/disable"):
         response = await client.post(path, json={"callback_url": CALLBACK},
                                      headers={"Authorization": "Bearer reconcile-SECRET"})
-        assert_envelope(response, 401, "unauthorized")
+        assert_envelope(response, 403, "forbidden")
 
 
 async def test_register_while_another_registration_holds_the_lock_is_409(
@@ -247,3 +247,36 @@ async def test_a_verification_for_a_subscription_we_never_made_is_401(
     response = await client.post("/push/jmap", json=verification("P99", "code"))
     assert_envelope(response, 401, "unauthorized")
     assert server.responder.bodies == []
+
+
+def state_change(account: str) -> dict[str, object]:
+    return {"@type": "StateChange", "changed": {account: {"Email": "s2"}}}
+
+
+def answer_of(response: httpx.Response) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """Everything a sender sees, but the request id (fresh for every answer)."""
+    headers = sorted((k, v) for k, v in response.headers.multi_items() if k != "x-request-id")
+    return response.status_code, response.content, headers
+
+
+async def test_a_state_change_tells_neither_the_account_id_nor_the_registration(
+    client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught (issue #12): a StateChange for another account answered 403, ours 204 and
+    one without a registration 401, so anyone could guess the account id (and see whether push
+    was registered). Every well-formed StateChange now gets the same answer; only ours, with a
+    registration and the switch on, is acted on."""
+    await enable(client, admin)
+    unregistered = await client.post("/push/jmap", json=state_change("u2"))
+    await register(client, admin, CALLBACK)
+    wrong = await client.post("/push/jmap", json=state_change("u2"))
+    assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is None  # ignored
+    right = await client.post("/push/jmap", json=state_change("u1"))
+    assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is not None  # acted on
+    await client.put("/api/enabled", headers=admin, json={"enabled": False})
+    switched_off = await client.post("/push/jmap", json=state_change("u1"))
+
+    assert answer_of(wrong) == answer_of(unregistered)
+    assert answer_of(right) == answer_of(wrong) == answer_of(switched_off)
+    assert right.status_code == 204 and right.content == b""

@@ -59,4 +59,4 @@ async def test_bootstrap_stores_the_file_once_and_serve_logs_json_lines(
     lines = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
     bootstraps = [line for line in lines if line.get("path") == "/api/bootstrap"]
     assert [line["status"] for line in bootstraps] == [200, 409, 401]
-    assert ADMIN_KEY not in err.decode() and "worker-SECRET" not in err.decode()
+    assert ADMIN_KEY not in err.decode() and "worker-token-SECRET" not in err.decode()

@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -85,8 +86,9 @@ async def test_diagnose_fails_when_redis_is_down(cyrus: CyrusServer) -> None:
     assert "fail redis" in out and "check REDIS_URL" in out
 
 
-async def test_diagnose_fails_without_the_environment() -> None:
-    code, out = await run_cli("diagnose")
+async def test_diagnose_fails_without_the_environment(tmp_path: Path) -> None:
+    # An empty data directory: a developer's own `.messageweave` must not stand in for it.
+    code, out = await run_cli("diagnose", "--data-dir", str(tmp_path))
     assert code == 1 and "REDIS_URL, CONFIG_ENCRYPTION_KEY" in out
 
 

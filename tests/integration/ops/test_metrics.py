@@ -36,7 +36,7 @@ def sample(text: str, name: str, labels: str = "") -> float | None:
 async def test_metrics_need_the_worker_token_or_a_session(client: httpx.AsyncClient) -> None:
     assert_envelope(await client.get("/metrics"), 401, "unauthorized")
     await client.put("/api/business-config", headers=await login(client), json=sample_wire())
-    response = await client.get("/metrics", headers={"Authorization": "Bearer worker-SECRET"})
+    response = await client.get("/metrics", headers={"Authorization": "Bearer worker-token-SECRET"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     assert value(response.text, "messageweave_config_revision") == 1

@@ -42,9 +42,9 @@ def full_wire(cyrus: CyrusServer, emulator: TelegramEmulator) -> dict[str, objec
     return peer_wire(
         cyrus, emulator,
         jmap_password="jmap-pass-SECRET-1",  # wrong for Cyrus: the JMAP connect fails
-        telegram_webhook_secret="webhook-SECRET-2",
+        telegram_webhook_secret="webhook-secret-SECRET-2",
         reconcile_token="reconcile-SECRET-3",
-        worker_token="worker-SECRET-4",
+        worker_token="worker-token-SECRET-4",
         llm_enabled=True, llm_allow_net=True, llm_api_key="llm-key-SECRET-5",
         llm_base_url=f"http://127.0.0.1:{closed_port()}/v1", llm_model="m",
     )
@@ -70,7 +70,7 @@ async def test_no_secret_reaches_logs_or_answers(
                        json=wire)).status_code == 200
     session = {"Authorization": "Bearer " + (await call(
         "POST", "/api/admin/session", headers=admin_headers())).json()["session"]}
-    worker = {"Authorization": "Bearer worker-SECRET-4"}
+    worker = {"Authorization": "Bearer worker-token-SECRET-4"}
     await call("PUT", "/api/business-config", headers=session, json={"llm_model": "m2"})
     await call("GET", "/api/business-config", headers=worker)
     await call("POST", "/api/business-config/preflight", headers=session, json=wire)

@@ -52,14 +52,16 @@ async def test_admin_actions_are_audited_newest_first_without_secrets(
     assert session["Authorization"][len("Bearer "):] not in raw
 
 
-async def test_revoking_the_session_is_audited_and_readable_with_the_worker_token(
+async def test_revoking_the_session_is_audited_and_the_worker_token_cannot_read_it(
     client: httpx.AsyncClient,
 ) -> None:
     session = await login(client)
     await client.put("/api/business-config", headers=session, json=sample_wire())
     assert (await client.post("/api/admin/session/revoke", headers=session)).status_code == 204
-    worker = {"Authorization": "Bearer worker-SECRET"}
-    assert [r["action"] for r in await _audit(client, worker)][:1] == ["session_revoked"]
+    worker = {"Authorization": "Bearer worker-token-SECRET"}
+    assert_envelope(await client.get("/api/logs/audit", headers=worker), 403, "forbidden")
+    assert [r["action"] for r in await _audit(client, await login(client))][:2] == [
+        "session_created", "session_revoked"]
 
 
 async def test_bootstrap_is_audited(client: httpx.AsyncClient) -> None:
@@ -72,7 +74,7 @@ async def test_bootstrap_is_audited(client: httpx.AsyncClient) -> None:
 async def test_logs_need_config_authorization(client: httpx.AsyncClient) -> None:
     for path in ("/api/logs/audit", "/api/logs/send"):
         assert_envelope(await client.get(path), 401, "unauthorized")
-        assert_envelope(await client.get(path, headers=admin_headers()), 401, "unauthorized")
+        assert_envelope(await client.get(path, headers=admin_headers()), 403, "forbidden")
 
 
 async def _record(redis: aioredis.Redis, n: int, outcome: str) -> None:

@@ -52,7 +52,8 @@ def peer_wire(cyrus: CyrusServer, emulator: TelegramEmulator, **overrides: objec
 
 
 async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
-                    outbound: dict[str, int] | None = None) -> None:
+                    outbound: dict[str, int] | None = None) -> dict[str, str]:
+    """Save `wire` (and `outbound`) and switch the service on; the admin session's headers."""
     headers = await login(client)
     if outbound is not None:
         r = await client.put("/api/config", headers=headers, json=outbound)
@@ -62,6 +63,7 @@ async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
     assert saved.json()["runtime_applied"] is True, saved.text
     enabled = await client.put("/api/enabled", headers=headers, json={"enabled": True})
     assert enabled.status_code == 200, enabled.text
+    return headers
 
 
 async def lift_limits(redis: aioredis.Redis) -> None:
@@ -76,6 +78,7 @@ class Pipeline:
     cyrus: CyrusServer
     emulator: TelegramEmulator
     wire: dict[str, Any]
+    admin: dict[str, str]  # an admin session: the operator API needs one (the worker token: 403)
 
     @property
     def token(self) -> str:
@@ -100,8 +103,8 @@ async def pipeline(
 ) -> AsyncIterator[Pipeline]:
     await lift_limits(redis_client)
     wire = peer_wire(cyrus, telegram_emulator)
-    await configure(client, wire)
-    yield Pipeline(client, redis_client, cyrus, telegram_emulator, wire)
+    admin = await configure(client, wire)
+    yield Pipeline(client, redis_client, cyrus, telegram_emulator, wire, admin)
     await telegram_emulator.clear_failures(wire["bot_token"])
 
 
@@ -145,8 +148,8 @@ async def cron_only(
     async with running_client(settings_for(embedded_redis_url)) as client:
         await lift_limits(redis_client)
         wire = peer_wire(cyrus, telegram_emulator)
-        await configure(client, wire)
-        yield Pipeline(client, redis_client, cyrus, telegram_emulator, wire)
+        admin = await configure(client, wire)
+        yield Pipeline(client, redis_client, cyrus, telegram_emulator, wire, admin)
     await telegram_emulator.clear_failures(wire["bot_token"])
 
 

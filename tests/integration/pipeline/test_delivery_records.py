@@ -5,7 +5,7 @@ from __future__ import annotations
 from messageweave.store import keys
 from tests.integration.pipeline.conftest import Pipeline, eventually
 
-WORKER = {"Authorization": "Bearer worker-SECRET"}
+WORKER = {"Authorization": "Bearer worker-token-SECRET"}
 
 
 def _delivered_total(metrics: str) -> float:
@@ -24,11 +24,12 @@ async def test_a_delivery_is_logged_and_counted(pipeline: Pipeline) -> None:
 
     async def logged() -> bool:
         body = (await pipeline.client.get("/api/logs/send?outcome=delivered",
-                                          headers=WORKER)).json()
+                                          headers=pipeline.admin)).json()
         return any(r.get("event_id") == entry for r in body["records"])
 
     await eventually(logged, 5)
-    records = (await pipeline.client.get("/api/logs/send", headers=WORKER)).json()["records"]
+    records = (await pipeline.client.get("/api/logs/send",
+                                         headers=pipeline.admin)).json()["records"]
     [record] = [r for r in records if r.get("event_id") == entry]
     assert record["stream"] == keys.STREAM_JMAP and record["outcome"] == "delivered"
     assert record["message_ids"] == [sent[0].message_id]
@@ -49,7 +50,7 @@ async def test_the_send_record_holds_the_telegram_call_latency(pipeline: Pipelin
 
     async def record() -> dict[str, object] | None:
         body = (await pipeline.client.get("/api/logs/send?outcome=delivered",
-                                          headers=WORKER)).json()
+                                          headers=pipeline.admin)).json()
         return next((r for r in body["records"] if r.get("event_id") == entry), None)
 
     async def logged() -> bool:

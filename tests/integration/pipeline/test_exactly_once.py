@@ -21,7 +21,7 @@ from tests.integration.pipeline.conftest import (
     worker_services,
 )
 
-AUTH = {"Authorization": "Bearer worker-SECRET"}
+AUTH = {"Authorization": "Bearer worker-token-SECRET"}
 MAILS = 100
 
 

@@ -33,11 +33,9 @@ from tests.integration.pipeline.conftest import (
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
 
-AUTH = {"Authorization": "Bearer worker-SECRET"}
-
 
 async def _dlq(pipeline: Pipeline) -> list[dict[str, object]]:
-    body = (await pipeline.client.get("/api/dlq", headers=AUTH)).json()
+    body = (await pipeline.client.get("/api/dlq", headers=pipeline.admin)).json()
     entries: list[dict[str, object]] = body["entries"]
     return entries
 
@@ -85,9 +83,10 @@ async def test_a_transient_telegram_error_is_retried_within_seconds(pipeline: Pi
 
 
 async def test_retries_end_in_the_dlq_after_max_attempts(pipeline: Pipeline) -> None:
-    await pipeline.client.put("/api/config", headers=AUTH, json={
+    saved = await pipeline.client.put("/api/config", headers=pipeline.admin, json={
         "jmap_timeout_ms": 15000, "telegram_timeout_ms": 10000, "llm_timeout_ms": 30000,
         "max_retries": 1})
+    assert saved.status_code == 200, saved.text
     await pipeline.emulator.fail(token=pipeline.token, method="sendMessage", error_code=502)
     await pipeline.enqueue_mail(pipeline.append("always failing"))
 

@@ -23,8 +23,6 @@ from tests.integration.pipeline.conftest import (
     worker_services,
 )
 
-AUTH = {"Authorization": "Bearer worker-SECRET"}
-
 
 class _LaneTurn(asyncio.Future[None]):
     """A turn in a chat lane that tells when an attempt has started waiting for it."""
@@ -165,7 +163,7 @@ async def test_a_replayed_dead_letter_is_a_new_entry_naming_the_old_one_delivere
         return record is not None and record["state"] == "dead_letter"
 
     await eventually(dead, 10)
-    replay = await pipeline.client.post("/api/dlq/replay", headers=AUTH,
+    replay = await pipeline.client.post("/api/dlq/replay", headers=pipeline.admin,
                                         json={"stream": keys.STREAM_JMAP})
     assert replay.json() == {"replayed": 1}
     rows = await pipeline.redis.xrange(keys.STREAM_JMAP)

@@ -1,0 +1,205 @@
+"""Client disconnects and slow clients against the real server (issue #12, item 9)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from messageweave.app import create_app
+from messageweave.server import GuardedConfig, GuardedH11Protocol, ReadLimits, serve
+from tests.conftest import ADMIN_KEY, console_script, free_port, settings_for
+
+PARTIAL_PUSH = (b"POST /push/jmap HTTP/1.1\r\nHost: mw.test\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"@type\":")
+
+
+def _serve_env(redis_url: str, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
+    env.update(REDIS_URL=redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port))
+    return env
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    lines = []
+    for raw in path.read_text().splitlines():
+        if raw.startswith("{"):
+            lines.append(json.loads(raw))
+    return lines
+
+
+def test_client_disconnect_mid_body_is_an_info_499_not_an_error_500(
+    embedded_redis_url: str, tmp_path: Path,
+) -> None:
+    """Bug: a client that closed its connection while sending a body made Starlette raise
+    ClientDisconnect, logged as an ERROR ("unhandled error") with a 500 request line."""
+    port = free_port()
+    log_file = tmp_path / "serve.log"
+    with log_file.open("w") as sink:
+        proc = subprocess.Popen(
+            [console_script("messageweave"), "serve", "--host", "127.0.0.1"],
+            env=_serve_env(embedded_redis_url, port), stdout=sink, stderr=sink, text=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, log_file.read_text()
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "service did not start"
+            time.sleep(0.1)
+
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(PARTIAL_PUSH)
+            time.sleep(0.3)  # the handler is now waiting for the rest of the body
+
+        deadline = time.monotonic() + 10
+        while not any(line.get("path") == "/push/jmap" for line in _json_lines(log_file)):
+            assert time.monotonic() < deadline, log_file.read_text()
+            time.sleep(0.05)
+        time.sleep(0.3)  # an error line, if any, comes right after the request line
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+    lines = _json_lines(log_file)
+    request = [line for line in lines if line.get("path") == "/push/jmap"]
+    assert len(request) == 1
+    assert request[0]["level"] == "info" and request[0]["status"] == 499, request
+    errors = [line for line in lines if line["level"] in ("error", "critical")]
+    assert errors == [], errors
+
+
+@asynccontextmanager
+async def _served(redis_url: str, limits: ReadLimits) -> AsyncIterator[int]:
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(GuardedConfig(
+        create_app(settings_for(redis_url)), limits=limits, host="127.0.0.1", port=port,
+        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
+    ))
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert not task.done(), "uvicorn did not start"
+        assert time.monotonic() < deadline, "uvicorn did not start in time"
+        await asyncio.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _closed_after(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        trickle: bytes, limit: float) -> float:
+    """Send `trickle` one byte every 0.1 s until the server closes the connection; the time
+    it took (fails after `limit` seconds: the server kept the slow client)."""
+    started = time.monotonic()
+    for byte in trickle:
+        if reader.at_eof() or time.monotonic() - started > limit:
+            break
+        try:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            data = await asyncio.wait_for(reader.read(1), 0.1)
+            if data == b"":
+                break
+        except TimeoutError:
+            continue
+        except ConnectionError:
+            break
+    elapsed = time.monotonic() - started
+    writer.close()
+    assert elapsed < limit, f"the slow client was still connected after {elapsed:.1f} s"
+    return elapsed
+
+
+LIMITS = ReadLimits(header_timeout_s=0.8, body_timeout_s=1.0)
+
+
+async def test_slow_headers_are_cut_off_after_the_header_timeout(
+    embedded_redis_url: str,
+) -> None:
+    """Bug: uvicorn bounds only the idle time between requests, so a client that sent its
+    headers a byte at a time (slowloris) held a connection forever."""
+    async with _served(embedded_redis_url, LIMITS) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: mw.test\r\n")
+        elapsed = await _closed_after(reader, writer, b"X-Slow: " + b"a" * 200, limit=4.0)
+        assert elapsed >= LIMITS.header_timeout_s - 0.2
+
+        # A connection that never sends anything is closed too.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 4.0) == b""
+        writer.close()
+
+
+async def test_slow_body_is_cut_off_after_the_body_timeout_and_logged_499(
+    embedded_redis_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bug: a client that sent its body a byte at a time held the request's task and its
+    connection forever; now the connection is closed and the request logged as 499."""
+    caplog.set_level(logging.INFO)
+    async with _served(embedded_redis_url, LIMITS) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(PARTIAL_PUSH)
+        elapsed = await _closed_after(reader, writer, b" " * 200, limit=4.0)
+        assert elapsed >= LIMITS.body_timeout_s - 0.2
+        deadline = time.monotonic() + 5
+        while not [r for r in caplog.records if r.name == "messageweave.request"]:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+    fields = [getattr(r, "fields", {}) for r in caplog.records]
+    assert {"event": "slow_client", "phase": "body", "timeout_s": 1.0} in fields
+    request = [f for f in fields if f.get("event") == "request"]
+    assert [(f["path"], f["status"]) for f in request] == [("/push/jmap", 499)]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_keep_alive_requests_within_the_deadlines_are_served(
+    embedded_redis_url: str,
+) -> None:
+    """Bug guard: the deadlines must not cut off an ordinary client that reuses its
+    connection, sends a body, or pauses between requests for less than the keep-alive."""
+    async with _served(embedded_redis_url, LIMITS) as port, \
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
+        for _ in range(3):
+            assert (await client.get("/healthz")).status_code == 200
+            pushed = await client.post("/push/jmap", json={"@type": "Nothing"})
+            assert pushed.status_code < 500
+            await asyncio.sleep(LIMITS.header_timeout_s / 2)
+
+
+def test_run_and_serve_use_the_documented_timeouts() -> None:
+    """Bug guard: the numbers in reference §4 are the ones the server runs with."""
+    limits = ReadLimits()
+    config = GuardedConfig(create_app(settings_for("")), limits=limits)
+    assert config.http is GuardedH11Protocol
+    assert config.timeout_keep_alive == limits.keep_alive_s
+    assert config.h11_max_incomplete_event_size == limits.max_header_bytes
+    assert serve.__defaults__ == (None,)  # `run` and `serve` pass no limits: the defaults
+    reference = (Path(__file__).parents[3] / "docs" / "reference.md").read_text()
+    documented = re.search(r"Slow clients.*?(?=\n\n)", reference, re.S)
+    assert documented, "reference.md has no 'Slow clients' paragraph"
+    text = documented.group(0)
+    for number in (f"{limits.header_timeout_s:g} s", f"{limits.body_timeout_s:g} s",
+                   f"{limits.keep_alive_s} s", f"{limits.max_header_bytes // 1024} KiB"):
+        assert number in text, number
