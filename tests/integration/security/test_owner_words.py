@@ -103,6 +103,10 @@ async def _everything_readable(redis: aioredis.Redis) -> list[str]:
                 out.append(entry_id)
                 for field, value in fields.items():
                     out += [field, value]
+        elif kind == "none":
+            # gone between SCAN and TYPE: the app's own loops keep running (the scheduler
+            # releases `lock:reconcile`, a slot expires), so a key may vanish meanwhile
+            continue
         else:
             pytest.fail(f"{key}: a key of type {kind} this scan does not read")
     return out
