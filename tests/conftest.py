@@ -4,17 +4,22 @@ the real ASGI app driven through httpx, its lifespan included."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
+import uvicorn
 from fastapi import FastAPI
 
 from messageweave.app import create_app
@@ -206,3 +211,71 @@ def console_script(name: str) -> str:
     found = str(beside) if beside.exists() else shutil.which(name)
     assert found, f"{name} is not installed"
     return found
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[str], timeout_s: float = 20) -> None:
+    """Until `url/healthz` answers 200 (fails when `proc` exits first or time runs out)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"exited early: {proc.stdout.read() if proc.stdout else ''}"
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("service did not start")
+
+
+@dataclass
+class ServeProcess:
+    url: str
+    stderr: str = ""  # everything the process logged, once it has stopped
+
+
+@asynccontextmanager
+async def serve_process(redis_url: str) -> AsyncIterator[ServeProcess]:
+    """A real `messageweave serve` on a free port (no debug surface), healthy when the block
+    starts and stopped when it ends; its log lines are in `.stderr` afterwards."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
+    env.update(REDIS_URL=redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port))
+    proc = await asyncio.create_subprocess_exec(
+        console_script("messageweave"), "serve", "--host", "127.0.0.1", env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    served = ServeProcess(f"http://127.0.0.1:{port}")
+    try:
+        async with httpx.AsyncClient() as http:
+            for _ in range(200):
+                assert proc.returncode is None, "serve exited early"
+                try:
+                    if (await http.get(served.url + "/healthz", timeout=1)).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("serve did not start")
+        yield served
+    finally:
+        proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+        served.stderr = err.decode()
+
+
+@asynccontextmanager
+async def serving(server: uvicorn.Server) -> AsyncIterator[None]:
+    """Run `server` on this event loop for the block: listening when it starts, shut down
+    when it ends."""
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert not task.done(), "uvicorn did not start"
+        assert time.monotonic() < deadline, "uvicorn did not start in time"
+        await asyncio.sleep(0.02)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 # How long a cancelled task may take to shut down gracefully before it is cancelled again.
@@ -37,3 +39,20 @@ async def cancel(task: asyncio.Task[Any] | None, grace_s: float = GRACE_S) -> No
         await asyncio.wait([task], timeout=0.5)
     with contextlib.suppress(asyncio.CancelledError):
         task.result()
+
+
+async def every(poll_s: float, step: Callable[[], Awaitable[None]], log: logging.Logger,
+                what: str) -> None:
+    """Run `step` every `poll_s` seconds until cancelled. A failure of one step (a Redis or
+    peer hiccup) is logged by class name and never stops the loop; a cancellation always does,
+    also one a library call swallowed."""
+    while True:
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise_if_cancelling()
+            log.warning("%s failed: %s", what, type(exc).__name__)
+        raise_if_cancelling()
+        await asyncio.sleep(poll_s)

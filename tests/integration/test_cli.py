@@ -10,21 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import console_script, free_port, sample_wire
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[str], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"exited early: {proc.stdout.read() if proc.stdout else ''}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("service did not start")
+from tests.conftest import console_script, free_port, sample_wire, wait_healthy
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -64,7 +50,7 @@ def test_run_starts_embedded_redis_and_survives_kill_9(data_dir: Path) -> None:
     url = f"http://127.0.0.1:{port}"
     proc = _start_run(data_dir, port)
     try:
-        _wait_ready(url, proc)
+        wait_healthy(url, proc)
         key_file = data_dir / "encryption.key"
         key = key_file.read_text().strip()
         assert len(key) == 64 and (key_file.stat().st_mode & 0o777) == 0o600
@@ -88,7 +74,7 @@ def test_run_starts_embedded_redis_and_survives_kill_9(data_dir: Path) -> None:
 
     proc = _start_run(data_dir, port)
     try:
-        _wait_ready(url, proc)
+        wait_healthy(url, proc)
         session = httpx.post(url + "/api/admin/session",
                              headers={"Authorization": f"Bearer {key}"}).json()["session"]
         body = httpx.get(url + "/api/business-config",
@@ -110,7 +96,7 @@ def test_serve_without_environment_serves_setup_mode() -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url, proc)
+        wait_healthy(url, proc)
         status = httpx.get(url + "/api/status").json()
         assert status["mode"] == "configuration-setup"
         assert status["missing"] == ["REDIS_URL", "CONFIG_ENCRYPTION_KEY"]

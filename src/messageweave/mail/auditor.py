@@ -19,7 +19,6 @@ One audit:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from messageweave.aio import raise_if_cancelling
+from messageweave.aio import every, raise_if_cancelling
 from messageweave.api.services import Services
 from messageweave.config.service import NotConfigured
 from messageweave.mail.jmap import (
@@ -271,16 +270,7 @@ async def run_auditor(svc: Services) -> None:
     """Audit once per `audit_interval_s`, cluster-wide, until cancelled (started by the app
     lifespan). Nothing runs while the switch is off, no configuration is live or the interval
     is 0."""
-    while True:
-        try:
-            await _tick(svc)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a Redis or JMAP hiccup must never stop the loop
-            raise_if_cancelling()
-            log.warning("periodic gap audit failed: %s", type(exc).__name__)
-        raise_if_cancelling()
-        await asyncio.sleep(POLL_S)
+    await every(POLL_S, lambda: _tick(svc), log, "periodic gap audit")
 
 
 async def _tick(svc: Services) -> None:

@@ -20,12 +20,11 @@ seconds) is what the push lifecycle calls "now"; tests pass their own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
 
-from messageweave.aio import raise_if_cancelling
+from messageweave.aio import every
 from messageweave.api.services import Services
 from messageweave.config.service import NotConfigured
 from messageweave.mail import push
@@ -73,16 +72,7 @@ class _Timers:
 async def run_scheduler(svc: Services, *, clock: push.Clock = time.time) -> None:
     """Run the built-in schedule until cancelled (started by the app lifespan)."""
     timers = _Timers()
-    while True:
-        try:
-            await _tick(svc, timers, clock)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a Redis or JMAP hiccup must never stop the loop
-            raise_if_cancelling()
-            log.warning("scheduler tick failed: %s", type(exc).__name__)
-        raise_if_cancelling()
-        await asyncio.sleep(POLL_S)
+    await every(POLL_S, lambda: _tick(svc, timers, clock), log, "scheduler tick")
 
 
 async def _tick(svc: Services, timers: _Timers, clock: push.Clock) -> None:

@@ -17,15 +17,9 @@ from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.mailbox import STREAM_JMAP_MAXLEN, Lock
-from messageweave.store.redis import Redis
+from messageweave.store.redis import Redis, int_of, text_of
 
 CLAIM_BATCH = 100
-
-
-def _text(value: object) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode()
-    return value if isinstance(value, str) else None
 
 
 # KEYS: stalwart:jmap, then per mail its dedup:jmap key and its audit:healed key
@@ -142,7 +136,7 @@ async def check_and_claim(redis: Redis, account_id: str, email_ids: list[str]) -
             STREAM_JMAP_MAXLEN, account_id, *batch,
         )
         for i, email_id in enumerate(batch):
-            status, detail, entry = (_text(v) or "" for v in reply[3 * i:3 * i + 3])
+            status, detail, entry = (text_of(v) or "" for v in reply[3 * i:3 * i + 3])
             out.append(Verdict(email_id, status == "missing", detail, entry or None))
     return out
 
@@ -159,17 +153,10 @@ class AuditState:
     baseline: int | None
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 async def read_state(redis: Redis) -> AuditState:
     cursor, watermark, baseline = await redis.mget(
         keys.RECONCILE_CURSOR, keys.RECONCILE_WATERMARK, keys.RECONCILE_BASELINE)
-    return AuditState(_text(cursor), _int(_text(watermark)), _int(_text(baseline)))
+    return AuditState(text_of(cursor), int_of(text_of(watermark)), int_of(text_of(baseline)))
 
 
 async def record_baseline(redis: Redis, lock: Lock, at: int) -> bool:
@@ -183,7 +170,7 @@ async def start_baseline(redis: Redis, at: int) -> int:
     """An install that ran its first reconcile before baselines were recorded: the baseline
     starts now (SET NX, so a concurrent first run or audit keeps the earlier value)."""
     await redis.set(keys.RECONCILE_BASELINE, at, nx=True)
-    return _int(_text(await redis.get(keys.RECONCILE_BASELINE))) or at
+    return int_of(text_of(await redis.get(keys.RECONCILE_BASELINE))) or at
 
 
 # ------------------------------------------------------------------------------- last result
@@ -194,7 +181,7 @@ async def save_last(redis: Redis, result: dict[str, Any]) -> None:
 
 
 async def read_last(redis: Redis) -> dict[str, Any] | None:
-    raw = _text(await redis.get(keys.AUDIT_LAST))
+    raw = text_of(await redis.get(keys.AUDIT_LAST))
     if raw is None:
         return None
     try:

@@ -10,15 +10,10 @@ import secrets
 from dataclasses import dataclass
 
 from messageweave.store import keys, scripts
-from messageweave.store.redis import Redis
+from messageweave.store.redis import Redis, int_of, text_of
 
 STREAM_JMAP_MAXLEN = 100_000
 
-
-def _text(value: object) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode()
-    return value if isinstance(value, str) else None
 
 # KEYS: dedup:jmap:{account}:{email}, stalwart:jmap   ARGV: ttl, account_id, email_id, maxlen
 # → the new entry id, or false when this email was already claimed (within the dedup TTL).
@@ -74,7 +69,7 @@ async def enqueue_new_mail(redis: Redis, account_id: str, email_id: str) -> str 
         CLAIM_DEDUP_AND_ENQUEUE, 2, keys.dedup_jmap(account_id, email_id), keys.STREAM_JMAP,
         keys.DEDUP_JMAP_TTL_S, account_id, email_id, STREAM_JMAP_MAXLEN,
     )
-    return _text(result)
+    return text_of(result)
 
 
 # ------------------------------------------------------------------------------- lock
@@ -117,11 +112,7 @@ class CursorState:
 
 async def read_cursor(redis: Redis) -> CursorState:
     cursor, watermark = await redis.mget(keys.RECONCILE_CURSOR, keys.RECONCILE_WATERMARK)
-    try:
-        mark = int(watermark) if watermark is not None else None
-    except ValueError:
-        mark = None
-    return CursorState(_text(cursor), mark)
+    return CursorState(text_of(cursor), int_of(text_of(watermark)))
 
 
 async def save_cursor(
@@ -194,13 +185,6 @@ class Lifecycle:
     created: int | None = None
     verified: int | None = None
     failure: str | None = None
-
-
-def _int_or_none(value: str | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
 
 
 def _lifecycle_fields(
@@ -299,11 +283,11 @@ def push_register_lock(redis: Redis, url_digest: str) -> Lock:
 
 
 async def registration_for(redis: Redis, url_digest: str) -> str | None:
-    return _text(await redis.get(keys.push_registration(url_digest)))
+    return text_of(await redis.get(keys.push_registration(url_digest)))
 
 
 async def current_registration(redis: Redis) -> Registration | None:
-    return _decode_registration(_text(await redis.get(keys.PUSH_REGISTRATION_CURRENT)))
+    return _decode_registration(text_of(await redis.get(keys.PUSH_REGISTRATION_CURRENT)))
 
 
 async def record_registration(
@@ -365,16 +349,16 @@ async def read_lifecycle(redis: Redis) -> Lifecycle | None:
         pipe.get(keys.PUSH_REGISTRATION_CURRENT)
         pipe.hgetall(keys.PUSH_LIFECYCLE)
         raw_current, raw_fields = await pipe.execute()
-    reg = _decode_registration(_text(raw_current))
+    reg = _decode_registration(text_of(raw_current))
     if reg is None:
         return None
-    fields = {_text(k) or "": _text(v) for k, v in (raw_fields or {}).items()}
+    fields = {text_of(k) or "": text_of(v) for k, v in (raw_fields or {}).items()}
     if fields.get("id") != reg.subscription_id:
         return Lifecycle(reg)
     return Lifecycle(
-        reg, url=fields.get("url") or None, expires=_int_or_none(fields.get("expires")),
-        granted=_int_or_none(fields.get("granted")), created=_int_or_none(fields.get("created")),
-        verified=_int_or_none(fields.get("verified")), failure=fields.get("failure") or None,
+        reg, url=fields.get("url") or None, expires=int_of(fields.get("expires")),
+        granted=int_of(fields.get("granted")), created=int_of(fields.get("created")),
+        verified=int_of(fields.get("verified")), failure=fields.get("failure") or None,
     )
 
 
@@ -398,7 +382,7 @@ async def is_known_subscription(redis: Redis, subscription_id: str) -> bool:
 
 
 async def verified_digest(redis: Redis, subscription_id: str) -> str | None:
-    return _text(await redis.get(keys.push_subscription(subscription_id)))
+    return text_of(await redis.get(keys.push_subscription(subscription_id)))
 
 
 async def claim_verify_slot(redis: Redis, subscription_id: str) -> bool:
@@ -423,7 +407,7 @@ async def record_state_change(redis: Redis, now: float) -> None:
 
 
 async def last_state_change(redis: Redis) -> int | None:
-    return _int_or_none(_text(await redis.get(keys.PUSH_LAST_STATE_CHANGE)))
+    return int_of(text_of(await redis.get(keys.PUSH_LAST_STATE_CHANGE)))
 
 
 async def record_orphan(redis: Redis, subscription_id: str, request_id: str) -> None:

@@ -38,6 +38,21 @@ import redis.asyncio as aioredis
 
 Redis = aioredis.Redis
 
+
+def text_of(value: object) -> str | None:
+    """A Redis reply as text (bytes decoded), or None for anything else (a missing key)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return value if isinstance(value, str) else None
+
+
+def int_of(value: str | None) -> int | None:
+    """A stored integer, or None when the key is missing or holds no integer."""
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
 _PR_SET_PDEATHSIG = 1
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes
 SOCKET_NAME = "redis.sock"

@@ -4,7 +4,6 @@ the app served over HTTPS on a loopback port, reached by a Bot API emulator that
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import secrets
@@ -29,6 +28,7 @@ from tests.conftest import (
     admin_headers,
     free_port,
     sample_wire,
+    serving,
     settings_for,
 )
 from tests.peers.cyrus import CyrusServer
@@ -159,12 +159,6 @@ async def served(
         ssl_certfile=str(cyrus.server_cert), ssl_keyfile=str(cyrus.server_key),
         log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
     ))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert not task.done(), "uvicorn did not start"
-        assert time.monotonic() < deadline, "uvicorn did not start in time"
-        await asyncio.sleep(0.02)
     url = f"https://127.0.0.1:{port}"
     chat_id = next(_chats)
     wire = sample_wire(
@@ -175,24 +169,21 @@ async def served(
     )
     await redis_client.hset(keys.GOVERNOR_LIMITS,
                             mapping={"bot_per_s": 0, "chat_per_s": 0, "group_per_min": 0})
-    try:
-        async with httpx.AsyncClient(base_url=url, verify=cyrus.ssl_context(), timeout=15,
-                                     trust_env=False) as api:
-            login = await api.post("/api/admin/session", headers=admin_headers())
-            assert login.status_code == 200, login.text
-            headers = {"Authorization": f"Bearer {login.json()['session']}"}
-            outbound = {"jmap_timeout_ms": 10000, "telegram_timeout_ms": 5000,
-                        "llm_timeout_ms": 5000, "max_retries": 1}
-            assert (await api.put("/api/config", headers=headers, json=outbound)
-                    ).status_code == 200
-            served = Served(url, api, redis_client, tls_emulator, cyrus, wire, headers)
-            await served.configure()
-            enabled = await api.put("/api/enabled", headers=headers, json={"enabled": True})
-            assert enabled.status_code == 200, enabled.text
-            registered = await api.post("/api/telegram/register-webhook", headers=headers,
-                                        json={"callback_url": f"{url}/webhook/tg"})
-            assert registered.status_code == 200, registered.text
-            yield served
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 15)
+    async with serving(server), httpx.AsyncClient(
+            base_url=url, verify=cyrus.ssl_context(), timeout=15, trust_env=False) as api:
+        login = await api.post("/api/admin/session", headers=admin_headers())
+        assert login.status_code == 200, login.text
+        headers = {"Authorization": f"Bearer {login.json()['session']}"}
+        outbound = {"jmap_timeout_ms": 10000, "telegram_timeout_ms": 5000,
+                    "llm_timeout_ms": 5000, "max_retries": 1}
+        assert (await api.put("/api/config", headers=headers, json=outbound)
+                ).status_code == 200
+        served = Served(url, api, redis_client, tls_emulator, cyrus, wire, headers)
+        await served.configure()
+        enabled = await api.put("/api/enabled", headers=headers, json={"enabled": True})
+        assert enabled.status_code == 200, enabled.text
+        registered = await api.post("/api/telegram/register-webhook", headers=headers,
+                                    json={"callback_url": f"{url}/webhook/tg"})
+        assert registered.status_code == 200, registered.text
+        yield served
+

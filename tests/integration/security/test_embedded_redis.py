@@ -11,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import redis
 
 from messageweave.store.redis import (
@@ -21,7 +20,7 @@ from messageweave.store.redis import (
     EmbeddedRedis,
     embedded_url,
 )
-from tests.conftest import console_script, free_port
+from tests.conftest import console_script, free_port, wait_healthy
 
 
 def _env() -> dict[str, str]:
@@ -40,19 +39,6 @@ def _long_dir(base: Path) -> Path:
     path = base / ("d" * 60) / ("long-data-directory-" * 5)
     assert len(str(path)) >= 150
     return path
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"exited early: {proc.stdout.read() if proc.stdout else ''}"
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("service did not start")
 
 
 def _tcp_listeners(pid: int) -> list[str]:
@@ -94,7 +80,7 @@ def test_run_with_a_long_data_dir_has_no_tcp_port_and_requires_the_password(
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        _wait_healthy(url, proc)
+        wait_healthy(url, proc)
         password = (redis_dir / PASSWORD_FILE).read_text().strip()
         assert len(password) >= 32
         pid = int((redis_dir / "redis.pid").read_text())

@@ -21,7 +21,7 @@ import pytest
 
 from messageweave.app import create_app
 from messageweave.server import GuardedConfig, GuardedH11Protocol, ReadLimits, serve
-from tests.conftest import ADMIN_KEY, console_script, free_port, settings_for
+from tests.conftest import ADMIN_KEY, console_script, free_port, serving, settings_for
 
 PARTIAL_PUSH = (b"POST /push/jmap HTTP/1.1\r\nHost: mw.test\r\n"
                 b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"@type\":")
@@ -95,17 +95,8 @@ async def _served(redis_url: str, limits: ReadLimits) -> AsyncIterator[int]:
         create_app(settings_for(redis_url)), limits=limits, host="127.0.0.1", port=port,
         log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
     ))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert not task.done(), "uvicorn did not start"
-        assert time.monotonic() < deadline, "uvicorn did not start in time"
-        await asyncio.sleep(0.02)
-    try:
+    async with serving(server):
         yield port
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def _closed_after(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

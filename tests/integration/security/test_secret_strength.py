@@ -8,10 +8,8 @@ Redis; the CLI case runs `messageweave serve` and `messageweave bootstrap` as pr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -27,13 +25,11 @@ from messageweave.store.state import ConfigStore
 from tests.conftest import (
     ADMIN_KEY,
     admin_headers,
-    console_script,
-    free_port,
     login,
     sample_wire,
+    serve_process,
     settings_for,
 )
-from tests.integration.ops.test_bootstrap_cli import _wait_healthy
 from tests.integration.ops.test_diagnose_cli import run_cli
 from tests.integration.test_business_config import snapshot
 from tests.integration.test_envelope import assert_envelope
@@ -132,26 +128,14 @@ async def test_the_bootstrap_command_prints_the_generated_secrets_once(
 ) -> None:
     """Bug: `messageweave bootstrap` with a file without tokens stored values the operator
     never saw, so the gateway and cron could not be configured."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
-    env.update(REDIS_URL=embedded_redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port))
-    proc = await asyncio.create_subprocess_exec(
-        console_script("messageweave"), "serve", "--host", "127.0.0.1", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
     config = tmp_path / "config.json"
     config.write_text(json.dumps(without_generated()))
-    try:
-        await _wait_healthy(url, proc)
-        code, out = await run_cli("bootstrap", "--file", str(config), "--url", url,
+    async with serve_process(embedded_redis_url) as served:
+        code, out = await run_cli("bootstrap", "--file", str(config), "--url", served.url,
                                   CONFIG_ENCRYPTION_KEY=ADMIN_KEY)
-    finally:
-        proc.terminate()
-        _, err = await asyncio.wait_for(proc.communicate(), 20)
     assert code == 0, out
     stored = await stored_wire(embedded_redis_url)
     for name in GENERATED_SECRETS:
         assert f"{name} = {stored[name]}" in out
         assert len(stored[name]) >= MIN_TOKEN_CHARS
-        assert stored[name] not in err.decode()
+        assert stored[name] not in served.stderr
