@@ -17,6 +17,8 @@ PYTHON="${PYTHON:-python3}"
 echo "[test] ruff"; .venv/bin/ruff check src tests
 echo "[test] mypy"; .venv/bin/mypy src
 echo "[test] bandit"; .venv/bin/bandit -q -r src -c pyproject.toml
+echo "[test] import-linter"; .venv/bin/lint-imports --no-cache
+echo "[test] file sizes"; .venv/bin/python scripts/check_sizes.py
 echo "[test] hadolint"; .venv/bin/hadolint Dockerfile
 echo "[test] gateway"; bash gateway/test.sh
 echo "[test] pytest"; .venv/bin/pytest -q "$@"

@@ -4,7 +4,10 @@ the real ASGI app driven through httpx, its lifespan included."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -23,6 +26,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from messageweave.app import create_app
+from messageweave.mail.jmap import JmapClient
 from messageweave.settings import Settings
 from messageweave.store.redis import EmbeddedRedis
 from tests.peers.cyrus import (
@@ -57,6 +61,52 @@ def cyrus() -> Iterator[CyrusServer]:
     finally:
         server.stop()
         remove_base_dir(base)
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Wraps the real HTTPS transport and records every request (method, path, JSON body)."""
+
+    def __init__(self, verify: Any) -> None:
+        self._inner = httpx.AsyncHTTPTransport(verify=verify)
+        self.requests: list[tuple[str, str, Any]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.requests.append((request.method, request.url.path, body))
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def posts(self) -> list[Any]:
+        return [body for method, _path, body in self.requests if method == "POST"]
+
+    def clear(self) -> None:
+        self.requests.clear()
+
+
+@dataclass
+class FreshUser:
+    user: str
+    password: str
+    client: JmapClient  # its session not fetched yet
+    transport: RecordingTransport  # what `client` sent
+
+
+_users = itertools.count()
+
+
+@pytest.fixture
+async def fresh(cyrus: CyrusServer) -> AsyncIterator[FreshUser]:
+    """A new Cyrus user with an empty mailbox (INBOX, Drafts, Sent, Junk, Trash), and a
+    recording JMAP client for it."""
+    user = f"user{next(_users)}x{random.randrange(10**6)}"
+    password = f"pw-{user}"
+    cyrus.add_user(user, password)
+    transport = RecordingTransport(cyrus.ssl_context())
+    async with JmapClient(cyrus.session_url, user, password, timeout=10,
+                          transport=transport) as client:
+        yield FreshUser(user, password, client, transport)
 
 
 def free_port() -> int:

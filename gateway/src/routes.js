@@ -3,11 +3,11 @@
 //
 // One line per route: [path, "METHODS", timeout variable]. A third column marks a long-running
 // route: it gets exactly one attempt (no failover) and the named timeout instead of
-// LB_REQUEST_TIMEOUT_MS. Paths match exactly (no prefixes, no trailing-slash variants).
+// LB_REQUEST_TIMEOUT_MS. Paths match exactly (no prefixes, no trailing-slash variants); the
+// one pattern is the page's ES modules (ASSET_MODULE, below).
 // HEAD is deliberately not implied by GET: the backend answers HEAD with 405 as well.
 const ROUTE_TABLE = [
   ["/", "GET"],
-  ["/assets/config.js", "GET"],
   ["/assets/styles.css", "GET"],
   ["/api/status", "GET"],
   ["/api/config", "GET PUT"],
@@ -41,24 +41,29 @@ const ROUTE_TABLE = [
 // Answered by the gateway itself, never forwarded.
 const LOCAL_TABLE = [["/healthz-worker", "GET"]];
 
+// The admin page's ES modules, GET /assets/<name>.js (main.js imports the others). <name> is
+// lowercase letters, digits and "-": no dot, slash or percent sign, so a path can name no other
+// directory or file type. The backend serves a fixed list of these names, 404 for the rest;
+// a pattern keeps a new module of the page from needing a gateway release.
+export const ASSET_MODULE = /^\/assets\/[a-z][a-z0-9-]{0,63}\.js$/;
+
+function route(path, methods, timeoutVar, local) {
+  const list = methods.split(" ");
+  return { path, methods: new Set(list), allow: list.join(", "), timeoutVar: timeoutVar ?? null, local };
+}
+
 function compile(table, local) {
   const out = new Map();
   for (const [path, methods, timeoutVar] of table) {
     if (out.has(path)) throw new Error(`duplicate route ${path}`);
-    const list = methods.split(" ");
-    out.set(path, {
-      path,
-      methods: new Set(list),
-      allow: list.join(", "),
-      timeoutVar: timeoutVar ?? null,
-      local,
-    });
+    out.set(path, route(path, methods, timeoutVar, local));
   }
   return out;
 }
 
 export const ROUTES = compile(ROUTE_TABLE, false);
 export const LOCAL_ROUTES = compile(LOCAL_TABLE, true);
+export const ASSET_ROUTE = route("/assets/<name>.js", "GET", null, false);
 
 // Paths that must never reach a backend, whatever the table says: the one-time bootstrap
 // (it takes the master key) and the debug surface.
@@ -69,8 +74,9 @@ export function neverForwarded(path) {
 // -> {status: "ok", route} | {status: 404} | {status: 405, allow}
 export function matchRoute(method, path) {
   if (neverForwarded(path)) return { status: 404 };
-  const route = LOCAL_ROUTES.get(path) ?? ROUTES.get(path);
-  if (!route) return { status: 404 };
-  if (!route.methods.has(method)) return { status: 405, allow: route.allow };
-  return { status: "ok", route };
+  const found = LOCAL_ROUTES.get(path) ?? ROUTES.get(path) ??
+    (ASSET_MODULE.test(path) ? ASSET_ROUTE : undefined);
+  if (!found) return { status: 404 };
+  if (!found.methods.has(method)) return { status: 405, allow: found.allow };
+  return { status: "ok", route: found };
 }

@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { LOCAL_ROUTES, matchRoute, neverForwarded, ROUTES } from "../src/routes.js";
+import { ASSET_MODULE, ASSET_ROUTE, LOCAL_ROUTES, matchRoute, neverForwarded, ROUTES } from "../src/routes.js";
 
 const EXPECTED = {
   "/": "GET",
-  "/assets/config.js": "GET",
   "/assets/styles.css": "GET",
   "/api/status": "GET",
   "/api/config": "GET, PUT",
@@ -31,8 +30,8 @@ const EXPECTED = {
   "/api/audit": "GET, POST",
 };
 
-test("the table forwards the 19 contract routes and the 7 operator routes, nothing else", () => {
-  assert.equal(ROUTES.size, 26);
+test("the table forwards the 18 exact contract routes and the 7 operator routes, nothing else", () => {
+  assert.equal(ROUTES.size, 25);
   const actual = Object.fromEntries([...ROUTES].map(([path, r]) => [path, r.allow]));
   assert.deepEqual(actual, EXPECTED);
 });
@@ -89,4 +88,41 @@ test("/healthz-worker is the gateway's own GET route", () => {
   assert.equal(m.route.local, true);
   assert.deepEqual(matchRoute("POST", "/healthz-worker"), { status: 405, allow: "GET" });
   assert.ok(!ROUTES.has("/healthz-worker"));
+});
+
+// The admin page's modules (src/messageweave/web/static.py, SCRIPTS), and the single script an
+// older backend serves.
+const PAGE_MODULES = ["main.js", "i18n.js", "api.js", "dom.js", "status.js", "session.js",
+  "service.js", "business.js", "business-form.js", "zones.js", "callbacks.js", "delivery.js",
+  "gap-audit.js", "logs.js", "config.js"];
+
+test("every page module is forwarded as GET /assets/<name>.js, and only GET", () => {
+  for (const name of PAGE_MODULES) {
+    const path = `/assets/${name}`;
+    const m = matchRoute("GET", path);
+    assert.equal(m.status, "ok", path);
+    assert.equal(m.route, ASSET_ROUTE);
+    assert.equal(m.route.timeoutVar, null);
+    assert.equal(m.route.local, false);
+    for (const method of ["HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]) {
+      assert.deepEqual(matchRoute(method, path), { status: 405, allow: "GET" }, `${method} ${path}`);
+    }
+  }
+  assert.equal(matchRoute("GET", "/assets/styles.css").route.path, "/assets/styles.css");
+  assert.equal(matchRoute("GET", `/assets/${"a".repeat(64)}.js`).status, "ok");
+});
+
+test("the module pattern names no other directory, file type or encoded path", () => {
+  for (const path of [
+    "/assets/.js", "/assets/-a.js", "/assets/1a.js", "/assets/Main.js", "/assets/main.JS",
+    "/assets/main.js/", "/assets/main.jsx", "/assets/main.js.map", "/assets/main..js",
+    "/assets/.main.js", "/assets/a/b.js", "/assets//main.js", "/assets/../main.js",
+    "/assets/..%2fstatic.py", "/assets/%2e%2e.js", "/assets/%6dain.js", "/assets/main%2ejs",
+    "/assets/a b.js", "/assets/a_b.js", "/assets/main.js%00", "/assets/main.js;x",
+    "/assets/", "/assets", "/assetsx/main.js", "/x/assets/main.js", "/assets/index.html",
+    "/assets/static.py", "/assets/styles.css/", `/assets/${"a".repeat(65)}.js`,
+  ]) {
+    assert.deepEqual(matchRoute("GET", path), { status: 404 }, path);
+  }
+  assert.ok(!ASSET_MODULE.test("/debug/x.js") && !ASSET_MODULE.test("/api/bootstrap"));
 });

@@ -1,12 +1,16 @@
-"""Small asyncio helpers for long-running background loops."""
+"""Small asyncio helpers: background loops, and `async with` for clients that own connections.
+
+The bottom layer: nothing here imports from the rest of messageweave."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 # How long a cancelled task may take to shut down gracefully before it is cancelled again.
 GRACE_S = 5.0
@@ -56,3 +60,23 @@ async def every(poll_s: float, step: Callable[[], Awaitable[None]], log: logging
             log.warning("%s failed: %s", what, type(exc).__name__)
         raise_if_cancelling()
         await asyncio.sleep(poll_s)
+
+
+class AsyncClosing(abc.ABC):
+    """A client that owns connections: `async with Client(...) as c:` calls its `aclose()` on
+    the way out, also when the block raises."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close the connections; the client is not used afterwards."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,30 +10,22 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp
 
-from messageweave.aio import cancel
+from messageweave import runtime
 from messageweave.api import admin, debug, delivery, mailbox, ops, telegram_admin
 from messageweave.api import auditor as auditor_api
 from messageweave.api import logs as logs_api
 from messageweave.api import metrics as metrics_api
 from messageweave.api import openapi as openapi_api
 from messageweave.api.headers import SecurityHeaders
-from messageweave.api.services import Services
 from messageweave.api.throttle import ClientAddressPolicy
-from messageweave.config.service import ConfigService
 from messageweave.errors import (
     RequestContext,
     install_handlers,
     route_methods,
     service_unavailable,
 )
-from messageweave.logs import RequestLog, add_secret_source, remove_secret_source
-from messageweave.mail.auditor import run_auditor
-from messageweave.mail.scheduler import run_scheduler
-from messageweave.ops.secrets import service_secrets
-from messageweave.pipeline.worker import run_worker
+from messageweave.logs import RequestLog
 from messageweave.settings import Settings
-from messageweave.store.redis import connect
-from messageweave.store.state import ConfigStore
 from messageweave.version import build_version
 from messageweave.web import static
 
@@ -91,42 +82,17 @@ def create_app(settings: Settings) -> ASGIApp:
         log.warning("setup mode: missing %s", ", ".join(settings.missing))
         return create_setup_app(settings)
 
-    redis = connect(settings.redis_url)
-    store = ConfigStore(redis)
-    svc = Services(
-        settings=settings,
-        redis=redis,
-        store=store,
-        config=ConfigService(store, settings.encryption_key),
-        version=build_version(),
-        client_address=ClientAddressPolicy.parse(settings.trusted_proxy_header,
-                                                 settings.trusted_proxies),
-    )
-
-    def secrets() -> list[str | None]:
-        return service_secrets(svc)
+    svc = runtime.build_services(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        add_secret_source(secrets)
-        await svc.config.refresh()
-        tasks = [
-            asyncio.create_task(svc.config.run_reload_loop(), name="config-reload"),
-            asyncio.create_task(run_worker(svc), name="worker"),
-            asyncio.create_task(run_scheduler(svc), name="scheduler"),
-            asyncio.create_task(run_auditor(svc), name="gap-auditor"),
-        ]
-        try:
+        async with runtime.serving(svc):
             yield
-        finally:
-            for task in reversed(tasks):
-                await cancel(task)
-            await svc.config.aclose()
-            await redis.aclose()
-            remove_secret_source(secrets)
 
     app = _fastapi(lifespan)
     app.state.services = svc
+    app.state.client_address = ClientAddressPolicy.parse(settings.trusted_proxy_header,
+                                                         settings.trusted_proxies)
     routers = [ops.router, admin.router, mailbox.router, delivery.router, telegram_admin.router,
                logs_api.router, metrics_api.router, auditor_api.router, openapi_api.router,
                static.router]

@@ -165,17 +165,31 @@ class _BodyTooLarge(ApiError):
         super().__init__(413, "payload_too_large")
 
 
-class RequestContext:
-    """Outermost ASGI middleware: request id header, body size limit, last-resort 500."""
+class HttpMiddleware:
+    """A pure ASGI middleware that acts on HTTP requests only (`handle`); every other scope
+    (lifespan, websocket) passes straight through."""
 
-    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class RequestContext(HttpMiddleware):
+    """Outermost ASGI middleware: request id header, body size limit, last-resort 500."""
+
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+        super().__init__(app)
+        self.max_body = max_body
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid = request_id_of(scope)
         started = False
 

@@ -19,18 +19,43 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import IO, Any
 from urllib.parse import urlsplit
 
 from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from messageweave.config.runtime import MIN_SECRET_LEN, scrub
-from messageweave.errors import request_id_of
+from messageweave.errors import HttpMiddleware, request_id_of
+
+_URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+_BOT_PATH = re.compile(r"/bot[^/\s]+")
+# A secret is replaced only as a whole value: never inside a longer name made of these.
+_NAME_CHAR = r"[A-Za-z0-9_\-]"
+MIN_SECRET_LEN = 4  # shorter values would turn ordinary words and addresses into "<secret>"
+
+
+def scrub(text: str, secrets: Iterable[str | None]) -> str:
+    """Remove `scheme://user:pass@`, Telegram `/bot<token>` paths and every known secret."""
+    text = _URL_CREDENTIALS.sub(r"\1<credentials>@", text)
+    text = _BOT_PATH.sub("/bot<token>", text)
+    for secret in secrets:
+        if secret and len(secret.strip()) >= MIN_SECRET_LEN:
+            text = _whole_value(secret).sub("<secret>", text)
+    return text
+
+
+@lru_cache(maxsize=256)
+def _whole_value(secret: str) -> re.Pattern[str]:
+    """`secret` where it stands on its own: not preceded or followed by a name character (so a
+    secret `mail` never rewrites `mailhost`, nor `7` the `127` of `127.0.0.1`)."""
+    return re.compile(rf"(?<!{_NAME_CHAR}){re.escape(secret)}(?!{_NAME_CHAR})")
+
 
 SecretSource = Callable[[], Iterable[str | None]]
 
@@ -138,7 +163,7 @@ _request_log = logging.getLogger("messageweave.request")
 CLIENT_CLOSED = 499  # nginx's code: the client went away before the response was complete
 
 
-class RequestLog:
+class RequestLog(HttpMiddleware):
     """ASGI middleware: binds the request id for the duration of a request, then logs it.
 
     A client that goes away before its response is complete (an `http.disconnect` from
@@ -146,13 +171,7 @@ class RequestLog:
     as 499 at INFO: nothing failed on our side, and there is nobody left to answer. The
     `ClientDisconnect` stops here, before the last-resort handler would log it as an error."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid = request_id_of(scope)
         token = request_id_var.set(rid)
         started = time.perf_counter()

@@ -14,12 +14,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from messageweave.config.model import BusinessConfig
-from messageweave.config.runtime import jmap_origin_probe_url
 from messageweave.mail.jmap import build_ssl_context
+
+WELL_KNOWN = "/.well-known/jmap"
+
+
+def jmap_origin_probe_url(configured: str) -> str:
+    parts = urlsplit(configured.strip())
+    return urlunsplit((parts.scheme, parts.netloc, WELL_KNOWN, "", ""))
+
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ the two trust settings) is a `ValueError` naming the variable, at startup: guess
 meant could bind the wrong port or believe a header from the wrong peers.
 
 Operator commands also look in the data directory of `messageweave run` for what the
-environment lacks (`from_env_or_data_dir`): its embedded Redis and its generated key.
+environment lacks (`messageweave.runtime.settings_from_data_dir`): its embedded Redis and its
+generated key.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from messageweave.store.redis import embedded_url
 
 DEFAULT_PORT = 8080
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
@@ -129,19 +128,3 @@ def from_env(env: Mapping[str, str] | None = None, *, debug_flag: bool = False) 
 def default_data_dir() -> Path:
     xdg = os.environ.get("XDG_DATA_HOME", "").strip()
     return Path(xdg) / "messageweave" if xdg else Path(".messageweave")
-
-
-def from_env_or_data_dir(data_dir: Path | None = None) -> Settings:
-    """`from_env`, with `REDIS_URL` and `CONFIG_ENCRYPTION_KEY` taken from the data directory
-    of `messageweave run` (default `default_data_dir()`) when the environment lacks them: the
-    embedded Redis (socket and password, `embedded_url`) and the generated key."""
-    env = dict(os.environ)
-    directory = (data_dir or default_data_dir()).resolve()
-    if not env.get("REDIS_URL", "").strip():
-        env["REDIS_URL"] = embedded_url(directory / REDIS_DIR) or ""
-    if not env.get("CONFIG_ENCRYPTION_KEY", "").strip():
-        try:
-            env["CONFIG_ENCRYPTION_KEY"] = (directory / KEY_FILE).read_text().strip()
-        except OSError:
-            pass
-    return from_env(env)

@@ -1,10 +1,13 @@
 """Probes, the static page's headers, and the debug surface gate."""
 
+import re
+from importlib import resources
+
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from messageweave.web.static import CSP
+from messageweave.web.static import ASSETS, CSP, SCRIPTS, ZONES_MARKER, ZONES_MODULE
 from tests.conftest import login, running_client, sample_wire, settings_for
 from tests.integration.test_envelope import assert_envelope
 
@@ -46,8 +49,7 @@ async def test_ready_is_503_when_redis_is_gone(embedded_redis_url: str) -> None:
 
 @pytest.mark.parametrize(("path", "media"), [
     ("/", "text/html; charset=utf-8"),
-    ("/assets/config.js", "text/javascript; charset=utf-8"),
-    ("/assets/styles.css", "text/css; charset=utf-8"),
+    *((f"/assets/{name}", media) for name, media in ASSETS.items()),
 ])
 async def test_assets_carry_the_strict_headers(
     client: httpx.AsyncClient, path: str, media: str
@@ -62,6 +64,32 @@ async def test_assets_carry_the_strict_headers(
         assert response.headers["x-frame-options"] == "DENY"
     else:
         assert "content-security-policy" not in response.headers
+
+
+async def test_the_page_loads_its_entry_module_and_every_module_is_served_by_name_only(
+    client: httpx.AsyncClient,
+) -> None:
+    """The page is native ES modules under `script-src 'self'`: one `type="module"` entry, each
+    module on its own fixed route, imports only of served modules, and nothing else readable
+    under /assets/ (an old, unknown, traversing or differently cased name is a 404)."""
+    page = (await client.get("/")).text
+    assert page.count("<script") == 1
+    assert '<script type="module" src="/assets/main.js"></script>' in page
+    packaged = {p.name for p in resources.files("messageweave.web").iterdir()
+                if p.name.endswith(".js")}
+    assert packaged == set(SCRIPTS)
+    for name in SCRIPTS:
+        response = await client.get(f"/assets/{name}")
+        assert response.status_code == 200, name
+        assert response.headers["content-type"] == "text/javascript; charset=utf-8"
+        assert set(re.findall(r'\bfrom "\./([^"]+)"', response.text)) <= set(SCRIPTS), name
+        assert len(response.text.splitlines()) <= 400, f"{name} is over 400 lines"
+    zones = (await client.get(f"/assets/{ZONES_MODULE}")).text
+    assert ZONES_MARKER.decode() not in zones and '"America/Argentina/Buenos_Aires"' in zones
+    for path in ("/assets/config.js", "/assets/nope.js", "/assets/Main.js", "/assets/static.py",
+                 "/assets/index.html", "/assets/__init__.py", "/assets/%2e%2e/static.py",
+                 "/assets/..%2fstatic.py", "/assets/web/main.js", "/assets/"):
+        assert_envelope(await client.get(path), 404, "not_found")
 
 
 async def test_debug_surface_absent_unless_requested_with_a_token(

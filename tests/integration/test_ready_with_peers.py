@@ -10,25 +10,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
+from tests.conftest import login, sample_wire
 from tests.integration.mailbox.push_server import PushServer
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+from tests.served import peer_wire
 
 CALLBACK = "https://bot.example.org/push/jmap"
-
-
-def peer_wire(cyrus: CyrusServer, emulator: TelegramEmulator, **overrides: object) -> dict:
-    values: dict[str, object] = {
-        "jmap_session_url": cyrus.origin + "/",
-        "jmap_username": CYRUS_USER,
-        "jmap_password": CYRUS_PASSWORD,
-        "telegram_api_base_url": emulator.base_url,
-        "bot_token": f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}",
-    }
-    values.update(overrides)
-    return sample_wire(**values)
 
 
 def peer_wire_for(jmap_url: str, emulator: TelegramEmulator, **overrides: object) -> dict:

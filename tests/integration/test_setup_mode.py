@@ -4,6 +4,7 @@ import httpx
 import pytest
 
 from messageweave.settings import Settings
+from messageweave.web.static import ASSETS
 from tests.conftest import running_client
 
 BUSINESS_ROUTES = [
@@ -44,8 +45,8 @@ async def test_healthz_ok_and_ready_always_503(setup_client: httpx.AsyncClient) 
 async def test_the_page_is_served_in_setup_mode(setup_client: httpx.AsyncClient) -> None:
     page = await setup_client.get("/")
     assert page.status_code == 200 and "MessageWeave" in page.text
-    assert (await setup_client.get("/assets/config.js")).status_code == 200
-    assert (await setup_client.get("/assets/styles.css")).status_code == 200
+    for name in ASSETS:
+        assert (await setup_client.get(f"/assets/{name}")).status_code == 200, name
 
 
 @pytest.mark.parametrize(("method", "path"), BUSINESS_ROUTES)

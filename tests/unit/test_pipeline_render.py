@@ -4,9 +4,9 @@ import pytest
 
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import EmailMeta
+from messageweave.pipeline.attempt import backoff_s
 from messageweave.pipeline.notify import render_notification
 from messageweave.pipeline.service import ChatNotAllowed, InvalidUpdate, parse_update
-from messageweave.pipeline.worker import backoff_s
 from tests.conftest import sample_wire
 
 

@@ -6,8 +6,7 @@ import io
 import json
 import logging
 
-from messageweave.config.runtime import scrub
-from messageweave.logs import add_secret_source, configure_logging, remove_secret_source
+from messageweave.logs import add_secret_source, configure_logging, remove_secret_source, scrub
 
 
 def test_a_secret_is_replaced_only_as_a_whole_value() -> None:

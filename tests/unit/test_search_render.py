@@ -1,7 +1,7 @@
 """Search replies, as the owner reads them in Telegram (inventory §5.2)."""
 
-from messageweave.chat.render import clean_snippet, search_reply, truncate
 from messageweave.mail.jmap import EmailMeta, SearchResult, SearchSnippet
+from messageweave.pipeline.search import clean_snippet, search_reply, truncate
 
 
 def meta(email_id: str, subject: str | None) -> EmailMeta:

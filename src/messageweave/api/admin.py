@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -55,6 +57,23 @@ def invalid_configuration(message: str | None = None) -> ApiError:
 # --- business configuration --------------------------------------------------------------
 
 
+@contextmanager
+def _save_errors() -> Iterator[None]:
+    """The answers of a configuration write (`PUT /api/business-config`, bootstrap)."""
+    try:
+        yield
+    except WireError as exc:
+        raise invalid_configuration() from exc
+    except ConfigInvalid as exc:
+        raise invalid_configuration(str(exc)) from exc
+    except (RevisionConflict, AlreadyConfigured) as exc:
+        raise conflict() from exc
+    except StoredConfigInvalid as exc:
+        raise invalid_configuration() from exc
+    except (StoreUnavailable, RedisError) as exc:
+        raise service_unavailable() from exc
+
+
 @router.get("/api/business-config")
 async def get_business_config(request: Request) -> JSONResponse:
     await require_admin(request)
@@ -96,18 +115,8 @@ async def put_business_config(request: Request) -> JSONResponse:
     await require_admin(request)
     body = parse_json(await request.body())
     svc = services(request)
-    try:
+    with _save_errors():
         result = await svc.config.save_patch(body)
-    except WireError as exc:
-        raise invalid_configuration() from exc
-    except ConfigInvalid as exc:
-        raise invalid_configuration(str(exc)) from exc
-    except RevisionConflict as exc:
-        raise conflict() from exc
-    except StoredConfigInvalid as exc:
-        raise invalid_configuration() from exc
-    except (StoreUnavailable, RedisError) as exc:
-        raise service_unavailable() from exc
     await audit.record_audit(svc, audit.CONFIG_SAVED, fields=audit.changed_fields(body),
                              revision=result.revision)
     return _save_response(result, with_revision=True)
@@ -133,16 +142,8 @@ async def bootstrap(request: Request) -> JSONResponse:
     # The caller holds the admin key, which already grants every secret: the shared secrets
     # it left out are generated here and shown in this answer, once.
     body, generated = fill_generated_secrets(parse_json(await request.body()))
-    try:
+    with _save_errors():
         result = await services(request).config.bootstrap(body)
-    except WireError as exc:
-        raise invalid_configuration() from exc
-    except ConfigInvalid as exc:
-        raise invalid_configuration(str(exc)) from exc
-    except AlreadyConfigured as exc:
-        raise conflict() from exc
-    except RedisError as exc:
-        raise service_unavailable() from exc
     await audit.record_audit(services(request), audit.CONFIG_BOOTSTRAPPED,
                              fields=audit.changed_fields(body), revision=result.revision)
     response = _save_response(result, with_revision=False, generated=generated)

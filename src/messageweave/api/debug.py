@@ -79,7 +79,7 @@ async def debug_config(request: Request) -> JSONResponse:
         "business_configured": cfg is not None,
         "allowlist_size": 0 if cfg is None else len(cfg.chat_allowlist),
     }
-    if cfg is not None and svc.config.runtime is not None:
+    if cfg is not None and svc.runtime is not None:
         body.update(_runtime_view(cfg, svc.config.outbound))
     return JSONResponse(body)
 
@@ -166,7 +166,7 @@ def _chat_id(raw: str | None, default: int) -> int:
 async def debug_notify(request: Request) -> JSONResponse:
     """Send a test message through the production `send_text` (query string only)."""
     svc = services(request)
-    runtime = svc.config.runtime
+    runtime = svc.runtime
     if runtime is None:
         raise service_unavailable()
     cfg = runtime.config

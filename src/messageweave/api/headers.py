@@ -12,7 +12,9 @@ It is the outermost layer (outside `RequestContext`), so the 413 and last-resort
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from messageweave.errors import HttpMiddleware
 
 DEFAULTS: tuple[tuple[bytes, bytes], ...] = (
     (b"cache-control", b"no-store"),
@@ -26,17 +28,10 @@ def with_defaults(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
     return headers + [(name, value) for name, value in DEFAULTS if name not in present]
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """Pure ASGI middleware adding `DEFAULTS` to every HTTP answer that lacks them."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_with_defaults(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": with_defaults(list(message.get("headers", [])))}

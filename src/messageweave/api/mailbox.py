@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from messageweave.api.services import (
-    Services,
     require_admin,
     require_enabled,
     require_reconcile_token,
@@ -24,6 +23,7 @@ from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.reconcile import ReconcileBusy, ReconcileError
 from messageweave.mail.scheduler import run_pass
 from messageweave.ops import audit
+from messageweave.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def _reconcile_retry() -> ApiError:
 
 async def _jmap(svc: Services) -> JmapClient:
     try:
-        return await svc.config.jmap()
+        return await svc.jmap()
     except (NotConfigured, JmapError) as exc:
         raise service_unavailable() from exc
 

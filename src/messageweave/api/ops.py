@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import Services, services
+from messageweave.api.services import services
 from messageweave.errors import ApiError
 from messageweave.mail import push
 from messageweave.probes import (
@@ -19,6 +19,7 @@ from messageweave.probes import (
     probe_telegram_get_me,
     probe_ttl,
 )
+from messageweave.services import Services
 from messageweave.settings import Settings
 
 router = APIRouter()

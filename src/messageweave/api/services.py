@@ -1,4 +1,5 @@
-"""What a handler needs, reached through `request.app.state.services`, and who may call it.
+"""What a handler needs (`request.app.state.services`, a `messageweave.services.Services`), and
+who may call it.
 
 Every authenticated route starts with one `require_*` call naming the credential it accepts
 (docs/security.md has the table). A request with no credential, or one that matches nothing,
@@ -13,36 +14,28 @@ from __future__ import annotations
 import enum
 import hmac
 import logging
-from dataclasses import dataclass, field
 
 from fastapi import Request
 from redis.exceptions import RedisError
 
 from messageweave.api.throttle import ClientAddressPolicy, client_of, rate_limited
-from messageweave.config.service import ConfigService
 from messageweave.errors import ApiError, service_unavailable, unauthorized
-from messageweave.settings import Settings
+from messageweave.ops import audit
+from messageweave.services import Services
 from messageweave.store import throttle
-from messageweave.store.redis import Redis
-from messageweave.store.state import ConfigStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Services:
-    settings: Settings
-    redis: Redis
-    store: ConfigStore
-    config: ConfigService
-    version: str
-    # Where the client address comes from (the socket peer unless a trusted proxy is named).
-    client_address: ClientAddressPolicy = field(default_factory=ClientAddressPolicy)
 
 
 def services(request: Request) -> Services:
     svc: Services = request.app.state.services
     return svc
+
+
+def client_address(request: Request) -> ClientAddressPolicy:
+    """Where the client address comes from (the socket peer unless a trusted proxy is named)."""
+    policy: ClientAddressPolicy = request.app.state.client_address
+    return policy
 
 
 def bearer(request: Request) -> str | None:
@@ -104,7 +97,7 @@ async def require_admin_key_or_session(request: Request) -> None:
 
 async def _authenticate(request: Request, allowed: set[Credential]) -> None:
     svc = services(request)
-    client = client_of(request, svc.client_address)
+    client = client_of(request, client_address(request))
     await _refuse_if_locked(svc, client)
     token = bearer(request)
     if token is not None:
@@ -151,10 +144,7 @@ async def _count_failure(request: Request, svc: Services, client: str) -> None:
         log.warning("failed credential not counted: Redis unavailable")
         return
     if lock_s:
-        # ops.audit imports `Services` from this module, so it can only be imported here.
-        from messageweave.ops import audit
-
-        await audit.record_audit(svc, audit.AUTH_THROTTLED, client=client, lock_s=lock_s,
+        await svc.record_audit(audit.AUTH_THROTTLED, client=client, lock_s=lock_s,
                                  method=request.method, path=request.url.path)
 
 

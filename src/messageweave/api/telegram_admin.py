@@ -25,7 +25,7 @@ async def post_register_webhook(request: Request) -> JSONResponse:
     url = webhook_url_of(json_object(await request.body()))
     if url is None:
         raise invalid_request()
-    runtime = svc.config.runtime
+    runtime = svc.runtime
     if runtime is None:
         raise service_unavailable()
     try:

@@ -1,1 +1,1 @@
-"""Talking to the owner through Telegram: sending, conversation, consent, replies."""
+"""Talking to the owner through Telegram: the Bot API client, intents, reply texts, consent."""

@@ -164,6 +164,10 @@ class BusinessConfig:
     def llm_active(self) -> bool:
         return self.llm_enabled and self.llm_allow_net
 
+    def secrets(self) -> list[str | None]:
+        """The secret values of this configuration, for redaction."""
+        return [getattr(self, name) for name in SECRET_FIELDS]
+
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(BusinessConfig))
 

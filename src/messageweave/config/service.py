@@ -2,6 +2,10 @@
 
 Every instance polls `config:business:revision` (a single GET) every `RELOAD_INTERVAL_S`, so a
 write on any instance is live on all of them well within a second.
+
+"Persist and report": a valid configuration is always saved; the clients for it are built
+afterwards by the `Peers` handed in (this package builds none), and their failures come back as
+warnings `{component, step, detail}` with every credential scrubbed from `detail`.
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import redis.exceptions
 
@@ -26,9 +31,7 @@ from messageweave.config.model import (
     parse_wire,
     validate,
 )
-from messageweave.config.runtime import Runtime, Warning, build_runtime, new_jmap_client
 from messageweave.errors import ApiError, parse_json
-from messageweave.mail.jmap import JmapClient
 from messageweave.store.state import (
     AlreadyConfigured,
     ConfigStore,
@@ -54,6 +57,49 @@ class StoredConfigInvalid(Exception):
     """A value is stored but it is not a valid wire (→ 422)."""
 
 
+@dataclass(frozen=True)
+class Warning:
+    component: str
+    step: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"component": self.component, "step": self.step, "detail": self.detail}
+
+
+class Peers(Protocol):
+    """Whoever builds the peer clients for a configuration (`messageweave.services.Peers`)."""
+
+    async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
+                    current: Callable[[], bool]) -> list[Warning]:
+        """Build clients for `cfg`. When `current()` still holds once they are built (`cfg` is
+        the newest revision), they replace the ones in use if they were built without a
+        warning, or if there are none yet. The warnings say what could not be built."""
+
+    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
+        """Build clients for `cfg`, report what failed, and close them again."""
+
+    async def aclose(self) -> None: ...
+
+
+class _NoPeers:
+    """For a process that only reads or writes the stored configuration (operator commands
+    that talk to no peer): nothing is built, and a preflight says so."""
+
+    async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
+                    current: Callable[[], bool]) -> list[Warning]:
+        return []
+
+    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
+        return [Warning("jmap", "connect", "this process builds no peer clients")]
+
+    async def aclose(self) -> None:
+        pass
+
+
+NO_PEERS: Peers = _NoPeers()
+
+
 @dataclass
 class SaveResult:
     revision: int
@@ -62,15 +108,14 @@ class SaveResult:
 
 
 class ConfigService:
-    def __init__(self, store: ConfigStore, key: bytes) -> None:
+    def __init__(self, store: ConfigStore, key: bytes, peers: Peers = NO_PEERS) -> None:
         self.store = store
         self._key = key
+        self._peers = peers
         self.config: BusinessConfig | None = None
         self.revision = 0
-        self.runtime: Runtime | None = None
         self.outbound = OutboundConfig()
         self._reload_lock = asyncio.Lock()
-        self._jmap_lock = asyncio.Lock()
 
     # --- reading -------------------------------------------------------------------------
     def _decode(self, ciphertext: str) -> BusinessConfig:
@@ -138,42 +183,13 @@ class ConfigService:
             self.config = cfg
 
     async def _apply_runtime(self, revision: int, cfg: BusinessConfig) -> list[Warning]:
-        """Build clients for `cfg`. On a failure the previous runtime keeps serving; with no
-        previous runtime the partial one is used (its JMAP client is connected on demand)."""
-        runtime, warnings = await build_runtime(cfg, self.outbound)
-        if revision >= self.revision and (not warnings or self.runtime is None):
-            previous, self.runtime = self.runtime, runtime
-        else:
-            previous = runtime
-        if previous is not None:
-            await previous.aclose()
-        return warnings
-
-    async def jmap(self) -> JmapClient:
-        """The live JMAP client, connecting it now if the last build could not.
-
-        Raises `JmapError` (or `NotConfigured`) when there is no way to reach the mailbox.
-        """
-        runtime = self.runtime
-        if runtime is None:
-            raise NotConfigured
-        if runtime.jmap is None:
-            async with self._jmap_lock:
-                if runtime.jmap is None:
-                    client = new_jmap_client(runtime.config, self.outbound)
-                    try:
-                        await client.get_session()
-                    except BaseException:
-                        await client.aclose()
-                        raise
-                    runtime.jmap = client
-        assert runtime.jmap is not None
-        return runtime.jmap
+        """Build clients for `cfg`. On a failure the previous clients keep serving; with none
+        yet the partial ones are used (the JMAP client is connected on demand)."""
+        return await self._peers.apply(cfg, self.outbound,
+                                      current=lambda: revision >= self.revision)
 
     async def aclose(self) -> None:
-        if self.runtime is not None:
-            await self.runtime.aclose()
-            self.runtime = None
+        await self._peers.aclose()
 
     async def run_reload_loop(self) -> None:
         while True:
@@ -250,8 +266,7 @@ class ConfigService:
             validate(cfg)
         except ConfigInvalid as exc:
             return failed(str(exc))
-        runtime, warnings = await build_runtime(cfg, self.outbound)
-        await runtime.aclose()
+        warnings = await self._peers.probe(cfg, self.outbound)
 
         def component(name: str) -> dict[str, Any]:
             errors = [w.to_json() for w in warnings if w.component == name]

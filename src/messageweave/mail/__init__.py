@@ -1,1 +1,2 @@
-"""Mail access: the JMAP client (`messageweave.mail.jmap`)."""
+"""Mail: the JMAP client (`messageweave.mail.jmap`), reconcile, push, the scheduler and the gap
+auditor."""

@@ -29,9 +29,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from messageweave import observe
 from messageweave.aio import every, raise_if_cancelling
-from messageweave.api.services import Services
 from messageweave.config.service import NotConfigured
+from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import (
     NEWEST_FIRST,
     CannotCalculateChanges,
@@ -40,8 +41,6 @@ from messageweave.mail.jmap import (
     JmapClient,
 )
 from messageweave.mail.reconcile import EXCLUDED_ROLES, Replay, Walk, parse_cursor
-from messageweave.ops import audit as audit_log
-from messageweave.ops.metrics import observe_gap_audit_missing
 from messageweave.store import gaps, keys
 from messageweave.store.mailbox import claim_slot
 from messageweave.store.redis import Redis
@@ -52,6 +51,7 @@ AUDIT_MAX_EMAILS = 1000  # listed per audit; newer mail first, the rest waits fo
 AUDIT_PAGE_SIZE = 100
 CHANGES_WINDOW = 1000  # maxChanges per Email/changes call while looking for undiscovered mail
 CHANGES_MAX_PAGES = 10
+GAP_AUDIT = "gap_audit"  # the audit-log action (`ops.audit`) of a reported run
 RECORD_MAX_IDS = 100  # email ids named in one audit-log record (the counts are always exact)
 POLL_S = 1.0
 PROPERTIES = ("mailboxIds", "receivedAt")
@@ -233,7 +233,7 @@ async def audit(redis: Redis, client: JmapClient, roles: Iterable[str], window_s
 # ---------------------------------------------------------------------------------- service
 
 
-async def run_audit(svc: Services, trigger: str) -> AuditResult:
+async def run_audit(svc: MailContext, trigger: str) -> AuditResult:
     """One audit with the live configuration, then its report: the missing-mail counter, a
     `gap_audit` audit-log record (always for `api`/`cli`, for `schedule` only when mail was
     missing) and `audit:last`. NotConfigured, JmapError and RedisError propagate (a failed
@@ -242,7 +242,7 @@ async def run_audit(svc: Services, trigger: str) -> AuditResult:
     try:
         if cfg is None:
             raise NotConfigured
-        client = await svc.config.jmap()
+        client = await svc.jmap()
         result = await audit(svc.redis, client, cfg.notify_mailbox_roles, cfg.audit_window_s)
     except Exception as exc:
         raise_if_cancelling()
@@ -253,29 +253,29 @@ async def run_audit(svc: Services, trigger: str) -> AuditResult:
             pass
         raise
     for reason, count in result.reasons.items():
-        observe_gap_audit_missing(reason, count)
+        observe.gap_audit_missing(reason, count)
     if result.missing:
         log.warning("gap audit: %d missing mail(s), %d re-enqueued", result.missing,
                     result.enqueued)
     await gaps.save_last(svc.redis, {**result.summary(), "trigger": trigger, "ok": True})
     if trigger != TRIGGER_SCHEDULE or result.missing:
-        await audit_log.record_audit(
-            svc, audit_log.GAP_AUDIT, trigger=trigger, **result.answer(),
+        await svc.record_audit(
+            GAP_AUDIT, trigger=trigger, **result.answer(),
             complete=result.complete, email_ids=result.missing_ids[:RECORD_MAX_IDS],
         )
     return result
 
 
-async def run_auditor(svc: Services) -> None:
+async def run_auditor(svc: MailContext) -> None:
     """Audit once per `audit_interval_s`, cluster-wide, until cancelled (started by the app
     lifespan). Nothing runs while the switch is off, no configuration is live or the interval
     is 0."""
     await every(POLL_S, lambda: _tick(svc), log, "periodic gap audit")
 
 
-async def _tick(svc: Services) -> None:
+async def _tick(svc: MailContext) -> None:
     cfg = svc.config.config
-    if cfg is None or svc.config.runtime is None or cfg.audit_interval_s <= 0:
+    if cfg is None or not svc.live or cfg.audit_interval_s <= 0:
         return
     if not await svc.store.enabled():
         return

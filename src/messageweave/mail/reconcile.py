@@ -30,13 +30,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from messageweave import observe
 from messageweave.mail.jmap import (
     CannotCalculateChanges,
     EmailMeta,
     InvalidArguments,
     JmapClient,
 )
-from messageweave.ops.metrics import observe_reconcile
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.mailbox import (
@@ -363,7 +363,7 @@ async def reconcile(
         ok = True
         return result
     finally:
-        observe_reconcile(ok)
+        observe.reconcile(ok)
         await lease.stop()
         with contextlib.suppress(Exception):
             await lock.release()

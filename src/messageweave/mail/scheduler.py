@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass
 
 from messageweave.aio import every
-from messageweave.api.services import Services
 from messageweave.config.service import NotConfigured
 from messageweave.mail import push
+from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.reconcile import (
     Budget,
@@ -52,14 +52,14 @@ SLOT_CHECK_S = 1.0
 
 
 async def run_pass(
-    svc: Services, *, budget: Budget | None = None, on_progress: ProgressCallback | None = None
+    svc: MailContext, *, budget: Budget | None = None, on_progress: ProgressCallback | None = None
 ) -> Progress:
     """One reconcile pass with the live configuration (ReconcileBusy, JmapError, RedisError,
     NotConfigured and ReconcileError propagate)."""
     cfg = svc.config.config
     if cfg is None:
         raise NotConfigured
-    client = await svc.config.jmap()
+    client = await svc.jmap()
     return await reconcile(svc.redis, client, cfg.notify_mailbox_roles, budget=budget,
                            on_progress=on_progress)
 
@@ -69,17 +69,17 @@ class _Timers:
     next_slot_check: float = 0.0
 
 
-async def run_scheduler(svc: Services, *, clock: push.Clock = time.time) -> None:
+async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> None:
     """Run the built-in schedule until cancelled (started by the app lifespan)."""
     timers = _Timers()
     await every(POLL_S, lambda: _tick(svc, timers, clock), log, "scheduler tick")
 
 
-async def _tick(svc: Services, timers: _Timers, clock: push.Clock) -> None:
-    cfg, runtime = svc.config.config, svc.config.runtime
-    if cfg is None or runtime is None or not await svc.store.enabled():
+async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
+    cfg = svc.config.config
+    if cfg is None or not svc.live or not await svc.store.enabled():
         return
-    client = runtime.jmap
+    client = svc.live_jmap
     if client is not None and client.session is not None:
         account = client.account_id
         if await take_catchup(svc.redis, account):
@@ -104,20 +104,20 @@ async def _tick(svc: Services, timers: _Timers, clock: push.Clock) -> None:
     if periodic or backup:
         await _pass(svc, "periodic" if periodic else "degraded-push")
     if await claim_slot(svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
-        cleaned = await push.sweep_orphans(svc.redis, await svc.config.jmap())
+        cleaned = await push.sweep_orphans(svc.redis, await svc.jmap())
         if cleaned:
             log.info("swept %d orphaned push subscription(s)", cleaned)
 
 
-async def _jmap_or_none(svc: Services) -> JmapClient | None:
+async def _jmap_or_none(svc: MailContext) -> JmapClient | None:
     try:
-        return await svc.config.jmap()
+        return await svc.jmap()
     except (NotConfigured, JmapError) as exc:
         log.warning("push maintenance without a JMAP client: %s", type(exc).__name__)
         return None
 
 
-async def _pass(svc: Services, kind: str) -> bool:
+async def _pass(svc: MailContext, kind: str) -> bool:
     """Run one pass; False when it must be retried (another pass held the lock)."""
     try:
         result = await run_pass(svc)

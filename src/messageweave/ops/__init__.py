@@ -1,1 +1,1 @@
-"""Operations: the audit and send logs, metrics, and the checks `diagnose` runs."""
+"""Operations: the audit and send logs, and metrics."""

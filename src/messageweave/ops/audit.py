@@ -1,25 +1,24 @@
 """The audit log: one record per admin action, never a secret (SPEC D.6).
 
-Call `record_audit(svc, action, **fields)` after an admin action succeeded. Field values are
-JSON values (names, counts, booleans, lists of names). A field named like a secret is dropped
-and every configured secret value is scrubbed from strings, so a careless call site still
-cannot write a credential. The request id of the request being served is added. Recording
-never fails the action: a Redis error is logged and swallowed.
+Call `record_audit(ctx, action, **fields)` (any `AuditContext`; `Services` is one) after an
+admin action succeeded. Field values are JSON values (names, counts, booleans, lists of
+names). A field named like a secret is dropped and every configured secret value is scrubbed
+from strings, so a careless call site still cannot write a credential. The request id of the
+request being served is added. Recording never fails the action: a Redis error is logged and
+swallowed.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
-from messageweave.api.services import Services
 from messageweave.config.model import SECRET_FIELDS
-from messageweave.config.runtime import scrub
-from messageweave.logs import request_id_var
-from messageweave.ops.secrets import service_secrets
+from messageweave.logs import request_id_var, scrub
 from messageweave.store.oplog import audit_log
+from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +35,17 @@ PUSH_DISABLED = "push_disabled"
 DLQ_REPLAYED = "dlq_replayed"
 # Failed credentials locked a client address out (`client`, `lock_s`, `method`, `path`).
 AUTH_THROTTLED = "auth_throttled"
-# The gap auditor: a run someone asked for, or any run that found missing mail.
-GAP_AUDIT = "gap_audit"
+# The gap auditor records `gap_audit` (`mail.auditor.GAP_AUDIT`): a run someone asked for, or
+# any run that found missing mail.
+
+
+class AuditContext(Protocol):
+    """What recording needs: where to write, and every secret to keep out of the record."""
+
+    @property
+    def redis(self) -> Redis: ...
+
+    def secrets(self) -> list[str | None]: ...
 
 
 def _clean(value: Any, secrets: list[str | None]) -> Any:
@@ -52,8 +60,8 @@ def _clean(value: Any, secrets: list[str | None]) -> Any:
     return scrub(str(value), secrets)
 
 
-def audit_record(svc: Services, action: str, fields: dict[str, Any]) -> dict[str, Any]:
-    secrets = service_secrets(svc)
+def audit_record(ctx: AuditContext, action: str, fields: dict[str, Any]) -> dict[str, Any]:
+    secrets = ctx.secrets()
     record: dict[str, Any] = {"action": action}
     record.update({k: _clean(v, secrets) for k, v in fields.items() if k not in SECRET_FIELDS})
     rid = request_id_var.get()
@@ -62,10 +70,10 @@ def audit_record(svc: Services, action: str, fields: dict[str, Any]) -> dict[str
     return record
 
 
-async def record_audit(svc: Services, action: str, **fields: Any) -> None:
-    record = audit_record(svc, action, fields)
+async def record_audit(ctx: AuditContext, action: str, **fields: Any) -> None:
+    record = audit_record(ctx, action, fields)
     try:
-        await audit_log(svc.redis).append(record)
+        await audit_log(ctx.redis).append(record)
     except RedisError as exc:
         log.warning("audit record %s not written: %s", action, type(exc).__name__)
         return

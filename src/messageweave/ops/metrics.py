@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from messageweave import observe
 from messageweave.store.opstats import StreamStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -83,6 +84,11 @@ def observe_reconcile(ok: bool, lag_s: float | None = None) -> None:
     RECONCILE_PASSES.labels(result="ok" if ok else "error").inc()
     if lag_s is not None:
         RECONCILE_LAG.set(lag_s)
+
+
+# `mail/` reports passes and audits through `messageweave.observe` (it cannot import ops/).
+observe.on_reconcile(observe_reconcile)
+observe.on_gap_audit_missing(observe_gap_audit_missing)
 
 
 def render(

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from messageweave.api.services import Services
-from messageweave.chat.conversation import (
+from messageweave.chat.telegram import FailureClass
+from messageweave.config.service import NotConfigured
+from messageweave.mail.jmap import JmapAuthError, JmapError
+from messageweave.pipeline.conversation import (
     ConversationContext,
     IncomingMessage,
     reply_to_update,
 )
-from messageweave.chat.telegram import FailureClass
-from messageweave.config.service import NotConfigured
-from messageweave.mail.jmap import JmapAuthError, JmapError
 from messageweave.pipeline.notify import render_notification
+from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.streams import Entry
 
@@ -68,7 +68,7 @@ async def _notification(entry: Entry, svc: Services) -> list[Outgoing]:
     if not email_id:
         raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "entry has no email_id")
     try:
-        client = await svc.config.jmap()
+        client = await svc.jmap()
         if account_id and account_id != client.account_id:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "account is not the configured one")
         found = await client.get_emails([email_id])
@@ -95,7 +95,7 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
         chat_id = int(chat)
     except ValueError as exc:
         raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "chat_id is not an integer") from exc
-    ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.config.jmap)
+    ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.jmap)
     try:
         replies = await reply_to_update(IncomingMessage(chat_id, text), ctx)
     except (JmapError, NotConfigured) as exc:

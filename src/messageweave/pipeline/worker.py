@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import secrets
 import socket
 import time
@@ -36,37 +35,19 @@ from dataclasses import dataclass, field
 from redis.exceptions import RedisError
 
 from messageweave.aio import cancel, raise_if_cancelling
-from messageweave.api.services import Services
-from messageweave.chat.telegram import FailureClass, TelegramSendError, split_text
-from messageweave.ops.sendlog import record_send
-from messageweave.pipeline.events import (
-    DeliveryFailure,
-    Outgoing,
-    kind_of,
-    lane_of,
-    outgoing_for,
-)
-from messageweave.pipeline.governor import Governor, bot_id
-from messageweave.pipeline.ledger import (
-    DELIVERED,
-    UNKNOWN,
-    Begin,
-    Lease,
-    LeaseLost,
-    Ledger,
-    Progress,
-    terminal_record,
-)
+from messageweave.pipeline.attempt import Deliverer
+from messageweave.pipeline.events import lane_of
+from messageweave.pipeline.governor import Governor
+from messageweave.pipeline.ledger import Ledger
+from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.streams import Entry, StreamStore, dlq_payload
+from messageweave.store.streams import Entry, StreamStore
 
 log = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL_S = 2.0
 HEARTBEAT_INTERVAL_S = 2.0
 OWN_IDLE_MS = 10_000
-BACKOFF_BASE_S = 1.0
-BACKOFF_CAP_S = 300.0
 TRIM_EVERY = 15  # maintenance passes
 MAX_BATCH = 10
 
@@ -85,12 +66,6 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def backoff_s(attempt: int) -> float:
-    """Exponential with jitter: about 1, 2, 4 … seconds, capped at 5 minutes."""
-    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
-    return float(delay * random.uniform(0.8, 1.2))
-
-
 def idle_threshold_ms(svc: Services) -> int:
     """The reference's XAUTOCLAIM idle time for one entry (inventory §3), the stuck fallback."""
     o = svc.config.outbound
@@ -101,26 +76,6 @@ def idle_threshold_ms(svc: Services) -> int:
 @dataclass
 class _Lane:
     tail: asyncio.Future[None] | None = None
-
-
-@dataclass
-class _Attempt:
-    """One try at an entry: its lease and how long its Telegram calls took."""
-
-    lease: Lease
-    telegram_s: float = 0.0
-
-    @property
-    def latency_ms(self) -> float:
-        return self.telegram_s * 1000
-
-
-class _MaybeSent(Exception):
-    """A Telegram call failed after the request may have reached Telegram."""
-
-    def __init__(self, failure: DeliveryFailure) -> None:
-        super().__init__(failure.reason)
-        self.failure = failure
 
 
 @dataclass
@@ -143,10 +98,9 @@ class Worker:
         # the maintenance pass never reclaims them as stalled.
         self._active: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[str]] = set()
-        self._renewers: set[asyncio.Task[None]] = set()
-        # Leases of attempts a Redis error ended before they could give them back: released
-        # (by token) by the next maintenance pass, so the entry does not wait for the TTL.
-        self._orphans: dict[tuple[str, str], Lease] = {}
+        self.deliverer = Deliverer(svc, self.ledger, self.governor,
+                                   inline_retry_max_s=self.options.inline_retry_max_s)
+        self.process = self.deliverer.process
         self._slots = asyncio.Semaphore(self.options.concurrency)
         self._passes = 0
 
@@ -295,7 +249,7 @@ class Worker:
     async def _maintenance_loop(self) -> None:
         while True:
             try:
-                await self._release_orphans()
+                await self.deliverer.release_orphans()
                 for entry in await self._recoverable(50):
                     await self.spawn(entry)
                 self._passes += 1
@@ -359,213 +313,6 @@ class Worker:
         stuck = await self.streams.autoclaim(stream, self.consumer, idle_threshold_ms(self.svc),
                                              limit)
         return entries + await self._not_deferred(stream, stuck)
-
-    # --- one entry ----------------------------------------------------------------------
-    async def process(self, entry: Entry, after: asyncio.Future[None] | None = None) -> str:
-        """Deliver one entry through the ledger; returns the outcome (`delivered`, `skipped`,
-        `busy`, `fenced`, `retry`, `dead_letter`, `unknown`, `interrupted`).
-
-        A retry due within `inline_retry_max_s` is waited for here, holding the chat's lane;
-        each retry is a new attempt with a new lease."""
-        try:
-            while True:
-                outcome, delay = await self._attempt(entry, after)
-                if delay is None:
-                    return outcome
-                await asyncio.sleep(delay)
-        except RedisError as exc:
-            raise_if_cancelling()
-            log.warning("delivery of %s %s interrupted: %s", entry.stream, entry.id,
-                        type(exc).__name__)
-            return "interrupted"
-
-    async def _attempt(self, entry: Entry,
-                       after: asyncio.Future[None] | None) -> tuple[str, float | None]:
-        """One attempt under one lease → (outcome, delay before the next attempt or None)."""
-        begin = await self.ledger.begin(entry.stream, entry.id)
-        if begin.state == "terminal":
-            return "skipped", None  # finished by another path; BEGIN acked it
-        if begin.lease is None:
-            return "busy", None  # a live attempt holds it; BEGIN made it due again later
-        attempt = _Attempt(begin.lease)
-        alive = asyncio.Event()
-        renewer = asyncio.create_task(self._keep_lease(attempt.lease, alive))
-        self._renewers.add(renewer)
-        renewer.add_done_callback(self._renewers.discard)
-        try:
-            return await self._try(entry, attempt, begin, after)
-        except LeaseLost:
-            log.info("%s %s: the lease is another attempt's; not sent", entry.stream, entry.id)
-            return "fenced", None
-        except asyncio.CancelledError:
-            with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-                await asyncio.shield(self.ledger.release(attempt.lease))
-            raise
-        except RedisError:
-            self._orphans[(entry.stream, entry.id)] = attempt.lease
-            raise_if_cancelling()
-            await self._release_orphans([(entry.stream, entry.id)])
-            raise
-        finally:
-            alive.set()
-
-    async def _release_orphans(self, only: list[tuple[str, str]] | None = None) -> None:
-        for key in list(self._orphans) if only is None else only:
-            lease = self._orphans.get(key)
-            if lease is None:
-                continue
-            with contextlib.suppress(RedisError, OSError):
-                await self.ledger.release(lease)
-                self._orphans.pop(key, None)
-
-    async def _keep_lease(self, lease: Lease, done: asyncio.Event) -> None:
-        """Extend the lease every third of its TTL until the attempt ends (or loses it)."""
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), self.ledger.renew_every_s)
-                return
-            try:
-                if not await self.ledger.renew(lease):
-                    return  # not ours any more: the next fence check stops the attempt
-            except RedisError as exc:
-                raise_if_cancelling()
-                log.warning("lease renewal failed: %s", type(exc).__name__)
-
-    async def _try(self, entry: Entry, attempt: _Attempt, begin: Begin,
-                   after: asyncio.Future[None] | None) -> tuple[str, float | None]:
-        if begin.unknown_after_send:
-            resolved = await self._resolve_unknown(entry, attempt)
-            if resolved is not None:
-                return resolved, None
-        try:
-            ids = await self._deliver_classified(entry, attempt, begin.progress, after)
-        except _MaybeSent as maybe:
-            resolved = await self._resolve_unknown(entry, attempt)
-            if resolved is not None:
-                return resolved, None
-            return await self._failed(entry, attempt, maybe.failure)
-        except DeliveryFailure as failure:
-            return await self._failed(entry, attempt, failure)
-        await self.ledger.commit(attempt.lease, terminal_record(DELIVERED, message_ids=ids))
-        await self._record(entry, attempt, "delivered", message_ids=ids)
-        return "delivered", None
-
-    async def _resolve_unknown(self, entry: Entry, attempt: _Attempt) -> str | None:
-        """A send whose outcome is unknown (an attempt died mid-send, or Telegram's answer was
-        lost). `at_most_once`: never resend, flag it and finish the entry as `unknown`.
-        `at_least_once`: flag it and go on (None): the entry is sent again."""
-        cfg = self.svc.config.config
-        policy = cfg.delivery_policy if cfg is not None else "at_least_once"
-        if policy == "at_most_once":
-            await self.ledger.record_unknown(entry.stream, entry.id, "not_resent")
-            await self.ledger.commit(attempt.lease, terminal_record(UNKNOWN))
-            await self._record(entry, attempt, "unknown")
-            return "unknown"
-        await self.ledger.record_unknown(entry.stream, entry.id, "resent")
-        await self.ledger.resolve(attempt.lease, "resent")
-        return None
-
-    async def _deliver_classified(self, entry: Entry, attempt: _Attempt, progress: Progress,
-                                  after: asyncio.Future[None] | None) -> list[int]:
-        try:
-            return await self._deliver(entry, attempt, progress, after)
-        except (DeliveryFailure, _MaybeSent, LeaseLost, RedisError):
-            raise
-        except Exception as exc:  # a bug must not leave the entry retrying forever
-            log.exception("delivery of %s %s failed unexpectedly", entry.stream, entry.id)
-            raise DeliveryFailure(FailureClass.UNKNOWN, type(exc).__name__) from None
-
-    async def _deliver(self, entry: Entry, attempt: _Attempt, progress: Progress,
-                       after: asyncio.Future[None] | None) -> list[int]:
-        outgoing = await outgoing_for(entry, self.svc)
-        if after is not None:
-            await asyncio.shield(after)  # our turn in the chat lane
-        runtime = self.svc.config.runtime
-        if runtime is None:
-            raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
-        bot = bot_id(runtime.config.bot_token)
-        ids: list[int] = []
-        for index, message in enumerate(outgoing):
-            if index < progress.reply:
-                continue
-            start = progress.chunk if index == progress.reply else 0
-            ids += await self._send(attempt, bot, message, index, start)
-        return ids
-
-    async def _send(self, attempt: _Attempt, bot: str, message: Outgoing, index: int,
-                    start: int) -> list[int]:
-        """Send the chunks of one message from `start`, one Telegram call each. Right before
-        each call (after the governor's wait) the fence checks the lease and marks the intent."""
-        chunks = split_text(message.text)
-        if not chunks:
-            raise DeliveryFailure(FailureClass.INVALID_PAYLOAD,
-                                  "telegram -: message text is empty")
-        ids: list[int] = []
-        for number in range(start, len(chunks)):
-            await self.governor.acquire(bot, message.chat_id)
-            await self.ledger.mark(attempt.lease, Progress(index, number), "sending")
-            runtime = self.svc.config.runtime
-            if runtime is None:
-                raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
-            started = time.monotonic()
-            try:
-                ids += await runtime.telegram.send_text(message.chat_id, chunks[number])
-            except TelegramSendError as exc:
-                attempt.telegram_s += time.monotonic() - started
-                await self._telegram_failed(attempt, bot, message, Progress(index, number), exc)
-            else:
-                attempt.telegram_s += time.monotonic() - started
-        return ids
-
-    async def _telegram_failed(self, attempt: _Attempt, bot: str, message: Outgoing,
-                               progress: Progress, exc: TelegramSendError) -> None:
-        status = exc.status_code if exc.status_code is not None else "-"
-        failure = DeliveryFailure(exc.failure_class, f"telegram {status}: {exc.description}",
-                                  exc.retry_after, message.chat_id)
-        if exc.maybe_sent:
-            raise _MaybeSent(failure)  # the intent stays `sending`: outcome unknown
-        await self.ledger.mark(attempt.lease, progress, "failed")
-        if exc.failure_class == FailureClass.RATE_LIMIT and exc.retry_after:
-            await self.governor.pause(bot, message.chat_id, exc.retry_after)
-        raise failure
-
-    async def _failed(self, entry: Entry, attempt: _Attempt,
-                      failure: DeliveryFailure) -> tuple[str, float | None]:
-        """Count the attempt: dead-letter it, or schedule a retry (inline when it is soon)."""
-        retryable = failure.failure_class.retryable
-        attempts = await self.ledger.attempts(entry.stream, entry.id)
-        if failure.failure_class == FailureClass.RATE_LIMIT and failure.retry_after:
-            delay = failure.retry_after + random.uniform(0, 0.2)
-        else:
-            delay = backoff_s(attempts + 1)
-        outcome = await self.ledger.retry_or_dlq(
-            attempt.lease, payload=dlq_payload(entry.stream, entry.fields),
-            failure_class=failure.failure_class.value, reason=failure.reason,
-            max_attempts=self.svc.config.outbound.max_retries + 1, permanent=not retryable,
-            delay_s=delay,
-        )
-        if outcome.fenced:
-            return "fenced", None
-        if outcome.dead_lettered:
-            log.warning("%s %s dead-lettered: %s", entry.stream, entry.id,
-                        failure.failure_class.value)
-            await self._record(entry, attempt, "dead_letter", failure.failure_class.value)
-            return "dead_letter", None
-        await self._record(entry, attempt, "retry", failure.failure_class.value)
-        return "retry", delay if delay <= self.options.inline_retry_max_s else None
-
-    async def _record(self, entry: Entry, attempt: _Attempt, outcome: str,
-                      failure_class: str | None = None,
-                      message_ids: list[int] | None = None) -> None:
-        now = time.time()
-        chat = lane_of(entry, self.svc) or None
-        await record_send(
-            self.svc.redis, stream=entry.stream, event_id=entry.id, kind=kind_of(entry.stream),
-            chat_id=chat, outcome=outcome, failure_class=failure_class,
-            message_ids=message_ids or [], latency_ms=attempt.latency_ms,
-            end_to_end_s=max(0.0, now - entry.enqueued_ms / 1000),
-        )
-
 
 _WORKERS: dict[int, Worker] = {}
 

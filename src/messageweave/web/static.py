@@ -1,8 +1,9 @@
-"""`GET /`, `/assets/config.js`, `/assets/styles.css` from the package, with strict headers."""
+"""`GET /` and the page's assets (`/assets/<name>`) from the package, with strict headers."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from functools import cache
 from importlib import resources
 
@@ -21,19 +22,30 @@ _COMMON = {
     "Referrer-Policy": "no-referrer",
 }
 _HTML_ONLY = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
+_JS = "text/javascript; charset=utf-8"
 
-router = APIRouter()
+# The page's ES modules (index.html loads `main.js`, which imports the rest). Each gets its own
+# fixed route, so a request can never name any other file of the package.
+SCRIPTS = (
+    "main.js", "i18n.js", "api.js", "dom.js", "status.js", "session.js", "service.js",
+    "business.js", "business-form.js", "zones.js", "callbacks.js", "delivery.js",
+    "gap-audit.js", "logs.js",
+)
+# Every file served under /assets/, with its media type.
+ASSETS: dict[str, str] = {**dict.fromkeys(SCRIPTS, _JS), "styles.css": "text/css; charset=utf-8"}
 
-
-# config.js carries this marker list; it is replaced by every time zone the backend accepts, so
+# zones.js carries this marker list; it is replaced by every time zone the backend accepts, so
 # the page offers exactly what validation allows (no extra route, nothing the CSP blocks).
 ZONES_MARKER = b'["__MW_TIMEZONES__"]'
+ZONES_MODULE = "zones.js"
+
+router = APIRouter()
 
 
 @cache
 def _asset(name: str) -> bytes:
     data = resources.files("messageweave.web").joinpath(name).read_bytes()
-    if name == "config.js":
+    if name == ZONES_MODULE:
         data = data.replace(ZONES_MARKER, json.dumps(all_timezones()).encode(), 1)
     return data
 
@@ -48,11 +60,13 @@ async def index() -> Response:
     return _serve("index.html", "text/html; charset=utf-8", html=True)
 
 
-@router.get("/assets/config.js")
-async def config_js() -> Response:
-    return _serve("config.js", "text/javascript; charset=utf-8")
+def _asset_handler(name: str, media_type: str) -> Callable[[], Awaitable[Response]]:
+    async def asset() -> Response:
+        return _serve(name, media_type)
+
+    return asset
 
 
-@router.get("/assets/styles.css")
-async def styles_css() -> Response:
-    return _serve("styles.css", "text/css; charset=utf-8")
+for _name, _media_type in ASSETS.items():
+    router.add_api_route(f"/assets/{_name}", _asset_handler(_name, _media_type),
+                         methods=["GET"], name=f"asset:{_name}")

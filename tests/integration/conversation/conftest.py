@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -18,14 +17,12 @@ import redis.asyncio as aioredis
 import uvicorn
 
 from messageweave.app import create_app
-from messageweave.chat.conversation import ConversationContext, IncomingMessage, reply_to_update
 from messageweave.config.model import BusinessConfig, OutboundConfig, parse_wire
 from messageweave.mail.jmap import JmapClient
-from messageweave.store import keys
+from messageweave.pipeline.conversation import ConversationContext, IncomingMessage, reply_to_update
 from tests.conftest import (
     CYRUS_PASSWORD,
     CYRUS_USER,
-    admin_headers,
     free_port,
     sample_wire,
     serving,
@@ -34,6 +31,7 @@ from tests.conftest import (
 from tests.peers.cyrus import CyrusServer
 from tests.peers.fakellm import FakeLlm, fakellm_server
 from tests.peers.telegram import TelegramEmulator
+from tests.served import ServedApp, served_app
 
 __all__ = ["fakellm_server"]
 
@@ -110,80 +108,26 @@ def tls_emulator(
         emulator.stop()
 
 
-@dataclass
-class Served:
-    """The app on https://127.0.0.1:{port}, configured, enabled and registered as the webhook."""
-
-    url: str
-    api: httpx.AsyncClient
-    redis: aioredis.Redis
-    emulator: TelegramEmulator
-    cyrus: CyrusServer
-    wire: dict[str, Any]
-    headers: dict[str, str]
-
-    @property
-    def token(self) -> str:
-        return str(self.wire["bot_token"])
-
-    @property
-    def chat(self) -> int:
-        return int(self.wire["telegram_chat_id"])
-
-    async def say(self, text: str, chat_id: int | None = None) -> int | None:
-        """The owner writes; returns the status our webhook answered the emulator."""
-        delivery = await self.emulator.send_user_message(
-            self.token, self.chat if chat_id is None else chat_id, text)
-        assert delivery.error is None, delivery.error
-        return delivery.status
-
-    async def replies(self, count: int, timeout_s: float = 8.0) -> list[str]:
-        sent = await self.emulator.wait_for_messages(self.token, self.chat, count, timeout_s)
-        return [m.text for m in sent]
-
-    async def configure(self, **overrides: Any) -> None:
-        response = await self.api.put("/api/business-config", headers=self.headers,
-                                      json={**self.wire, **overrides})
-        assert response.status_code == 200, response.text
-        assert response.json()["runtime_applied"] is True, response.text
-
-
 @pytest.fixture
 async def served(
     redis_client: aioredis.Redis, embedded_redis_url: str, cyrus: CyrusServer,
     tls_emulator: TelegramEmulator, trust_cyrus: None,
-) -> AsyncIterator[Served]:
+) -> AsyncIterator[ServedApp]:
+    """The app on https://127.0.0.1:{port}, configured, enabled and registered as the webhook."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(
         create_app(settings_for(embedded_redis_url)), host="127.0.0.1", port=port,
         ssl_certfile=str(cyrus.server_cert), ssl_keyfile=str(cyrus.server_key),
         log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
     ))
-    url = f"https://127.0.0.1:{port}"
-    chat_id = next(_chats)
-    wire = sample_wire(
-        jmap_session_url=cyrus.origin + "/", jmap_username=CYRUS_USER,
-        jmap_password=CYRUS_PASSWORD, telegram_api_base_url=tls_emulator.base_url,
-        bot_token=f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}",
-        telegram_chat_id=chat_id, chat_allowlist=[chat_id],
-    )
-    await redis_client.hset(keys.GOVERNOR_LIMITS,
-                            mapping={"bot_per_s": 0, "chat_per_s": 0, "group_per_min": 0})
-    async with serving(server), httpx.AsyncClient(
-            base_url=url, verify=cyrus.ssl_context(), timeout=15, trust_env=False) as api:
-        login = await api.post("/api/admin/session", headers=admin_headers())
-        assert login.status_code == 200, login.text
-        headers = {"Authorization": f"Bearer {login.json()['session']}"}
-        outbound = {"jmap_timeout_ms": 10000, "telegram_timeout_ms": 5000,
-                    "llm_timeout_ms": 5000, "max_retries": 1}
-        assert (await api.put("/api/config", headers=headers, json=outbound)
-                ).status_code == 200
-        served = Served(url, api, redis_client, tls_emulator, cyrus, wire, headers)
-        await served.configure()
-        enabled = await api.put("/api/enabled", headers=headers, json={"enabled": True})
-        assert enabled.status_code == 200, enabled.text
-        registered = await api.post("/api/telegram/register-webhook", headers=headers,
-                                    json={"callback_url": f"{url}/webhook/tg"})
+    api = httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=cyrus.ssl_context(),
+                            timeout=15, trust_env=False)
+    outbound = {"jmap_timeout_ms": 10000, "telegram_timeout_ms": 5000,
+                "llm_timeout_ms": 5000, "max_retries": 1}
+    async with serving(server), api, served_app(api, redis_client, cyrus, tls_emulator,
+                                                outbound=outbound,
+                                                telegram_chat_id=next(_chats)) as app:
+        registered = await api.post("/api/telegram/register-webhook", headers=app.admin,
+                                    json={"callback_url": f"{app.url}/webhook/tg"})
         assert registered.status_code == 200, registered.text
-        yield served
-
+        yield app

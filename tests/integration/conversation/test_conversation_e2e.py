@@ -12,13 +12,14 @@ import time
 import httpx
 
 from messageweave.store import keys
-from tests.integration.conversation.conftest import Served, llm_wire
+from tests.integration.conversation.conftest import llm_wire
 from tests.peers.fakellm import SUMMARY, FakeLlm
+from tests.served import ServedApp
 
 HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
 
 
-async def bot_api(served: Served, method: str) -> dict:
+async def bot_api(served: ServedApp, method: str) -> dict:
     async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
         response = await client.post(f"{served.emulator.base_url}/bot{served.token}/{method}")
     body: dict = response.json()
@@ -26,7 +27,7 @@ async def bot_api(served: Served, method: str) -> dict:
     return body
 
 
-async def test_register_webhook_sets_url_secret_and_command_menu(served: Served) -> None:
+async def test_register_webhook_sets_url_secret_and_command_menu(served: ServedApp) -> None:
     info = (await bot_api(served, "getWebhookInfo"))["result"]
     assert info["url"] == f"{served.url}/webhook/tg"
     assert info["allowed_updates"] == ["message"]
@@ -38,13 +39,13 @@ async def test_register_webhook_sets_url_secret_and_command_menu(served: Served)
     assert delivery["secret_sent"] is True and delivery["status"] == 204
 
 
-async def test_help(served: Served) -> None:
+async def test_help(served: ServedApp) -> None:
     await served.say("/help")
     [reply] = await served.replies(1)
     assert reply.startswith("使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。")
 
 
-async def test_consent_phrases_set_their_ttl_and_revoke_deletes_it(served: Served) -> None:
+async def test_consent_phrases_set_their_ttl_and_revoke_deletes_it(served: ServedApp) -> None:
     key = keys.consent_ai(served.chat)
     expected = [("临时一次", 3600, "临时1小时"), ("今天", 86400, "今天"), ("7天", 604800, "7天"),
                 ("长期", 31536000, "直到撤销（最长365天）"), ("/ai on", 3600, "1小时")]
@@ -62,7 +63,9 @@ async def test_consent_phrases_set_their_ttl_and_revoke_deletes_it(served: Serve
     assert not await served.redis.exists(key)
 
 
-async def test_summary_with_and_without_consent(served: Served, fakellm_server: FakeLlm) -> None:
+async def test_summary_with_and_without_consent(
+    served: ServedApp, fakellm_server: FakeLlm
+) -> None:
     await served.configure(**llm_wire(fakellm_server))
     email_id = served.cyrus.append(subject="March invoice", body="Please pay 1200 EUR.").email_id
     before = await fakellm_server.total_requests()
@@ -79,7 +82,7 @@ async def test_summary_with_and_without_consent(served: Served, fakellm_server: 
 
 
 async def test_summary_falls_back_to_the_excerpt_when_the_llm_fails(
-    served: Served, fakellm_server: FakeLlm
+    served: ServedApp, fakellm_server: FakeLlm
 ) -> None:
     await served.configure(**llm_wire(fakellm_server, "broken"))
     body = "Bitte bis Freitag bestätigen. " * 20
@@ -90,7 +93,7 @@ async def test_summary_falls_back_to_the_excerpt_when_the_llm_fails(
     assert replies[1] == body.strip()[:300]
 
 
-async def test_search_against_real_mail(served: Served) -> None:
+async def test_search_against_real_mail(served: ServedApp) -> None:
     token = "zq" + "".join(random.choices(string.ascii_lowercase, k=10))
     hit = served.cyrus.append(subject=f"Contract {token}", body=f"the {token} contract")
     served.cyrus.index("alice")
@@ -102,7 +105,7 @@ async def test_search_against_real_mail(served: Served) -> None:
     assert lines[2].startswith(f"  the {token} contract")  # Cyrus may add "..." to a preview
 
 
-async def test_a_chat_outside_the_allowlist_gets_nothing(served: Served) -> None:
+async def test_a_chat_outside_the_allowlist_gets_nothing(served: ServedApp) -> None:
     stranger = served.chat + 1
     assert await served.say("/help", chat_id=stranger) == 403
     assert await served.emulator.sent_messages(served.token, stranger) == []
@@ -110,21 +113,21 @@ async def test_a_chat_outside_the_allowlist_gets_nothing(served: Served) -> None
 
 
 async def test_register_webhook_refuses_bad_urls_and_reports_telegram_refusals(
-    served: Served,
+    served: ServedApp,
 ) -> None:
     route = "/api/telegram/register-webhook"
     for body in ({}, {"callback_url": 5}, {"callback_url": "http://example.org/webhook/tg"},
                  {"callback_url": "https://user:pw@example.org/x"}, {"callback_url": "https://"},
                  {"callback_url": "ftp://example.org"}):
-        response = await served.api.post(route, headers=served.headers, json=body)
+        response = await served.client.post(route, headers=served.admin, json=body)
         assert response.status_code == 400, body
         assert response.json()["error"] == "invalid_request"
-    assert (await served.api.post(route, json={"callback_url": "https://a.example/x"})
+    assert (await served.client.post(route, json={"callback_url": "https://a.example/x"})
             ).status_code == 401
     await served.emulator.fail(token=served.token, method="setWebhook", error_code=400)
     try:
-        refused = await served.api.post(route, headers=served.headers,
-                                        json={"callback_url": "https://a.example/webhook/tg"})
+        refused = await served.client.post(route, headers=served.admin,
+                                           json={"callback_url": "https://a.example/webhook/tg"})
     finally:
         await served.emulator.clear_failures(served.token)
     assert refused.status_code == 502
@@ -136,7 +139,7 @@ async def test_register_webhook_refuses_bad_urls_and_reports_telegram_refusals(
 
 
 async def test_odd_input_gets_the_documented_reply_or_none_and_is_handled_once(
-    served: Served,
+    served: ServedApp,
 ) -> None:
     for text in ("x" * 10_000, "👍🎉🙂", "שלום, מה שלומך?", "/summary Mnosuchmail123"):
         assert await served.say(text) == 204
@@ -148,7 +151,7 @@ async def test_odd_input_gets_the_documented_reply_or_none_and_is_handled_once(
         {"update_id": 990003, "message": {"message_id": 2, "chat": chat,
                                           "sticker": {"file_id": "s"}}},
     ):
-        response = await served.api.post("/webhook/tg", headers=secret, json=update)
+        response = await served.client.post("/webhook/tg", headers=secret, json=update)
         assert response.status_code == 204, response.text
     await served.say("/help")  # a marker: replies are sent in order, per chat
     replies = await served.replies(1)

@@ -5,28 +5,24 @@ The server (tests/peers/cyrus.py) starts in about half a second. Without the Cyr
 
 All tests share the user alice, so they never assume an empty mailbox: each one works with the
 messages it appends (unique subjects and tokens) and with state deltas. Tests that need a mailbox
-of their own create a user with `cyrus.add_user`.
+of their own take the `fresh` fixture (tests/conftest.py): a new user.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import json
 import random
 import ssl
 import string
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
 
-import httpx
 import pytest
 
 from messageweave.mail.jmap import JmapClient
 from tests.conftest import CYRUS_PASSWORD as PASSWORD
 from tests.conftest import CYRUS_USER as USER
+from tests.conftest import RecordingTransport
 from tests.peers.cyrus import CyrusServer
 
 
@@ -38,28 +34,6 @@ async def client(cyrus: CyrusServer) -> AsyncIterator[JmapClient]:
         yield c
 
 
-class RecordingTransport(httpx.AsyncBaseTransport):
-    """Wraps the real HTTPS transport and records every request (method, path, JSON body)."""
-
-    def __init__(self, verify: Any) -> None:
-        self._inner = httpx.AsyncHTTPTransport(verify=verify)
-        self.requests: list[tuple[str, str, Any]] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
-        self.requests.append((request.method, request.url.path, body))
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def posts(self) -> list[Any]:
-        return [body for method, _path, body in self.requests if method == "POST"]
-
-    def clear(self) -> None:
-        self.requests.clear()
-
-
 @pytest.fixture
 async def recorded(cyrus: CyrusServer) -> AsyncIterator[tuple[JmapClient, RecordingTransport]]:
     """A client whose HTTP requests are recorded, to count round trips."""
@@ -68,32 +42,10 @@ async def recorded(cyrus: CyrusServer) -> AsyncIterator[tuple[JmapClient, Record
         yield c, transport
 
 
-_counter = itertools.count()
-
-
 @pytest.fixture
 def token() -> str:
     """A word no other message contains (letters only, so the indexer keeps it whole)."""
     return "zq" + "".join(random.choices(string.ascii_lowercase, k=10))
-
-
-@dataclass
-class FreshUser:
-    name: str
-    password: str
-    client: JmapClient
-    transport: RecordingTransport
-
-
-@pytest.fixture
-async def fresh(cyrus: CyrusServer) -> AsyncIterator[FreshUser]:
-    """A new Cyrus user with an empty mailbox, and a recording client for it."""
-    name = f"user{next(_counter)}{random.randrange(10**6)}"
-    password = f"pw-{name}"
-    cyrus.add_user(name, password)
-    transport = RecordingTransport(cyrus.ssl_context())
-    async with JmapClient(cyrus.session_url, name, password, timeout=10, transport=transport) as c:
-        yield FreshUser(name, password, c, transport)
 
 
 Reply = tuple[int, dict[str, str], bytes]

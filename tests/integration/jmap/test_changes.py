@@ -17,7 +17,7 @@ from messageweave.mail.jmap import (
     JmapClient,
     JmapMethodError,
 )
-from tests.integration.jmap.conftest import FreshUser
+from tests.conftest import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 
@@ -44,7 +44,7 @@ async def test_changes_after_lmtp_delivery_list_the_new_email_as_created(
     fresh: FreshUser, cyrus: CyrusServer
 ) -> None:
     since = await fresh.client.email_state()
-    cyrus.deliver(b"Subject: via lmtp\r\nFrom: x@example.org\r\n\r\nhi\r\n", user=fresh.name)
+    cyrus.deliver(b"Subject: via lmtp\r\nFrom: x@example.org\r\n\r\nhi\r\n", user=fresh.user)
     changes = await fresh.client.email_changes(since)
     assert len(changes.created) == 1
     [meta] = await fresh.client.get_emails(changes.created)
@@ -101,7 +101,7 @@ async def test_max_changes_pages_the_changes_with_has_more(
     fresh: FreshUser, cyrus: CyrusServer
 ) -> None:
     since = await fresh.client.email_state()
-    ids = {cyrus.append(user=fresh.name, subject=f"p{i}").email_id for i in range(3)}
+    ids = {cyrus.append(user=fresh.user, subject=f"p{i}").email_id for i in range(3)}
 
     first = await fresh.client.email_changes(since, max_changes=1)
     assert first.has_more and len(first.created) == 1
@@ -138,11 +138,11 @@ async def test_future_since_state_is_an_empty_success_on_cyrus(client: JmapClien
 async def test_state_older_than_purged_history_is_cannot_calculate_changes(
     fresh: FreshUser, cyrus: CyrusServer
 ) -> None:
-    cyrus.append(user=fresh.name, subject="kept")
+    cyrus.append(user=fresh.user, subject="kept")
     old_state = await fresh.client.email_state()
-    gone = cyrus.append(user=fresh.name, subject="gone")
+    gone = cyrus.append(user=fresh.user, subject="gone")
     cyrus.expunge(gone)
-    cyrus.purge_expunged(fresh.name)
+    cyrus.purge_expunged(fresh.user)
 
     with pytest.raises(CannotCalculateChanges) as caught:
         await fresh.client.email_changes(old_state)

@@ -30,9 +30,9 @@ from messageweave.mail.jmap import (
     StateMismatch,
     UnknownMethod,
     UnsupportedFilter,
-    _email_meta,
 )
-from tests.integration.jmap.conftest import FreshUser
+from messageweave.mail.jmap.mail import _email_meta
+from tests.conftest import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 PASSWORD = "s3cret-Pa55-xyz"
@@ -253,7 +253,7 @@ async def test_get_emails_chunks_by_max_objects_in_get_across_requests(
     fresh: FreshUser, cyrus: CyrusServer
 ) -> None:
     """Real Cyrus; the client is told maxObjectsInGet=2 and maxCallsInRequest=2."""
-    msgs = [cyrus.append(user=fresh.name, subject=f"c{i}") for i in range(5)]
+    msgs = [cyrus.append(user=fresh.user, subject=f"c{i}") for i in range(5)]
     session = await fresh.client.get_session()
     fresh.client._session = dataclasses.replace(  # test-only: shrink the server's limits
         session, max_objects_in_get=2, max_calls_in_request=2

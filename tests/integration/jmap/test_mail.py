@@ -14,7 +14,7 @@ from messageweave.mail.jmap import (
     UnknownMethod,
     result_ref,
 )
-from tests.integration.jmap.conftest import FreshUser
+from tests.conftest import FreshUser
 from tests.peers.cyrus import CyrusServer, make_message
 
 WHEN = datetime(2024, 5, 17, 8, 30, 15, tzinfo=UTC)
@@ -123,7 +123,7 @@ async def test_mail_in_sent_and_drafts_is_in_those_mailboxes(
 async def test_get_emails_takes_many_ids_in_one_request_and_keeps_their_order(
     fresh: FreshUser, cyrus: CyrusServer
 ) -> None:
-    msgs = [cyrus.append(user=fresh.name, subject=f"n{i}") for i in range(3)]
+    msgs = [cyrus.append(user=fresh.user, subject=f"n{i}") for i in range(3)]
     await fresh.client.get_session()
     fresh.transport.clear()
 
@@ -143,7 +143,7 @@ async def test_query_emails_in_a_mailbox_is_newest_first_and_pages(
     fresh: FreshUser, cyrus: CyrusServer
 ) -> None:
     msgs = [
-        cyrus.append(user=fresh.name, subject=f"q{i}", received_at=WHEN + timedelta(minutes=i))
+        cyrus.append(user=fresh.user, subject=f"q{i}", received_at=WHEN + timedelta(minutes=i))
         for i in range(4)
     ]
     inbox = (await _roles(fresh.client))["inbox"]
@@ -168,7 +168,7 @@ async def test_query_and_get_is_one_request_with_an_ids_back_reference(
 ) -> None:
     for i in range(3):
         cyrus.append(
-            user=fresh.name,
+            user=fresh.user,
             subject=f"page {i}",
             body=f"body {i}",
             received_at=WHEN + timedelta(hours=i),

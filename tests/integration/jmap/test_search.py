@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from messageweave.mail.jmap import result_ref
-from tests.integration.jmap.conftest import FreshUser
+from tests.conftest import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 T0 = datetime(2025, 1, 10, 9, 0, tzinfo=UTC)
@@ -19,19 +19,19 @@ async def test_search_returns_the_matching_ids_newest_first_with_marked_snippets
     fresh: FreshUser, cyrus: CyrusServer, token: str
 ) -> None:
     in_body = cyrus.append(
-        user=fresh.name,
+        user=fresh.user,
         subject="Lunch plans",
         body=f"Shall we try the {token} place on Friday?",
         received_at=T0,
     )
     in_subject = cyrus.append(
-        user=fresh.name,
+        user=fresh.user,
         subject=f"Invoice {token} attached",
         body="Please find the invoice attached.",
         received_at=T0 + timedelta(hours=1),
     )
-    cyrus.append(user=fresh.name, subject="Unrelated", body="nothing to see", received_at=T0)
-    cyrus.index(fresh.name)
+    cyrus.append(user=fresh.user, subject="Unrelated", body="nothing to see", received_at=T0)
+    cyrus.index(fresh.user)
     await fresh.client.get_session()
     fresh.transport.clear()
 
@@ -65,10 +65,10 @@ async def test_search_limit_keeps_the_newest(
     fresh: FreshUser, cyrus: CyrusServer, token: str
 ) -> None:
     msgs = [
-        cyrus.append(user=fresh.name, subject=f"{token} {i}", received_at=T0 + timedelta(minutes=i))
+        cyrus.append(user=fresh.user, subject=f"{token} {i}", received_at=T0 + timedelta(minutes=i))
         for i in range(3)
     ]
-    cyrus.index(fresh.name)
+    cyrus.index(fresh.user)
     result = await fresh.client.search(token, limit=2)
     assert result.ids == [msgs[2].email_id, msgs[1].email_id]
     assert len(result.snippets) == 2

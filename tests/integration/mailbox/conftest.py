@@ -3,38 +3,19 @@ client for it, and a helper that reads what reconcile put in `stalwart:jmap`."""
 
 from __future__ import annotations
 
-import itertools
-import random
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-
 import pytest
 import redis.asyncio as aioredis
 
-from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
-from tests.peers.cyrus import CyrusServer
-
-_counter = itertools.count()
-
-
-@dataclass
-class Mailbox:
-    user: str
-    password: str
-    client: JmapClient
+from tests.conftest import FreshUser
 
 
 @pytest.fixture
-async def mailbox(cyrus: CyrusServer) -> AsyncIterator[Mailbox]:
-    """A new Cyrus user with an empty mailbox (INBOX, Drafts, Sent, Junk, Trash)."""
-    user = f"mb{next(_counter)}x{random.randrange(10**6)}"
-    password = f"pw-{user}"
-    cyrus.add_user(user, password)
-    async with JmapClient(cyrus.session_url, user, password, ca_file=cyrus.ca_file,
-                          timeout=10) as client:
-        await client.get_session()
-        yield Mailbox(user, password, client)
+async def mailbox(fresh: FreshUser) -> FreshUser:
+    """A fresh user whose client has fetched its session (the code under test reads
+    `client.account_id`)."""
+    await fresh.client.get_session()
+    return fresh
 
 
 async def enqueued(redis: aioredis.Redis) -> list[str]:

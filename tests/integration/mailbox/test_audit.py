@@ -14,7 +14,7 @@ from messageweave.mail.auditor import AuditResult, audit
 from messageweave.mail.reconcile import encode_walk, reconcile
 from messageweave.store import gaps, keys
 from messageweave.store.mailbox import enqueue_new_mail
-from tests.integration.mailbox.conftest import Mailbox
+from tests.conftest import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 INBOX = ("inbox",)
@@ -23,7 +23,7 @@ HOUR_AGO = time.time() - 3600
 CONSUMER = "test-consumer"
 
 
-async def first_run(redis: aioredis.Redis, mailbox: Mailbox) -> None:
+async def first_run(redis: aioredis.Redis, mailbox: FreshUser) -> None:
     """The reconcile's first run, then the baseline moved 2 s back: receivedAt has a 1 s
     resolution, so mail appended in the very second of a first run is (by design) not audited;
     the tests append right away."""
@@ -34,7 +34,7 @@ async def first_run(redis: aioredis.Redis, mailbox: Mailbox) -> None:
     await redis.set(keys.RECONCILE_BASELINE, int(baseline) - 2)
 
 
-async def run(redis: aioredis.Redis, mailbox: Mailbox, **kw: int) -> AuditResult:
+async def run(redis: aioredis.Redis, mailbox: FreshUser, **kw: int) -> AuditResult:
     return await audit(redis, mailbox.client, INBOX, kw.pop("window", WINDOW), **kw)
 
 
@@ -47,12 +47,12 @@ async def entries_for(redis: aioredis.Redis, email_id: str) -> list[str]:
             if fields["email_id"] == email_id]
 
 
-async def claim_of(redis: aioredis.Redis, mailbox: Mailbox, email_id: str) -> str | None:
+async def claim_of(redis: aioredis.Redis, mailbox: FreshUser, email_id: str) -> str | None:
     value: str | None = await redis.get(keys.dedup_jmap(mailbox.client.account_id, email_id))
     return value
 
 
-async def skip_past(redis: aioredis.Redis, mailbox: Mailbox) -> None:
+async def skip_past(redis: aioredis.Redis, mailbox: FreshUser) -> None:
     """Lose the discovery of everything appended so far: the cursor jumps to the current
     state, as if a pass had saved it without enqueuing the page."""
     await redis.set(keys.RECONCILE_CURSOR, await mailbox.client.email_state())
@@ -76,7 +76,7 @@ async def finish(redis: aioredis.Redis, entry_id: str, state: str) -> None:
 
 
 async def test_the_reconcile_claim_names_its_entry_and_lives_seven_days(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches a claim that still holds "1" (the auditor could not follow the mail to its
     entry) or keeps the 24 h TTL (it would expire inside a 6-day window and the mail would
@@ -92,7 +92,7 @@ async def test_the_reconcile_claim_names_its_entry_and_lives_seven_days(
 
 
 async def test_the_first_run_records_the_baseline(
-    mailbox: Mailbox, redis_client: aioredis.Redis
+    mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     """Catches a first run that does not record when the mailbox started being watched (the
     auditor would have no lower bound and flag every older mail)."""
@@ -108,7 +108,7 @@ async def test_the_first_run_records_the_baseline(
 
 
 async def test_a_mail_skipped_by_the_cursor_is_found_and_enqueued_once(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches the gap the auditor exists for: Email/changes moved past a mail that was never
     enqueued. It must be found, enqueued exactly once, and a second audit must not add it
@@ -131,7 +131,7 @@ async def test_a_mail_skipped_by_the_cursor_is_found_and_enqueued_once(
 
 
 async def test_an_entry_deleted_before_a_worker_read_it_is_missing(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches a check that trusts the claim alone: the mail was enqueued, but its entry was
     deleted (or trimmed) before any worker read it, so nobody will ever deliver it."""
@@ -148,7 +148,7 @@ async def test_an_entry_deleted_before_a_worker_read_it_is_missing(
 
 
 async def test_an_entry_acknowledged_without_a_terminal_record_is_missing(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches a check that counts "read by the group" as done: an entry acked with no
     terminal record was never finished (the contract writes the record with the ack)."""
@@ -167,7 +167,7 @@ async def test_an_entry_acknowledged_without_a_terminal_record_is_missing(
 
 @pytest.mark.parametrize("state", ["delivered", "dead_letter", "unknown", "skipped"])
 async def test_a_finished_mail_is_not_missing(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis, state: str
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis, state: str
 ) -> None:
     """Catches an auditor that re-sends finished mail: a terminal record of any state
     (delivered, dead-lettered, not resent by policy, deliberately skipped) ends the entry,
@@ -183,7 +183,7 @@ async def test_a_finished_mail_is_not_missing(
 
 
 async def test_queued_and_pending_entries_are_still_the_pipelines(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches an auditor that steals work in progress: an entry not read yet (with or
     without a consumer group) or read and pending (inflight, waiting for a retry) is owned by
@@ -203,7 +203,7 @@ async def test_queued_and_pending_entries_are_still_the_pipelines(
 
 
 async def test_mail_the_reconcile_has_not_reached_yet_is_left_to_it(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches false alarms: mail that arrived since the last pass has no claim yet; calling
     it missing would flag (and race) every new mail on every audit."""
@@ -219,7 +219,7 @@ async def test_mail_the_reconcile_has_not_reached_yet_is_left_to_it(
 
 @pytest.mark.parametrize("cursor", ["refused", "walk", "unreadable"])
 async def test_while_the_reconcile_must_walk_it_keeps_mail_after_the_watermark(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis, cursor: str
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis, cursor: str
 ) -> None:
     """Catches a listing of undiscovered mail that gives up when the cursor cannot be
     replayed (a state the server refuses, a walk in progress, a walk cursor that does not
@@ -239,7 +239,7 @@ async def test_while_the_reconcile_must_walk_it_keeps_mail_after_the_watermark(
 
 
 async def test_mail_before_the_baseline_is_never_audited(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches an auditor that notifies the mail that was already in the mailbox at the first
     run (never notified by design), whether received an hour or a moment before it."""
@@ -253,7 +253,7 @@ async def test_mail_before_the_baseline_is_never_audited(
 
 
 async def test_mail_older_than_the_window_is_not_audited(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches a window that is ignored: only mail received within `audit_window_s` counts."""
     await reconcile(redis_client, mailbox.client, INBOX)
@@ -266,7 +266,7 @@ async def test_mail_older_than_the_window_is_not_audited(
 
 
 async def test_mail_outside_the_notify_mailboxes_is_not_audited(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches an auditor with its own idea of what notifies: mail in Junk, Sent, Drafts or
     Trash (or moved there) is never notified by the reconcile, so it is never missing."""
@@ -281,7 +281,7 @@ async def test_mail_outside_the_notify_mailboxes_is_not_audited(
 
 
 async def test_mail_moved_into_the_inbox_after_the_reconcile_saw_it_elsewhere_is_not_missing(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches the auditor contradicting the reconcile: a mail created in Junk is (by the
     contract) never notified, even once the owner moves it into the inbox; without the
@@ -303,7 +303,7 @@ async def test_mail_moved_into_the_inbox_after_the_reconcile_saw_it_elsewhere_is
 
 
 async def test_two_audits_and_a_reconcile_at_once_enqueue_each_mail_once(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches a check and an enqueue that are two steps: concurrent audits (and a reconcile
     pass enqueuing new mail meanwhile) must still leave exactly one entry per mail."""
@@ -321,7 +321,7 @@ async def test_two_audits_and_a_reconcile_at_once_enqueue_each_mail_once(
 
 
 async def test_the_auditor_re_enqueues_a_mail_at_most_once(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches a self-heal loop: when the auditor's own entry is lost again (something
     downstream keeps dropping it), the mail is reported missing again but not re-enqueued on
@@ -370,7 +370,7 @@ async def test_the_reconcile_and_the_audit_claims_race_to_one_entry_on_both_redi
 
 
 async def test_a_claim_from_before_the_upgrade_counts_as_present(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches an upgrade that re-notifies recent mail: a claim written by the previous
     version holds "1", not an entry id, and cannot be followed; it is not missing."""
@@ -382,7 +382,7 @@ async def test_a_claim_from_before_the_upgrade_counts_as_present(
 
 
 async def test_an_install_without_a_baseline_starts_one_and_audits_nothing_before_it(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches an upgrade that audits the whole window at once: an install whose first run
     predates the baseline key has old-style claims; the baseline starts at the first audit."""
@@ -398,7 +398,7 @@ async def test_an_install_without_a_baseline_starts_one_and_audits_nothing_befor
 
 
 async def test_nothing_is_audited_before_the_first_reconcile(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches an audit that runs ahead of discovery: with no first run, no mail was meant to
     be notified yet (and no baseline is invented)."""
@@ -409,7 +409,7 @@ async def test_nothing_is_audited_before_the_first_reconcile(
 
 
 async def test_one_audit_lists_at_most_its_bound_newest_first(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     """Catches an unbounded listing: an audit looks at `max_emails` mails (the newest), says
     it is incomplete, and a later run with room covers the rest."""

@@ -15,12 +15,12 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
-from tests.conftest import closed_port, login, running_client, settings_for
-from tests.integration.mailbox.conftest import Mailbox
-from tests.integration.pipeline.conftest import configure, eventually, lift_limits, peer_wire
+from tests.conftest import FreshUser, closed_port, login, running_client, settings_for
+from tests.integration.pipeline.conftest import eventually
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+from tests.served import configure, lift_limits, peer_wire
 
 WORKER = {"Authorization": "Bearer worker-token-SECRET"}
 RECONCILE = {"Authorization": "Bearer reconcile-SECRET"}
@@ -31,7 +31,7 @@ class Setup:
     client: httpx.AsyncClient
     redis: aioredis.Redis
     cyrus: CyrusServer
-    mailbox: Mailbox
+    mailbox: FreshUser
     emulator: TelegramEmulator
     wire: dict[str, Any]
 
@@ -44,7 +44,7 @@ class Setup:
         return self.cyrus.append(user=self.mailbox.user, subject=subject).email_id
 
 
-def audit_wire(cyrus: CyrusServer, mailbox: Mailbox, emulator: TelegramEmulator,
+def audit_wire(cyrus: CyrusServer, mailbox: FreshUser, emulator: TelegramEmulator,
                **overrides: Any) -> dict[str, Any]:
     values: dict[str, Any] = {"jmap_username": mailbox.user, "jmap_password": mailbox.password,
                               "reconcile_interval_s": 0, "audit_interval_s": 0}
@@ -78,7 +78,7 @@ async def post_audit(client: httpx.AsyncClient, **kw: Any) -> httpx.Response:
 @pytest.fixture
 async def setup(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
-    mailbox: Mailbox, telegram_emulator: TelegramEmulator, trust_cyrus: None,
+    mailbox: FreshUser, telegram_emulator: TelegramEmulator, trust_cyrus: None,
 ) -> AsyncIterator[Setup]:
     """The app, configured for a fresh Cyrus mailbox and the emulator, switched on, with no
     periodic reconcile or audit (each test triggers them)."""
@@ -121,7 +121,7 @@ async def _count(setup: Setup, n: int) -> bool:
 
 
 async def test_a_mail_whose_entry_was_deleted_before_any_worker_read_it_reaches_telegram_once(
-    embedded_redis_url: str, redis_client: aioredis.Redis, cyrus: CyrusServer, mailbox: Mailbox,
+    embedded_redis_url: str, redis_client: aioredis.Redis, cyrus: CyrusServer, mailbox: FreshUser,
     telegram_emulator: TelegramEmulator, trust_cyrus: None,
 ) -> None:
     """Catches trusting the claim: the reconcile enqueued the mail, then its entry was deleted
@@ -251,7 +251,7 @@ async def test_post_api_audit_is_503_while_the_service_is_off(setup: Setup) -> N
 
 async def test_post_api_audit_is_a_retryable_503_when_jmap_is_down(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
-    mailbox: Mailbox, telegram_emulator: TelegramEmulator, trust_cyrus: None,
+    mailbox: FreshUser, telegram_emulator: TelegramEmulator, trust_cyrus: None,
 ) -> None:
     """Catches a JMAP failure that surfaces as a 500 instead of a retryable 503, and a failed
     run that leaves no trace for the admin page."""
@@ -293,7 +293,7 @@ async def test_the_periodic_audit_runs_once_per_interval(setup: Setup) -> None:
 
 async def test_the_periodic_audit_does_nothing_while_the_service_is_off(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
-    mailbox: Mailbox, telegram_emulator: TelegramEmulator, trust_cyrus: None,
+    mailbox: FreshUser, telegram_emulator: TelegramEmulator, trust_cyrus: None,
 ) -> None:
     """Catches a loop that ignores the switch (it would enqueue notifications while business
     processing is off)."""

@@ -13,8 +13,7 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
-from tests.conftest import ADMIN_KEY, console_script, login
-from tests.integration.mailbox.conftest import Mailbox
+from tests.conftest import ADMIN_KEY, FreshUser, console_script, login
 from tests.integration.mailbox.test_reconcile_api import configure, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 
@@ -29,7 +28,7 @@ async def run_cli(redis_url: str, cyrus: CyrusServer) -> subprocess.CompletedPro
 
 
 async def test_the_audit_command_finds_a_lost_mail_exits_3_then_0(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, embedded_redis_url: str,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, embedded_redis_url: str,
     redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Catches a command that hides what it found (a cron job must see exit 3 and the mail's
@@ -66,7 +65,7 @@ async def test_the_audit_command_finds_a_lost_mail_exits_3_then_0(
 
 
 async def test_the_audit_command_exits_1_when_the_mailbox_cannot_be_reached(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, embedded_redis_url: str,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, embedded_redis_url: str,
     redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Catches a failure reported as success (exit 0) or as found mail (exit 3)."""

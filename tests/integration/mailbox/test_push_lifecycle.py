@@ -25,9 +25,9 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
 from messageweave.store.mailbox import Registration, record_registration
 from messageweave.store.state import sha256_hex
-from tests.conftest import closed_port, login, sample_wire
+from tests.conftest import FreshUser, closed_port, login, sample_wire
 from tests.integration.jmap.test_push import DAY, FakeClock, unix_of
-from tests.integration.mailbox.conftest import Mailbox, enqueued
+from tests.integration.mailbox.conftest import enqueued
 from tests.integration.mailbox.push_server import PushServer
 from tests.integration.mailbox.test_reconcile_api import AUTH, configure, mailbox_wire
 from tests.peers.cyrus import CyrusServer
@@ -315,7 +315,7 @@ async def test_a_state_change_is_timed_for_the_last_state_change_age(
 
 
 async def test_while_degraded_the_scheduler_reconciles_every_degraded_interval_on_its_own(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
     redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Bug caught (issue #11): with `reconcile_interval_s = 0` and push dead, mail waited

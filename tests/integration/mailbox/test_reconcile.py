@@ -18,7 +18,8 @@ from messageweave.mail.reconcile import (
 )
 from messageweave.store import keys
 from messageweave.store.mailbox import reconcile_lock
-from tests.integration.mailbox.conftest import Mailbox, enqueued
+from tests.conftest import FreshUser
+from tests.integration.mailbox.conftest import enqueued
 from tests.peers.cyrus import CyrusServer
 
 INBOX = ("inbox",)
@@ -26,7 +27,7 @@ HOUR_AGO = time.time() - 3600
 
 
 async def test_first_run_notifies_nothing_already_in_the_mailbox(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     cyrus.append(user=mailbox.user, subject="old one", received_at=HOUR_AGO)
     cyrus.append(user=mailbox.user, subject="old two", received_at=HOUR_AGO)
@@ -38,7 +39,7 @@ async def test_first_run_notifies_nothing_already_in_the_mailbox(
 
 
 async def test_mail_appended_after_the_first_reconcile_is_enqueued_exactly_once(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, INBOX)
     new = cyrus.append(user=mailbox.user, subject="fresh mail")
@@ -54,7 +55,7 @@ async def test_mail_appended_after_the_first_reconcile_is_enqueued_exactly_once(
 
 
 async def test_a_replayed_cursor_does_not_enqueue_the_same_mail_twice(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, INBOX)
     before = await redis_client.get(keys.RECONCILE_CURSOR)
@@ -67,7 +68,7 @@ async def test_a_replayed_cursor_does_not_enqueue_the_same_mail_twice(
 
 
 async def test_flag_changes_and_moves_to_trash_enqueue_nothing(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     read = cyrus.append(user=mailbox.user, subject="will be read", received_at=HOUR_AGO)
     binned = cyrus.append(user=mailbox.user, subject="will be binned", received_at=HOUR_AGO)
@@ -80,7 +81,7 @@ async def test_flag_changes_and_moves_to_trash_enqueue_nothing(
 
 
 async def test_mail_in_sent_drafts_junk_or_trash_enqueues_nothing(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, INBOX)
     for folder in ("Sent", "Drafts", "Junk", "Trash", "Archive"):
@@ -92,7 +93,7 @@ async def test_mail_in_sent_drafts_junk_or_trash_enqueues_nothing(
 
 
 async def test_notify_roles_other_than_inbox_are_honoured_but_trash_never(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, ("archive", "trash"))
     archived = cyrus.append(user=mailbox.user, mailbox="Archive", subject="archived")
@@ -103,7 +104,7 @@ async def test_notify_roles_other_than_inbox_are_honoured_but_trash_never(
 
 
 async def test_many_changes_are_replayed_with_a_growing_window(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, INBOX)
     new = [cyrus.append(user=mailbox.user, subject=f"burst {i}").email_id for i in range(7)]
@@ -114,7 +115,7 @@ async def test_many_changes_are_replayed_with_a_growing_window(
 
 
 async def test_a_forced_rebaseline_notifies_only_mail_after_the_watermark(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     cyrus.append(user=mailbox.user, subject="present before", received_at=HOUR_AGO)
     await reconcile(redis_client, mailbox.client, INBOX)
@@ -132,7 +133,7 @@ async def test_a_forced_rebaseline_notifies_only_mail_after_the_watermark(
 
 
 async def test_a_state_the_server_rejects_rebaselines_instead_of_failing(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, INBOX)
     await redis_client.set(keys.RECONCILE_CURSOR, "bogus")  # Cyrus: invalidArguments
@@ -144,7 +145,7 @@ async def test_a_state_the_server_rejects_rebaselines_instead_of_failing(
 
 
 async def test_a_walk_cut_by_the_page_budget_resumes_where_it_stopped(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, INBOX)
     new = [cyrus.append(user=mailbox.user, subject=f"walk {i}").email_id for i in range(5)]
@@ -166,7 +167,7 @@ async def test_a_walk_cut_by_the_page_budget_resumes_where_it_stopped(
 
 
 async def test_a_second_pass_while_one_holds_the_lock_is_refused(
-    mailbox: Mailbox, redis_client: aioredis.Redis
+    mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     holder = reconcile_lock(redis_client)
     assert await holder.acquire()
@@ -177,7 +178,7 @@ async def test_a_second_pass_while_one_holds_the_lock_is_refused(
 
 
 async def test_a_lost_lease_aborts_without_moving_the_cursor(
-    mailbox: Mailbox, cyrus: CyrusServer, redis_client: aioredis.Redis
+    mailbox: FreshUser, cyrus: CyrusServer, redis_client: aioredis.Redis
 ) -> None:
     await reconcile(redis_client, mailbox.client, INBOX)
     cursor = await redis_client.get(keys.RECONCILE_CURSOR)

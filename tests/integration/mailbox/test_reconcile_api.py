@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.mailbox import Registration, record_registration, request_catchup
-from tests.conftest import closed_port, login, sample_wire
-from tests.integration.mailbox.conftest import Mailbox, enqueued
+from tests.conftest import FreshUser, closed_port, login, sample_wire
+from tests.integration.mailbox.conftest import enqueued
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 
@@ -24,7 +24,7 @@ TOKEN = "reconcile-SECRET"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def mailbox_wire(cyrus: CyrusServer, mailbox: Mailbox, **overrides: Any) -> dict[str, Any]:
+def mailbox_wire(cyrus: CyrusServer, mailbox: FreshUser, **overrides: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
         "jmap_session_url": cyrus.origin + "/",
         "jmap_username": mailbox.user,
@@ -47,7 +47,7 @@ async def configure(client: httpx.AsyncClient, wire: dict[str, Any], enabled: bo
 
 @pytest.fixture
 async def app(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The app, configured for a fresh Cyrus mailbox and switched on (no periodic schedule)."""
@@ -69,7 +69,7 @@ async def wait_for(redis: aioredis.Redis, email_id: str, within_s: float) -> flo
 
 
 async def test_reconcile_enqueues_new_mail_and_answers_204(
-    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, redis_client: aioredis.Redis
+    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     cyrus.append(user=mailbox.user, subject="already there", received_at=time.time() - 3600)
     first = await app.post("/reconcile", headers=AUTH)
@@ -88,7 +88,7 @@ async def test_reconcile_needs_the_reconcile_token(app: httpx.AsyncClient) -> No
 
 
 async def test_reconcile_is_refused_while_the_service_is_off_after_auth(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
@@ -98,7 +98,7 @@ async def test_reconcile_is_refused_while_the_service_is_off_after_auth(
 
 
 async def test_two_concurrent_reconciles_get_one_409(
-    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, redis_client: aioredis.Redis
+    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     await app.post("/reconcile", headers=AUTH)
     for i in range(5):
@@ -113,7 +113,7 @@ async def test_two_concurrent_reconciles_get_one_409(
 
 
 async def test_jmap_server_down_is_503_reconcile_retry_and_the_cursor_stays(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
     redis_client: aioredis.Redis,
 ) -> None:
     await redis_client.set(keys.RECONCILE_CURSOR, "42")
@@ -131,7 +131,7 @@ async def test_jmap_server_down_is_503_reconcile_retry_and_the_cursor_stays(
 
 
 async def test_the_built_in_schedule_runs_a_pass_without_any_cron(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
     redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
@@ -158,7 +158,7 @@ def state_change(account: str, types: dict[str, str] | None = None) -> dict[str,
 
 
 async def test_a_state_change_push_enqueues_new_mail_within_a_second(
-    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, redis_client: aioredis.Redis
+    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     assert (await app.post("/reconcile", headers=AUTH)).status_code == 204
     await register_for_test(redis_client)
@@ -183,7 +183,7 @@ async def acted_on(redis: aioredis.Redis) -> bool:
 
 
 async def test_a_state_change_without_a_registration_is_ignored_and_schedules_nothing(
-    app: httpx.AsyncClient, mailbox: Mailbox, redis_client: aioredis.Redis
+    app: httpx.AsyncClient, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     """Bug caught (issue #12): answering 401 here and 204 once registered told anyone whether
     push was registered; the answer is 204 either way, only the effect differs."""
@@ -204,7 +204,7 @@ async def test_a_state_change_for_another_account_is_ignored_and_schedules_nothi
 
 
 async def test_a_state_change_without_email_changes_schedules_nothing(
-    app: httpx.AsyncClient, mailbox: Mailbox, redis_client: aioredis.Redis
+    app: httpx.AsyncClient, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     await register_for_test(redis_client)
     response = await app.post(
@@ -234,7 +234,7 @@ async def test_a_huge_push_body_is_413(app: httpx.AsyncClient) -> None:
 
 
 async def test_a_state_change_while_the_service_is_off_is_ignored_and_tells_nothing(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
     redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Bug caught (issue #12): 401 unregistered, 503 registered while off: the answer told an

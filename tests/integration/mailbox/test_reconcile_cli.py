@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store.mailbox import reconcile_lock
-from tests.conftest import ADMIN_KEY, console_script
-from tests.integration.mailbox.conftest import Mailbox, enqueued
+from tests.conftest import ADMIN_KEY, FreshUser, console_script
+from tests.integration.mailbox.conftest import enqueued
 from tests.integration.mailbox.test_reconcile_api import configure, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 
@@ -30,7 +30,7 @@ async def run_cli(
 
 
 async def test_the_reconcile_command_enqueues_new_mail_and_says_so(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, embedded_redis_url: str,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, embedded_redis_url: str,
     redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
@@ -48,7 +48,7 @@ async def test_the_reconcile_command_enqueues_new_mail_and_says_so(
 
 
 async def test_the_reconcile_command_exits_2_while_another_pass_runs(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: Mailbox, embedded_redis_url: str,
+    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, embedded_redis_url: str,
     redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))

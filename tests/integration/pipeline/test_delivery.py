@@ -10,14 +10,15 @@ import os
 
 from messageweave.store import keys
 from tests.conftest import ADMIN_KEY, console_script
-from tests.integration.pipeline.conftest import Pipeline, eventually, subject_of
+from tests.integration.pipeline.conftest import eventually, subject_of
 from tests.integration.test_envelope import assert_envelope
+from tests.served import ServedApp
 
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": "webhook-secret-SECRET"}
 
 
 async def test_new_mail_becomes_the_three_line_notification_within_a_second(
-    pipeline: Pipeline,
+    pipeline: ServedApp,
 ) -> None:
     received = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)  # 1700000000
     email_id = pipeline.append("Quarterly report", sender="Ann Lee <ann@example.org>",
@@ -31,13 +32,13 @@ async def test_new_mail_becomes_the_three_line_notification_within_a_second(
     await eventually(lambda: _committed(pipeline))
 
 
-async def _committed(pipeline: Pipeline) -> bool:
+async def _committed(pipeline: ServedApp) -> bool:
     status = (await pipeline.client.get("/api/delivery", headers=pipeline.admin)).json()
     jmap = status["streams"][keys.STREAM_JMAP]
     return bool(jmap["pending"] == 0)
 
 
-async def test_mail_without_subject_or_text_body_still_notifies(pipeline: Pipeline) -> None:
+async def test_mail_without_subject_or_text_body_still_notifies(pipeline: ServedApp) -> None:
     email_id = pipeline.append("", body="")
     await pipeline.enqueue_mail(email_id)
     sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 3.0)
@@ -48,7 +49,7 @@ async def test_mail_without_subject_or_text_body_still_notifies(pipeline: Pipeli
 
 
 async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
-    pipeline: Pipeline,
+    pipeline: ServedApp,
 ) -> None:
     entry = await pipeline.enqueue_mail("Mdoesnotexist0000000000000")
     auth = pipeline.admin
@@ -80,7 +81,7 @@ async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
     assert again[0]["id"] != row["id"]
 
 
-async def test_help_from_the_owner_is_answered_through_the_webhook(pipeline: Pipeline) -> None:
+async def test_help_from_the_owner_is_answered_through_the_webhook(pipeline: ServedApp) -> None:
     update = {"update_id": 900001, "message": {"message_id": 1, "date": 0, "text": "/help",
                                                "chat": {"id": pipeline.chat, "type": "private"}}}
     response = await pipeline.client.post("/webhook/tg", headers=SECRET, json=update)
@@ -97,7 +98,7 @@ async def test_help_from_the_owner_is_answered_through_the_webhook(pipeline: Pip
     assert await pipeline.redis.exists(keys.dedup_tg(900001))
 
 
-async def test_updates_without_text_are_acknowledged_without_a_reply(pipeline: Pipeline) -> None:
+async def test_updates_without_text_are_acknowledged_without_a_reply(pipeline: ServedApp) -> None:
     for update in ({"update_id": 900002},
                    {"update_id": 900003, "message": {"chat": {"id": pipeline.chat},
                                                      "sticker": {"file_id": "x"}}}):
@@ -112,7 +113,7 @@ async def test_updates_without_text_are_acknowledged_without_a_reply(pipeline: P
     assert await pipeline.emulator.sent_messages(pipeline.token) == []
 
 
-async def test_webhook_refuses_bad_secret_bad_body_and_foreign_chats(pipeline: Pipeline) -> None:
+async def test_webhook_refuses_bad_secret_bad_body_and_foreign_chats(pipeline: ServedApp) -> None:
     client = pipeline.client
     ok = {"update_id": 1}
     assert_envelope(await client.post("/webhook/tg", json=ok), 401, "unauthorized")
@@ -131,7 +132,7 @@ async def test_webhook_refuses_bad_secret_bad_body_and_foreign_chats(pipeline: P
 
 
 async def test_disabled_service_answers_503_only_after_authentication(
-    pipeline: Pipeline,
+    pipeline: ServedApp,
 ) -> None:
     await pipeline.redis.set(keys.ENABLED, "0")
     client = pipeline.client
@@ -144,7 +145,7 @@ async def test_disabled_service_answers_503_only_after_authentication(
     assert_envelope(await client.post("/worker", headers=worker), 503, "service_unavailable")
 
 
-async def test_worker_endpoint_drains_and_validates_its_body(cron_only: Pipeline) -> None:
+async def test_worker_endpoint_drains_and_validates_its_body(cron_only: ServedApp) -> None:
     """`POST /worker` delivers what is queued before it answers. Issue #11: this test used to
     pass with the route's `drain_once()` call deleted, because the continuous worker delivered
     instead; `cron_only` runs no other worker, so only the request can have sent these."""
@@ -170,7 +171,7 @@ async def test_worker_endpoint_drains_and_validates_its_body(cron_only: Pipeline
     assert len(await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)) == 3
 
 
-async def test_worker_endpoint_drains_at_most_batch_entries_in_order(cron_only: Pipeline) -> None:
+async def test_worker_endpoint_drains_at_most_batch_entries_in_order(cron_only: ServedApp) -> None:
     """`{"batch": n}` bounds one request to n new entries per stream, in stream order (issue
     #11: nothing proved the route drained at all, let alone how much)."""
     auth = {"Authorization": "Bearer worker-token-SECRET"}
@@ -187,7 +188,7 @@ async def test_worker_endpoint_drains_at_most_batch_entries_in_order(cron_only: 
 
 
 async def test_drain_once_command_delivers_and_reports_outcomes(
-    cron_only: Pipeline, embedded_redis_url: str,
+    cron_only: ServedApp, embedded_redis_url: str,
 ) -> None:
     """`messageweave drain --once` delivers a batch on its own and prints what it did (the
     third delivery path, fenced like the others)."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from messageweave.store import keys
-from tests.integration.pipeline.conftest import Pipeline, eventually
+from tests.integration.pipeline.conftest import eventually
+from tests.served import ServedApp
 
 WORKER = {"Authorization": "Bearer worker-token-SECRET"}
 
@@ -16,7 +17,7 @@ def _delivered_total(metrics: str) -> float:
     return total
 
 
-async def test_a_delivery_is_logged_and_counted(pipeline: Pipeline) -> None:
+async def test_a_delivery_is_logged_and_counted(pipeline: ServedApp) -> None:
     before = _delivered_total((await pipeline.client.get("/metrics", headers=WORKER)).text)
     email_id = pipeline.append("Trace me", sender="Ann Lee <ann@example.org>")
     entry = await pipeline.enqueue_mail(email_id)
@@ -41,7 +42,7 @@ async def test_a_delivery_is_logged_and_counted(pipeline: Pipeline) -> None:
     assert _delivered_total(metrics) == before + 1
 
 
-async def test_the_send_record_holds_the_telegram_call_latency(pipeline: Pipeline) -> None:
+async def test_the_send_record_holds_the_telegram_call_latency(pipeline: ServedApp) -> None:
     """Issue #11: every send record said `latency_ms: 0.0`. The attempt's Telegram calls are
     timed now; the Bot API answers this one after 400 ms."""
     await pipeline.emulator.fail(token=pipeline.token, method="sendMessage", delay_ms=400,

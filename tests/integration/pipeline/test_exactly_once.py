@@ -14,12 +14,8 @@ from messageweave.pipeline import worker as worker_module
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
 from tests.conftest import CYRUS_USER, running_client, settings_for
-from tests.integration.pipeline.conftest import (
-    Pipeline,
-    eventually,
-    subject_of,
-    worker_services,
-)
+from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
+from tests.served import ServedApp
 
 AUTH = {"Authorization": "Bearer worker-token-SECRET"}
 MAILS = 100
@@ -37,7 +33,7 @@ async def _cron(client: httpx.AsyncClient, stop: asyncio.Event) -> int:
     return drains
 
 
-async def _burst(pipeline: Pipeline, count: int) -> dict[str, str]:
+async def _burst(pipeline: ServedApp, count: int) -> dict[str, str]:
     """`count` mails in Cyrus first, then queued all at once; subject → stream entry id."""
     subjects = [f"burst {n:03d}" for n in range(count)]
     emails = [pipeline.append(subject) for subject in subjects]
@@ -49,7 +45,7 @@ async def _burst(pipeline: Pipeline, count: int) -> dict[str, str]:
 
 
 async def test_cron_beside_two_instances_delivers_every_mail_exactly_once(
-    pipeline: Pipeline, embedded_redis_url: str,
+    pipeline: ServedApp, embedded_redis_url: str,
 ) -> None:
     """Issue #11, bug 1: with a cron calling `POST /worker` beside the in-process worker, a
     burst of 50 mails produced a duplicate (the lease keyed by consumer name let both paths of
@@ -92,7 +88,7 @@ async def test_cron_beside_two_instances_delivers_every_mail_exactly_once(
 
 
 async def test_a_cron_batch_waiting_its_turn_is_not_reclaimed_as_stalled(
-    cron_only: Pipeline, embedded_redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    cron_only: ServedApp, embedded_redis_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue #11, bug 1 (the batch half): `drain_once` fetched a whole batch but marked an
     entry as active only when it reached it, so the maintenance pass of the same process

@@ -21,26 +21,19 @@ import redis.asyncio as aioredis
 from messageweave.store import keys
 from messageweave.store.redis import EmbeddedRedis
 from tests.conftest import ADMIN_KEY, console_script, running_client, settings_for
-from tests.integration.pipeline.conftest import (
-    Pipeline,
-    configure,
-    enqueue_mails,
-    eventually,
-    lift_limits,
-    peer_wire,
-    subject_of,
-)
+from tests.integration.pipeline.conftest import enqueue_mails, eventually, subject_of
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
+from tests.served import ServedApp, configure, lift_limits, peer_wire
 
 
-async def _dlq(pipeline: Pipeline) -> list[dict[str, object]]:
+async def _dlq(pipeline: ServedApp) -> list[dict[str, object]]:
     body = (await pipeline.client.get("/api/dlq", headers=pipeline.admin)).json()
     entries: list[dict[str, object]] = body["entries"]
     return entries
 
 
-async def test_429_pauses_the_lane_and_keeps_order_without_dropping(pipeline: Pipeline) -> None:
+async def test_429_pauses_the_lane_and_keeps_order_without_dropping(pipeline: ServedApp) -> None:
     await pipeline.emulator.fail(token=pipeline.token, method="sendMessage", error_code=429,
                                  retry_after=1, skip=1, times=1)
     ids = [pipeline.append(f"ordered {n}") for n in range(5)]
@@ -55,7 +48,7 @@ async def test_429_pauses_the_lane_and_keeps_order_without_dropping(pipeline: Pi
 
 @pytest.mark.parametrize(("code", "failure_class"), [(400, "not_found"), (403, "permission")])
 async def test_telegram_refusal_goes_to_the_dlq_at_once_without_retry(
-    pipeline: Pipeline, code: int, failure_class: str,
+    pipeline: ServedApp, code: int, failure_class: str,
 ) -> None:
     await pipeline.emulator.fail(token=pipeline.token, method="sendMessage", error_code=code)
     await pipeline.enqueue_mail(pipeline.append(f"refused {code}"))
@@ -73,7 +66,7 @@ async def test_telegram_refusal_goes_to_the_dlq_at_once_without_retry(
     assert info["pending"] == 0
 
 
-async def test_a_transient_telegram_error_is_retried_within_seconds(pipeline: Pipeline) -> None:
+async def test_a_transient_telegram_error_is_retried_within_seconds(pipeline: ServedApp) -> None:
     await pipeline.emulator.fail(token=pipeline.token, method="sendMessage", error_code=500,
                                  times=1)
     await pipeline.enqueue_mail(pipeline.append("flaky"))
@@ -82,7 +75,7 @@ async def test_a_transient_telegram_error_is_retried_within_seconds(pipeline: Pi
     assert await _dlq(pipeline) == []
 
 
-async def test_retries_end_in_the_dlq_after_max_attempts(pipeline: Pipeline) -> None:
+async def test_retries_end_in_the_dlq_after_max_attempts(pipeline: ServedApp) -> None:
     saved = await pipeline.client.put("/api/config", headers=pipeline.admin, json={
         "jmap_timeout_ms": 15000, "telegram_timeout_ms": 10000, "llm_timeout_ms": 30000,
         "max_retries": 1})

@@ -15,13 +15,8 @@ from typing import Any
 from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
 from messageweave.store.streams import Entry
-from tests.integration.pipeline.conftest import (
-    Pipeline,
-    configure,
-    eventually,
-    subject_of,
-    worker_services,
-)
+from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
+from tests.served import ServedApp, configure
 
 
 class _LaneTurn(asyncio.Future[None]):
@@ -37,7 +32,7 @@ class _LaneTurn(asyncio.Future[None]):
         super().add_done_callback(fn, context=context)
 
 
-async def _read(worker: Worker, pipeline: Pipeline, subject: str) -> Entry:
+async def _read(worker: Worker, pipeline: ServedApp, subject: str) -> Entry:
     """Queue one mail and read it as `worker` (the entry is pending for its consumer)."""
     entry_id = await pipeline.enqueue_mail(pipeline.append(subject))
     await worker.streams.ensure_groups()
@@ -46,18 +41,18 @@ async def _read(worker: Worker, pipeline: Pipeline, subject: str) -> Entry:
     return entry
 
 
-async def _pending(pipeline: Pipeline) -> int:
+async def _pending(pipeline: ServedApp) -> int:
     info = await pipeline.redis.xpending(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
     return int(info["pending"])
 
 
-async def _terminal(pipeline: Pipeline, entry_id: str) -> dict[str, Any] | None:
+async def _terminal(pipeline: ServedApp, entry_id: str) -> dict[str, Any] | None:
     raw = await pipeline.redis.get(keys.delivery_committed(keys.STREAM_JMAP, entry_id))
     return None if raw is None else dict(json.loads(raw))
 
 
 async def test_a_lease_that_is_not_ours_blocks_the_telegram_call_after_the_lane_wait(
-    cron_only: Pipeline, embedded_redis_url: str,
+    cron_only: ServedApp, embedded_redis_url: str,
 ) -> None:
     """Issue #11, the duplicate with cron + in-process worker: both paths of one process shared
     the lease (keyed by consumer name) and nobody looked at it again after waiting for the chat
@@ -90,7 +85,7 @@ async def test_a_lease_that_is_not_ours_blocks_the_telegram_call_after_the_lane_
 
 
 async def test_a_dead_lettered_entry_in_a_stale_batch_is_acked_and_not_sent(
-    cron_only: Pipeline, embedded_redis_url: str,
+    cron_only: ServedApp, embedded_redis_url: str,
 ) -> None:
     """Issue #11, dead letters were not terminal: `RETRY_OR_DLQ` left no mark, so a batch that
     still held the entry began it again (`go`) and sent it. The dead letter is now the entry's
@@ -113,7 +108,7 @@ async def test_a_dead_lettered_entry_in_a_stale_batch_is_acked_and_not_sent(
 
 
 async def test_the_lease_is_renewed_while_a_slow_send_is_alive(
-    cron_only: Pipeline, embedded_redis_url: str,
+    cron_only: ServedApp, embedded_redis_url: str,
 ) -> None:
     """Issue #11: the lease (60 s) was never extended while an attempt was alive, and a
     `/summary` reply can take ~2 minutes (LLM timeouts and retries): another worker could take
@@ -149,7 +144,7 @@ async def test_the_lease_is_renewed_while_a_slow_send_is_alive(
 
 
 async def test_a_replayed_dead_letter_is_a_new_entry_naming_the_old_one_delivered_once(
-    pipeline: Pipeline,
+    pipeline: ServedApp,
 ) -> None:
     """DLQ replay (issue #11): the replay is a new entry (new id, its own ledger) whose
     `replay_of` names the dead-lettered entry; it is delivered once, and the old entry stays
@@ -246,7 +241,7 @@ def _form_or_json(body: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-async def _point_at(pipeline: Pipeline, api: _SilentBotApi, policy: str) -> None:
+async def _point_at(pipeline: ServedApp, api: _SilentBotApi, policy: str) -> None:
     """Send through `api` with a 300 ms Telegram timeout, under `policy`."""
     wire = {**pipeline.wire, "telegram_api_base_url": api.base_url, "delivery_policy": policy}
     await configure(pipeline.client, wire, outbound={
@@ -255,7 +250,7 @@ async def _point_at(pipeline: Pipeline, api: _SilentBotApi, policy: str) -> None
 
 
 async def test_a_lost_answer_is_not_resent_at_most_once(
-    cron_only: Pipeline, embedded_redis_url: str,
+    cron_only: ServedApp, embedded_redis_url: str,
 ) -> None:
     """`maybe_sent` (the request went out, the answer never came) is the only failure that
     leaves the intent `sending`; `at_most_once` then records the entry as `unknown` and never
@@ -279,7 +274,7 @@ async def test_a_lost_answer_is_not_resent_at_most_once(
 
 
 async def test_a_lost_answer_is_resent_once_at_least_once(
-    cron_only: Pipeline, embedded_redis_url: str,
+    cron_only: ServedApp, embedded_redis_url: str,
 ) -> None:
     """Under `at_least_once` a lost answer is flagged `resent` (once) and the entry is sent
     again by the retry, which Telegram answers: delivered, with the second send's id."""

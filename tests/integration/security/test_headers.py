@@ -12,6 +12,7 @@ from fastapi import APIRouter
 
 from messageweave.app import create_app
 from messageweave.settings import Settings
+from messageweave.web import static
 from tests.conftest import (
     admin_headers,
     fastapi_of,
@@ -105,7 +106,7 @@ async def test_an_unhandled_500_carries_both(embedded_redis_url: str) -> None:
     assert_strict(response)
 
 
-@pytest.mark.parametrize("path", ["/", "/assets/config.js", "/assets/styles.css"])
+@pytest.mark.parametrize("path", ["/", *(f"/assets/{name}" for name in static.ASSETS)])
 async def test_the_page_keeps_its_own_headers_once(client: httpx.AsyncClient, path: str) -> None:
     """Bug caught: adding the defaults regardless would double the page's own
     `Cache-Control` / `nosniff` (two values: a client may honour either)."""

@@ -22,7 +22,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 # The table's columns: every route of a group must answer the same for each credential.
 ROUTE_GROUPS: dict[str, list[tuple[str, str]]] = {
     "public": [("GET", "/healthz"), ("GET", "/api/status"), ("GET", "/"),
-               ("GET", "/assets/config.js"), ("GET", "/assets/styles.css"),
+               *(("GET", f"/assets/{name}") for name in static.ASSETS),
                ("GET", "/openapi.json")],
     "webhook": [("POST", "/webhook/tg")],
     "worker": [("POST", "/worker")],

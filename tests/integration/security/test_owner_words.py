@@ -23,14 +23,14 @@ from messageweave.store import keys
 from messageweave.store.streams import StreamStore
 from tests.conftest import CYRUS_USER, login
 from tests.integration.pipeline.conftest import (
-    Pipeline,
     eventually,
     pipeline,  # noqa: F401  (the fixture `owner` builds on)
 )
+from tests.served import ServedApp
 
 
 @pytest.fixture
-def owner(pipeline: Pipeline) -> Pipeline:  # noqa: F811  (the imported fixture)
+def owner(pipeline: ServedApp) -> ServedApp:  # noqa: F811  (the imported fixture)
     """The pipeline package's configured instance (its `pipeline` fixture, imported above)."""
     return pipeline
 
@@ -55,7 +55,7 @@ async def either_redis(any_redis_url: str) -> AsyncIterator[aioredis.Redis]:
 _update_ids = iter(range(120_001, 130_000))
 
 
-async def _say(owner: Pipeline, text: str | None) -> int:
+async def _say(owner: ServedApp, text: str | None) -> int:
     """The owner writes `text` (None: a sticker); the Update goes through `/webhook/tg`."""
     update_id = next(_update_ids)
     message: dict[str, Any] = {"message_id": 1, "date": 0,
@@ -71,7 +71,7 @@ async def _say(owner: Pipeline, text: str | None) -> int:
     return update_id
 
 
-async def _finished(owner: Pipeline) -> None:
+async def _finished(owner: ServedApp) -> None:
     """Wait until no `stalwart:telegram` entry is left to work on."""
 
     async def done() -> bool:
@@ -123,7 +123,7 @@ async def _serialized(raw: aioredis.Redis) -> list[bytes]:
         await raw.config_set("rdbcompression", previous)
 
 
-async def _assert_forgotten(owner: Pipeline, raw: aioredis.Redis, words: str) -> None:
+async def _assert_forgotten(owner: ServedApp, raw: aioredis.Redis, words: str) -> None:
     readable = await _everything_readable(owner.redis)
     assert [v for v in readable if words in v] == []
     assert [d for d in await _serialized(raw) if words.encode() in d] == []
@@ -137,7 +137,7 @@ def _words() -> str:
 
 
 async def test_an_answered_search_leaves_nothing_of_the_query_in_redis(
-    owner: Pipeline, raw_redis: aioredis.Redis,
+    owner: ServedApp, raw_redis: aioredis.Redis,
 ) -> None:
     """Bug: after `/search <query>` was answered, the query stayed in `stalwart:telegram` (and
     so in every snapshot): the approximate trim (`XTRIM MINID ~`) never removes a partly filled
@@ -158,7 +158,7 @@ async def test_an_answered_search_leaves_nothing_of_the_query_in_redis(
 
 
 async def test_any_text_and_updates_needing_no_reply_are_forgotten_too(
-    owner: Pipeline, raw_redis: aioredis.Redis,
+    owner: ServedApp, raw_redis: aioredis.Redis,
 ) -> None:
     """Bug: entries committed without a reply — plain words the bot stays silent on, an update
     with no text (a sticker) — stayed in the stream with their text like answered ones."""
@@ -172,7 +172,7 @@ async def test_any_text_and_updates_needing_no_reply_are_forgotten_too(
 
 
 async def test_a_dead_lettered_reply_keeps_no_text_and_is_not_replayed(
-    owner: Pipeline, raw_redis: aioredis.Redis,
+    owner: ServedApp, raw_redis: aioredis.Redis,
 ) -> None:
     """Bug: a reply Telegram refused (403, the bot was blocked) went to the DLQ with the
     entry's fields as its payload, the owner's text included, kept with no expiry; a replay
@@ -203,7 +203,7 @@ async def test_a_dead_lettered_reply_keeps_no_text_and_is_not_replayed(
     assert await owner.emulator.sent_messages(owner.token) == []
 
 
-async def test_mail_entries_stay_in_their_stream_and_dlq_as_before(owner: Pipeline) -> None:
+async def test_mail_entries_stay_in_their_stream_and_dlq_as_before(owner: ServedApp) -> None:
     """Bug this guards against: deleting `stalwart:jmap` entries too. The gap auditor follows
     each mail to its entry until the trim removes it, and a mail dead letter must replay."""
     delivered = await owner.enqueue_mail(owner.append("kept for the auditor"))

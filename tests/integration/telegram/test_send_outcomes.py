@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from messageweave.chat import telegram
 from messageweave.chat.telegram import (
     UNKNOWN_MESSAGE_ID,
     FailureClass,
@@ -30,6 +29,7 @@ from messageweave.chat.telegram import (
     TelegramSendError,
     split_text,
 )
+from messageweave.chat.telegram import client as telegram
 from tests.conftest import closed_port
 from tests.integration.telegram.conftest import BotChat
 from tests.peers.telegram import TelegramEmulator

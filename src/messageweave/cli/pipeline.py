@@ -17,16 +17,12 @@ from typing import Annotated
 import typer
 from redis.exceptions import RedisError
 
+from messageweave import runtime
 from messageweave.aio import cancel
-from messageweave.api.services import Services
-from messageweave.config.service import ConfigService
 from messageweave.pipeline import service
 from messageweave.pipeline.worker import Worker
-from messageweave.settings import from_env_or_data_dir
+from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.redis import connect
-from messageweave.store.state import ConfigStore
-from messageweave.version import build_version
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -35,20 +31,11 @@ dlq_app = typer.Typer(help="List and replay dead-lettered events.", no_args_is_h
 
 @asynccontextmanager
 async def _services() -> AsyncIterator[Services]:
-    settings = from_env_or_data_dir()
+    settings = runtime.settings_from_data_dir()
     if not settings.configured:
         raise typer.BadParameter(f"missing {', '.join(settings.missing)}")
-    redis = connect(settings.redis_url)
-    store = ConfigStore(redis)
-    svc = Services(settings=settings, redis=redis, store=store,
-                   config=ConfigService(store, settings.encryption_key),
-                   version=build_version())
-    try:
-        await svc.config.refresh()
+    async with runtime.running(settings) as svc:
         yield svc
-    finally:
-        await svc.config.aclose()
-        await redis.aclose()
 
 
 async def _drain(loop: bool, batch: int) -> None:

@@ -1,4 +1,4 @@
-"""Operator commands: `diagnose`, `test-notify`, `bootstrap` (registered on the main app)."""
+"""Operator commands: `diagnose`, `test-notify`, `bootstrap`."""
 
 from __future__ import annotations
 
@@ -10,25 +10,15 @@ from typing import Annotated
 
 import httpx
 import typer
-from rich.console import Console
 
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
+from messageweave.cli.common import DataDirOption, console, fail, load_settings
+from messageweave.cli.diagnose import Check, run_checks
 from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
-from messageweave.ops.diagnose import Check, run_checks
-from messageweave.settings import (
-    KEY_FILE,
-    Settings,
-    default_data_dir,
-    from_env_or_data_dir,
-)
+from messageweave.runtime import settings_from_data_dir
+from messageweave.settings import KEY_FILE, Settings, default_data_dir
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
-
-console = Console()
-
-DataDirOption = Annotated[Path | None, typer.Option(
-    help="The data directory of `messageweave run`: its embedded Redis and key are used when "
-         "REDIS_URL / CONFIG_ENCRYPTION_KEY are unset (default: the one `run` uses).")]
 
 _MARKS = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
 
@@ -43,7 +33,7 @@ def print_checks(checks: list[Check]) -> None:
 
 def diagnose(data_dir: DataDirOption = None) -> None:
     """Check the environment, Redis, the configuration, JMAP, Telegram and the queues."""
-    checks = asyncio.run(run_checks(from_env_or_data_dir(data_dir)))
+    checks = asyncio.run(run_checks(settings_from_data_dir(data_dir)))
     print_checks(checks)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
@@ -76,18 +66,13 @@ def test_notify(
     data_dir: DataDirOption = None,
 ) -> None:
     """Send one Telegram message with the stored configuration."""
-    settings = from_env_or_data_dir(data_dir)
-    if settings.missing:
-        console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
-        raise typer.Exit(1)
+    settings = load_settings(data_dir)
     try:
         result = asyncio.run(_send_test(settings, chat, text))
     except TelegramSendError as exc:
-        console.print(f"[red]fail[/] telegram refused: {exc.failure_class}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(f"telegram refused: {exc.failure_class}", highlight=False)
     except (RuntimeError, StoreUnavailable, StoredConfigInvalid, OSError) as exc:
-        console.print(f"[red]fail[/] {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(str(exc), highlight=False)
     console.print(f"[green]ok[/] {result}", highlight=False)
 
 
@@ -99,8 +84,7 @@ def _admin_key(data_dir: Path | None) -> str:
     try:
         return path.read_text().strip()
     except OSError:
-        console.print(f"[red]fail[/] no CONFIG_ENCRYPTION_KEY and no key file at {path}")
-        raise typer.Exit(1) from None
+        fail(f"no CONFIG_ENCRYPTION_KEY and no key file at {path}")
 
 
 def bootstrap(
@@ -117,22 +101,18 @@ def bootstrap(
     try:
         body = json.loads(file.read_text())
     except (OSError, ValueError, RecursionError) as exc:
-        console.print(f"[red]fail[/] cannot read {file}: {type(exc).__name__}")
-        raise typer.Exit(1) from None
+        fail(f"cannot read {file}: {type(exc).__name__}")
     key = _admin_key(data_dir)
     try:
         response = httpx.post(url.rstrip("/") + "/api/bootstrap", json=body, timeout=60,
                               headers={"Authorization": f"Bearer {key}"})
     except httpx.HTTPError as exc:
-        console.print(f"[red]fail[/] {url} unreachable ({type(exc).__name__})")
-        raise typer.Exit(1) from None
+        fail(f"{url} unreachable ({type(exc).__name__})")
     if response.status_code == 409:
-        console.print("[red]fail[/] already configured: change it on the admin page instead")
-        raise typer.Exit(1)
+        fail("already configured: change it on the admin page instead")
     if response.status_code != 200:
         reason = response.headers.get("x-config-error") or _code(response)
-        console.print(f"[red]fail[/] HTTP {response.status_code}: {reason}", highlight=False)
-        raise typer.Exit(1)
+        fail(f"HTTP {response.status_code}: {reason}", highlight=False)
     result = response.json()
     console.print(f"[green]ok[/] configuration stored (revision "
                   f"{response.headers.get('x-business-config-revision', '?')})")

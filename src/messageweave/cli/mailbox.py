@@ -15,57 +15,45 @@ from typing import Annotated
 
 import typer
 from redis.exceptions import RedisError
-from rich.console import Console
 from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from messageweave.api.services import Services
-from messageweave.cli_ops import DataDirOption
-from messageweave.config.runtime import new_jmap_client
-from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
+from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
+from messageweave.config.service import StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.auditor import TRIGGER_CLI, AuditResult, run_audit
 from messageweave.mail.jmap import JmapError
 from messageweave.mail.reconcile import Budget, Progress, ReconcileBusy, ReconcileError, reconcile
-from messageweave.settings import Settings, from_env_or_data_dir
-from messageweave.store.redis import connect
-from messageweave.store.state import ConfigStore
-from messageweave.version import build_version
+from messageweave.settings import Settings
 
-console = Console()
 EXIT_BUSY = 2
 EXIT_MISSING = 3
 
 
 async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> Progress:
-    redis = connect(settings.redis_url)
-    try:
-        service = ConfigService(ConfigStore(redis), settings.encryption_key)
-        _, cfg = await service.read_stored()
-        if cfg is None:
+    async with stored_services(settings) as svc:
+        cfg = svc.config.config
+        if cfg is None:  # stored but not loadable on this process
             raise RuntimeError("nothing configured yet: save a configuration first")
-        outbound = await service.read_outbound()
+        client = await svc.jmap()
         task = bar.add_task("reconcile", total=None)
 
         def show(p: Progress) -> None:
             bar.update(task, description=f"{p.phase}: {p.emails} emails seen, "
                                          f"{p.enqueued} new, {p.pages} pages")
 
-        async with new_jmap_client(cfg, outbound) as client:
-            total = Progress()
-            for _ in range(1 if once else max_passes):
-                result = await reconcile(redis, client, cfg.notify_mailbox_roles,
-                                         budget=Budget(), on_progress=show)
-                total.emails += result.emails
-                total.enqueued += result.enqueued
-                total.pages += result.pages
-                total.phase, total.complete = result.phase, result.complete
-                total.rebaselined = total.rebaselined or result.rebaselined
-                show(total)
-                if result.complete:
-                    break
-            return total
-    finally:
-        await redis.aclose()
+        total = Progress()
+        for _ in range(1 if once else max_passes):
+            result = await reconcile(svc.redis, client, cfg.notify_mailbox_roles,
+                                     budget=Budget(), on_progress=show)
+            total.emails += result.emails
+            total.enqueued += result.enqueued
+            total.pages += result.pages
+            total.phase, total.complete = result.phase, result.complete
+            total.rebaselined = total.rebaselined or result.rebaselined
+            show(total)
+            if result.complete:
+                break
+        return total
 
 
 def reconcile_command(
@@ -74,10 +62,7 @@ def reconcile_command(
     data_dir: DataDirOption = None,
 ) -> None:
     """Find new mail now: replay Email/changes (or walk after a re-baseline) and enqueue it."""
-    settings = from_env_or_data_dir(data_dir)
-    if settings.missing:
-        console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
-        raise typer.Exit(1)
+    settings = load_settings(data_dir)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     try:
         with Bar(*columns, console=console, transient=True) as bar:
@@ -87,8 +72,7 @@ def reconcile_command(
         raise typer.Exit(EXIT_BUSY) from None
     except (ReconcileError, JmapError, RuntimeError, StoreUnavailable, StoredConfigInvalid,
             OSError) as exc:
-        console.print(f"[red]fail[/] {type(exc).__name__}: {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(f"{type(exc).__name__}: {exc}", highlight=False)
     state = "caught up" if result.complete else "not caught up yet (run again)"
     extra = ", re-baselined" if result.rebaselined else ""
     console.print(f"[green]ok[/] {result.phase}: {result.emails} emails seen, "
@@ -96,34 +80,19 @@ def reconcile_command(
 
 
 async def _audit(settings: Settings) -> AuditResult:
-    redis = connect(settings.redis_url)
-    store = ConfigStore(redis)
-    svc = Services(settings=settings, redis=redis, store=store,
-                   config=ConfigService(store, settings.encryption_key), version=build_version())
-    try:
-        _, cfg = await svc.config.read_stored()  # StoreUnavailable / StoredConfigInvalid
-        if cfg is None:
-            raise RuntimeError("nothing configured yet: save a configuration first")
-        await svc.config.refresh()
+    async with stored_services(settings) as svc:
         return await run_audit(svc, TRIGGER_CLI)
-    finally:
-        await svc.config.aclose()
-        await redis.aclose()
 
 
 def audit_command(data_dir: DataDirOption = None) -> None:
     """Check that no new mail of the audit window was left without its notification, and
     re-enqueue the missing ones. Exit 0: nothing missing; 3: missing mail found; 1: failure."""
-    settings = from_env_or_data_dir(data_dir)
-    if settings.missing:
-        console.print(f"[red]fail[/] environment: missing {', '.join(settings.missing)}")
-        raise typer.Exit(1)
+    settings = load_settings(data_dir)
     try:
         result = asyncio.run(_audit(settings))
     except (JmapError, RedisError, RuntimeError, StoreUnavailable, StoredConfigInvalid,
             OSError) as exc:
-        console.print(f"[red]fail[/] {type(exc).__name__}: {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(f"{type(exc).__name__}: {exc}", highlight=False)
     if result.since is None:
         console.print("[green]ok[/] nothing to audit yet: no reconcile first run", highlight=False)
         return

@@ -13,9 +13,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from messageweave.chat import consent, intents, render, replies, summarize
+from messageweave.chat import consent, intents, replies
 from messageweave.config.model import BusinessConfig, OutboundConfig
 from messageweave.mail.jmap import JmapClient
+from messageweave.pipeline import search, summarize
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ async def _search(query: str, ctx: ConversationContext) -> str:
     if len(query) > MAX_QUERY_CHARS:
         return replies.SEARCH_QUERY_TOO_LONG.format(limit=MAX_QUERY_CHARS)
     client = await ctx.jmap()
-    return render.search_reply(query, await client.search(query, limit=render.MAX_HITS))
+    return search.search_reply(query, await client.search(query, limit=search.MAX_HITS))
 
 
 async def _summary(email_id: str, chat_id: int, ctx: ConversationContext) -> str | None:

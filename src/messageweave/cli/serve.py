@@ -1,4 +1,4 @@
-"""The `messageweave` command: `run` (all-in-one) and `serve` (container mode)."""
+"""`messageweave run` (all-in-one) and `messageweave serve` (container mode)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,13 @@ from types import FrameType
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from messageweave import cli_mailbox, cli_ops, cli_pipeline, server
+from messageweave import server
 from messageweave.app import create_app
+from messageweave.cli.common import console
 from messageweave.logs import add_secret_source, configure_logging
 from messageweave.settings import KEY_FILE, REDIS_DIR, default_data_dir, from_env
 from messageweave.store.redis import EmbeddedRedis
-
-app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
-console = Console()
 
 # `serve`'s default (`run` binds 127.0.0.1): in a container, its port mapping is the boundary.
 CONTAINER_HOST = "0.0.0.0"  # nosec B104 # container mode, see above
@@ -52,7 +49,6 @@ def load_or_create_key(data_dir: Path) -> tuple[str, bool]:
     return key, True
 
 
-@app.command()
 def run(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int | None, typer.Option(help="Port (default: $PORT or 8080).")] = None,
@@ -95,7 +91,6 @@ def run(
             embedded.stop()
 
 
-@app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind.")] = CONTAINER_HOST,
     debug: DebugOption = False,
@@ -107,9 +102,6 @@ def serve(
     server.serve(create_app(settings), host, settings.port)
 
 
-cli_ops.register(app)
-cli_pipeline.register(app)
-cli_mailbox.register(app)
-
-if __name__ == "__main__":
-    app()
+def register(app: typer.Typer) -> None:
+    app.command()(run)
+    app.command()(serve)

@@ -1,0 +1,44 @@
+"""Outbound Telegram: plain-text sends split to Telegram's limit, failures sorted into classes.
+
+`TelegramClient` wraps python-telegram-bot's `Bot` (pointed at `{api_base_url}/bot`, so a local
+Bot API server or the test emulator works). It does not retry: every failure surfaces as a
+`TelegramSendError` whose `failure_class` tells the pipeline whether to back off and retry
+(`transient`, `rate_limit`) or give up (everything else), and whose `maybe_sent` tells it whether
+the message may have been delivered all the same.
+
+What a send did is read from the wire, not from PTB's models (`transport`): an answer PTB cannot
+turn into a `Message` is still a delivery with its id, and a failure is `maybe_sent` exactly when
+the request was written and no readable answer came back.
+
+The bot token is a credential. It never appears in our exceptions or reprs, and the loggers that
+would print it get a filter that redacts it (`redaction`).
+
+Where things are: `client` (the calls), `errors` (`TelegramSendError`, `classify`), `split`
+(`split_text`), `transport`, `redaction`. Import from here, not from the submodules.
+"""
+
+from messageweave.chat.telegram.client import (
+    DEFAULT_API_BASE_URL,
+    DEFAULT_TIMEOUT_S,
+    PROBE_TIMEOUT_S,
+    BotIdentity,
+    TelegramClient,
+)
+from messageweave.chat.telegram.errors import FailureClass, TelegramSendError, classify
+from messageweave.chat.telegram.split import MAX_MESSAGE_UTF16, split_text, utf16_len
+from messageweave.chat.telegram.transport import UNKNOWN_MESSAGE_ID
+
+__all__ = [
+    "DEFAULT_API_BASE_URL",
+    "DEFAULT_TIMEOUT_S",
+    "MAX_MESSAGE_UTF16",
+    "PROBE_TIMEOUT_S",
+    "UNKNOWN_MESSAGE_ID",
+    "BotIdentity",
+    "FailureClass",
+    "TelegramClient",
+    "TelegramSendError",
+    "classify",
+    "split_text",
+    "utf16_len",
+]

@@ -1,0 +1,39 @@
+"""What the mail loops (scheduler, gap auditor) need from a running instance.
+
+`messageweave.services.Services` satisfies it; `mail/` cannot import that module (it sits
+above), so it names only what it uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from messageweave.config.service import ConfigService
+from messageweave.mail.jmap import JmapClient
+from messageweave.store.redis import Redis
+from messageweave.store.state import ConfigStore
+
+
+class MailContext(Protocol):
+    @property
+    def redis(self) -> Redis: ...
+
+    @property
+    def store(self) -> ConfigStore: ...
+
+    @property
+    def config(self) -> ConfigService: ...
+
+    @property
+    def live(self) -> bool:
+        """A configuration is live and its clients are built."""
+
+    @property
+    def live_jmap(self) -> JmapClient | None:
+        """The JMAP client in use when it is connected; None otherwise (no I/O)."""
+
+    async def jmap(self) -> JmapClient:
+        """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
+
+    async def record_audit(self, action: str, **fields: Any) -> None:
+        """An audit-log record (`ops.audit`); never raises for a Redis error."""

@@ -1,0 +1,127 @@
+"""A thin async JMAP client (RFC 8620 core, RFC 8621 mail) on httpx.
+
+Where things are:
+
+- `client`: `JmapClient` — transport, session discovery, account selection, `call()`;
+- `mail`, `push`: its typed methods (Mailbox/Email/SearchSnippet, PushSubscription);
+- `calls`: a request and its answer (`MethodCall`, `MethodResponses`, `result_ref`);
+- `models`: what the methods return; `errors`: what they raise; `parse`: reading the JSON.
+
+Errors are typed: `JmapTransportError` (network, timeout, HTTP 5xx/429), `JmapAuthError`
+(401/403), `JmapRequestError` (RFC 8620 §3.6.1 problem JSON), `JmapMethodError` and one subclass
+per RFC method-level error type (`CannotCalculateChanges`, `InvalidArguments`, ...), and
+`JmapSetError` for a refused create/update/destroy. The password never appears in a message or
+a repr. `call()` sends any batch of method calls (with back-references, see `result_ref`); the
+typed methods build on it.
+
+Import from here (`from messageweave.mail.jmap import JmapClient`), not from the submodules.
+"""
+
+from messageweave.mail.jmap.calls import (
+    CORE,
+    MAIL,
+    Invocation,
+    MethodCall,
+    MethodResponses,
+    result_ref,
+)
+from messageweave.mail.jmap.client import (
+    MAX_REDIRECTS,
+    WELL_KNOWN,
+    JmapClient,
+    build_ssl_context,
+    session_resource_url,
+)
+from messageweave.mail.jmap.errors import (
+    AccountNotFound,
+    AccountNotSupportedByMethod,
+    AccountReadOnly,
+    AnchorNotFound,
+    CannotCalculateChanges,
+    Forbidden,
+    InvalidArguments,
+    InvalidResultReference,
+    JmapAccountError,
+    JmapAuthError,
+    JmapError,
+    JmapMethodError,
+    JmapProtocolError,
+    JmapRedirectError,
+    JmapRequestError,
+    JmapSetError,
+    JmapTransportError,
+    RequestTooLarge,
+    ServerFail,
+    ServerPartialFail,
+    ServerUnavailable,
+    StateMismatch,
+    TooManyChanges,
+    UnknownMethod,
+    UnsupportedFilter,
+    UnsupportedSort,
+)
+from messageweave.mail.jmap.mail import DEFAULT_EMAIL_PROPERTIES, NEWEST_FIRST
+from messageweave.mail.jmap.models import (
+    EmailChanges,
+    EmailMeta,
+    EmailPage,
+    EmailQueryResult,
+    JmapSession,
+    Mailbox,
+    PushSubscription,
+    PushSubscriptionLookup,
+    SearchResult,
+    SearchSnippet,
+)
+
+__all__ = [
+    "CORE",
+    "DEFAULT_EMAIL_PROPERTIES",
+    "MAIL",
+    "MAX_REDIRECTS",
+    "NEWEST_FIRST",
+    "WELL_KNOWN",
+    "AccountNotFound",
+    "AccountNotSupportedByMethod",
+    "AccountReadOnly",
+    "AnchorNotFound",
+    "CannotCalculateChanges",
+    "EmailChanges",
+    "EmailMeta",
+    "EmailPage",
+    "EmailQueryResult",
+    "Forbidden",
+    "InvalidArguments",
+    "InvalidResultReference",
+    "Invocation",
+    "JmapAccountError",
+    "JmapAuthError",
+    "JmapClient",
+    "JmapError",
+    "JmapMethodError",
+    "JmapProtocolError",
+    "JmapRedirectError",
+    "JmapRequestError",
+    "JmapSession",
+    "JmapSetError",
+    "JmapTransportError",
+    "Mailbox",
+    "MethodCall",
+    "MethodResponses",
+    "PushSubscription",
+    "PushSubscriptionLookup",
+    "RequestTooLarge",
+    "SearchResult",
+    "SearchSnippet",
+    "ServerFail",
+    "ServerPartialFail",
+    "ServerUnavailable",
+    "StateMismatch",
+    "TooManyChanges",
+    "UnknownMethod",
+    "UnsupportedFilter",
+    "UnsupportedSort",
+    "build_ssl_context",
+    "result_ref",
+    "session_resource_url",
+]

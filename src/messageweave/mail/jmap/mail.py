@@ -1,0 +1,346 @@
+"""JMAP for Mail (RFC 8621) on top of `call()`: mailboxes, Email state and changes, queries,
+Email/get in as few requests as the session allows, and full-text search with snippets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from messageweave.mail.jmap.calls import MethodCall, MethodCaller, result_ref
+from messageweave.mail.jmap.models import (
+    EmailChanges,
+    EmailMeta,
+    EmailPage,
+    EmailQueryResult,
+    Mailbox,
+    SearchResult,
+    SearchSnippet,
+)
+from messageweave.mail.jmap.parse import dicts, opt_int, opt_str, req_str, strs
+
+DEFAULT_EMAIL_PROPERTIES: tuple[str, ...] = (
+    "from",
+    "subject",
+    "receivedAt",
+    "mailboxIds",
+    "keywords",
+    "preview",
+)
+NEWEST_FIRST: tuple[Mapping[str, Any], ...] = ({"property": "receivedAt", "isAscending": False},)
+
+
+class MailMethods(MethodCaller):
+    """The mail methods of `JmapClient`, all for the selected account."""
+
+    async def mailboxes(self) -> list[Mailbox]:
+        """Every mailbox of the account (Mailbox/get ids=null), with its role (or None)."""
+        res = await self._call_one(
+            "Mailbox/get",
+            {
+                "accountId": await self._account(),
+                "ids": None,
+                "properties": ["id", "name", "role", "parentId"],
+            },
+        )
+        return [
+            Mailbox(
+                id=str(m["id"]),
+                name=str(m.get("name") or ""),
+                role=opt_str(m.get("role")),
+                parent_id=opt_str(m.get("parentId")),
+            )
+            for m in dicts(res.get("list"))
+            if "id" in m
+        ]
+
+    async def email_state(self) -> str:
+        """The current Email state (Email/get with ids=[])."""
+        res = await self._call_one("Email/get", {"accountId": await self._account(), "ids": []})
+        return req_str(res, "state", "Email/get")
+
+    async def email_changes(self, since_state: str, max_changes: int | None = None) -> EmailChanges:
+        """Email/changes. Raises `CannotCalculateChanges` (or, Cyrus for a malformed state,
+        `InvalidArguments`) when the state is too old or unknown."""
+        args: dict[str, Any] = {"accountId": await self._account(), "sinceState": since_state}
+        if max_changes is not None:
+            if max_changes <= 0:
+                raise ValueError("max_changes must be positive")
+            args["maxChanges"] = max_changes
+        res = await self._call_one("Email/changes", args)
+        return EmailChanges(
+            old_state=str(res.get("oldState", since_state)),
+            new_state=req_str(res, "newState", "Email/changes"),
+            has_more=bool(res.get("hasMoreChanges", False)),
+            created=strs(res.get("created")),
+            updated=strs(res.get("updated")),
+            destroyed=strs(res.get("destroyed")),
+        )
+
+    async def query_emails(
+        self,
+        filter: Mapping[str, Any] | None = None,
+        sort: Sequence[Mapping[str, Any]] | None = NEWEST_FIRST,
+        position: int = 0,
+        limit: int | None = None,
+        *,
+        calculate_total: bool = False,
+    ) -> EmailQueryResult:
+        """Email/query: ids (newest first by default) and the query state."""
+        res = await self._call_one(
+            "Email/query",
+            self._query_args(await self._account(), filter, sort, position, limit, calculate_total),
+        )
+        return EmailQueryResult(
+            ids=strs(res.get("ids")),
+            query_state=str(res.get("queryState", "")),
+            position=opt_int(res.get("position")) or 0,
+            total=opt_int(res.get("total")),
+            can_calculate_changes=bool(res.get("canCalculateChanges", False)),
+        )
+
+    @staticmethod
+    def _query_args(
+        account: str,
+        filter: Mapping[str, Any] | None,
+        sort: Sequence[Mapping[str, Any]] | None,
+        position: int,
+        limit: int | None,
+        calculate_total: bool,
+    ) -> dict[str, Any]:
+        args: dict[str, Any] = {"accountId": account}
+        if filter is not None:
+            args["filter"] = dict(filter)
+        if sort is not None:
+            args["sort"] = [dict(s) for s in sort]
+        if position:
+            args["position"] = position
+        if limit is not None:
+            if limit < 0:
+                raise ValueError("limit must not be negative")
+            args["limit"] = limit
+        if calculate_total:
+            args["calculateTotal"] = True
+        return args
+
+    @staticmethod
+    def _get_args(
+        account: str,
+        properties: Sequence[str] | None,
+        fetch_text: bool,
+        body_max_bytes: int | None,
+    ) -> dict[str, Any]:
+        props = list(DEFAULT_EMAIL_PROPERTIES if properties is None else properties)
+        if "id" not in props:
+            props.insert(0, "id")
+        args: dict[str, Any] = {"accountId": account, "properties": props}
+        if fetch_text:
+            for extra in ("textBody", "bodyValues"):
+                if extra not in props:
+                    props.append(extra)
+            args["fetchTextBodyValues"] = True
+            if body_max_bytes is not None:
+                if body_max_bytes <= 0:
+                    raise ValueError("body_max_bytes must be positive")
+                args["maxBodyValueBytes"] = body_max_bytes
+        return args
+
+    async def get_emails(
+        self,
+        ids: Iterable[str],
+        *,
+        properties: Sequence[str] | None = None,
+        fetch_text: bool = False,
+        body_max_bytes: int | None = None,
+    ) -> list[EmailMeta]:
+        """Email/get for `ids`, in the order given (ids the server does not know are left out).
+
+        Ids are chunked by the session's maxObjectsInGet, and the chunks go in as few requests as
+        maxCallsInRequest allows (one, normally). With `fetch_text`, `text` holds the text body.
+        """
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return []
+        session = await self.get_session()
+        base = self._get_args(self.account_id, properties, fetch_text, body_max_bytes)
+        size = session.max_objects_in_get
+        calls: list[MethodCall] = [
+            ("Email/get", {**base, "ids": wanted[i : i + size]}, f"g{i // size}")
+            for i in range(0, len(wanted), size)
+        ]
+        found: dict[str, EmailMeta] = {}
+        per_request = session.max_calls_in_request
+        for start in range(0, len(calls), per_request):
+            batch = calls[start : start + per_request]
+            responses = await self.call(batch)
+            for _name, _args, call_id in batch:
+                res = responses.result(call_id, "Email/get")
+                for raw in dicts(res.get("list")):
+                    meta = _email_meta(raw, fetch_text, body_max_bytes)
+                    if meta is not None:
+                        found[meta.id] = meta
+        return [found[i] for i in wanted if i in found]
+
+    async def query_and_get(
+        self,
+        filter: Mapping[str, Any] | None = None,
+        sort: Sequence[Mapping[str, Any]] | None = NEWEST_FIRST,
+        limit: int = 50,
+        *,
+        position: int = 0,
+        properties: Sequence[str] | None = None,
+        fetch_text: bool = False,
+        body_max_bytes: int | None = None,
+    ) -> EmailPage:
+        """Email/query + Email/get (`#ids` back-reference) in one request.
+
+        `limit` is capped at the session's maxObjectsInGet, so one Email/get covers the page.
+        """
+        session = await self.get_session()
+        account = self.account_id
+        limit = max(0, min(limit, session.max_objects_in_get))
+        query = self._query_args(account, filter, sort, position, limit, False)
+        get = self._get_args(account, properties, fetch_text, body_max_bytes)
+        get["#ids"] = result_ref("q", "Email/query", "/ids")
+        responses = await self.call([("Email/query", query, "q"), ("Email/get", get, "g")])
+        q = responses.result("q", "Email/query")
+        g = responses.result("g", "Email/get")
+        ids = strs(q.get("ids"))
+        by_id = {
+            m.id: m
+            for m in (_email_meta(raw, fetch_text, body_max_bytes) for raw in dicts(g.get("list")))
+            if m is not None
+        }
+        return EmailPage(
+            ids=ids,
+            query_state=str(q.get("queryState", "")),
+            total=opt_int(q.get("total")),
+            emails=[by_id[i] for i in ids if i in by_id],
+        )
+
+    async def search(self, text: str, limit: int = 10) -> SearchResult:
+        """Full-text search, newest first: Email/query {text} + SearchSnippet/get + Email/get
+        (subject, preview, from, receivedAt), all in one request via back-references.
+
+        A failing query raises; a failing SearchSnippet/get only leaves `snippets` empty.
+        """
+        session = await self.get_session()
+        account = self.account_id
+        limit = max(0, min(limit, session.max_objects_in_get))
+        text_filter = {"text": text}
+        ids_ref = result_ref("q", "Email/query", "/ids")
+        responses = await self.call(
+            [
+                ("Email/query", self._query_args(
+                    account, text_filter, NEWEST_FIRST, 0, limit, False), "q"),
+                ("SearchSnippet/get",
+                 {"accountId": account, "filter": text_filter, "#emailIds": ids_ref}, "s"),
+                ("Email/get", {"accountId": account, "#ids": ids_ref,
+                               "properties": ["id", "subject", "preview", "from", "receivedAt"]},
+                 "g"),
+            ]
+        )  # fmt: skip
+        q = responses.result("q", "Email/query")
+        ids = strs(q.get("ids"))
+        g = responses.result("g", "Email/get")
+        by_id = {
+            m.id: m
+            for m in (_email_meta(r, False, None) for r in dicts(g.get("list")))
+            if m is not None
+        }
+        snippet_error = responses.error("s")
+        snippets: list[SearchSnippet] = []
+        if snippet_error is None:
+            s = responses.result("s", "SearchSnippet/get")
+            snippets = [
+                SearchSnippet(
+                    email_id=str(item["emailId"]),
+                    subject=opt_str(item.get("subject")),
+                    preview=opt_str(item.get("preview")),
+                )
+                for item in dicts(s.get("list"))
+                if "emailId" in item
+            ]
+            order = {email_id: n for n, email_id in enumerate(ids)}
+            snippets.sort(key=lambda sn: order.get(sn.email_id, len(order)))
+        return SearchResult(
+            ids=ids,
+            emails=[by_id[i] for i in ids if i in by_id],
+            snippets=snippets,
+            snippet_error=snippet_error,
+        )
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def _email_meta(
+    raw: Mapping[str, Any], fetch_text: bool, body_max_bytes: int | None
+) -> EmailMeta | None:
+    email_id = raw.get("id")
+    if not isinstance(email_id, str):
+        return None
+    text: str | None = None
+    truncated = False
+    if fetch_text:
+        text, truncated = _text_body(raw, body_max_bytes)
+    return EmailMeta(
+        id=email_id,
+        sender=_sender(raw.get("from")),
+        subject=opt_str(raw.get("subject")),
+        received_at=_unix(raw.get("receivedAt")),
+        mailbox_ids=_true_keys(raw.get("mailboxIds")),
+        keywords=_true_keys(raw.get("keywords")),
+        preview=opt_str(raw.get("preview")) or "",
+        text=text,
+        text_truncated=truncated,
+    )
+
+
+def _text_body(raw: Mapping[str, Any], cap: int | None) -> tuple[str, bool]:
+    values = raw.get("bodyValues")
+    values = values if isinstance(values, dict) else {}
+    chunks: list[str] = []
+    truncated = False
+    for part in dicts(raw.get("textBody")):
+        value = values.get(part.get("partId"))
+        if isinstance(value, dict) and isinstance(value.get("value"), str):
+            chunks.append(value["value"])
+            truncated = truncated or bool(value.get("isTruncated"))
+    text = "\n".join(chunks)
+    if cap is not None:
+        encoded = text.encode("utf-8")
+        if len(encoded) > cap:
+            text = encoded[:cap].decode("utf-8", errors="ignore")
+            truncated = True
+    return text, truncated
+
+
+def _sender(value: Any) -> str | None:
+    for addr in dicts(value):
+        name = opt_str(addr.get("name"))
+        email = opt_str(addr.get("email"))
+        name = name.strip() if name else None
+        if name and email:
+            return f"{name} <{email}>"
+        if email or name:
+            return email or name
+    return None
+
+
+def _unix(value: Any) -> int | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp())
+
+
+def _true_keys(value: Any) -> frozenset[str]:
+    if not isinstance(value, dict):
+        return frozenset()
+    return frozenset(k for k, v in value.items() if isinstance(k, str) and v is True)

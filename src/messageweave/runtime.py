@@ -1,0 +1,106 @@
+"""The composition root: the one place that builds a running instance and hands it down.
+
+`build_services(settings)` connects Redis and makes the config service with its peer clients
+(`messageweave.services.Peers`); `background(svc)` starts what runs beside the HTTP server
+(config reload, worker, scheduler, gap auditor); `close(svc)` releases it all. The app
+(`messageweave.app`) and every CLI command that talks to the peers build through here, so
+they wire the same things the same way. Nothing below this module knows it exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from messageweave.aio import cancel
+from messageweave.config.service import ConfigService
+from messageweave.logs import add_secret_source, remove_secret_source
+from messageweave.mail.auditor import run_auditor
+from messageweave.mail.scheduler import run_scheduler
+from messageweave.pipeline.worker import run_worker
+from messageweave.services import Peers, Services
+from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
+from messageweave.store.redis import connect, embedded_url
+from messageweave.store.state import ConfigStore
+from messageweave.version import build_version
+
+
+def build_services(settings: Settings) -> Services:
+    """Everything one instance shares. Connecting Redis does no I/O yet; the configuration is
+    loaded by `svc.config.refresh()` (the app's lifespan, or the CLI command)."""
+    redis = connect(settings.redis_url)
+    store = ConfigStore(redis)
+    peers = Peers()
+    return Services(
+        settings=settings,
+        redis=redis,
+        store=store,
+        config=ConfigService(store, settings.encryption_key, peers),
+        version=build_version(),
+        peers=peers,
+    )
+
+
+async def close(svc: Services) -> None:
+    await svc.config.aclose()
+    await svc.redis.aclose()
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Services]:
+    """`build_services` with the stored configuration loaded, closed on exit (CLI commands)."""
+    svc = build_services(settings)
+    try:
+        await svc.config.refresh()
+        yield svc
+    finally:
+        await close(svc)
+
+
+def background(svc: Services) -> list[asyncio.Task[None]]:
+    """Start the loops of a serving instance; `stop` them in reverse order."""
+    return [
+        asyncio.create_task(svc.config.run_reload_loop(), name="config-reload"),
+        asyncio.create_task(run_worker(svc), name="worker"),
+        asyncio.create_task(run_scheduler(svc), name="scheduler"),
+        asyncio.create_task(run_auditor(svc), name="gap-auditor"),
+    ]
+
+
+async def stop(tasks: list[asyncio.Task[None]]) -> None:
+    for task in reversed(tasks):
+        await cancel(task)
+
+
+@asynccontextmanager
+async def serving(svc: Services) -> AsyncIterator[None]:
+    """The app's lifespan: secrets redacted from the logs, configuration loaded, loops running;
+    everything stopped and closed on exit."""
+    add_secret_source(svc.secrets)
+    await svc.config.refresh()
+    tasks = background(svc)
+    try:
+        yield
+    finally:
+        await stop(tasks)
+        await close(svc)
+        remove_secret_source(svc.secrets)
+
+
+def settings_from_data_dir(data_dir: Path | None = None) -> Settings:
+    """`from_env`, with `REDIS_URL` and `CONFIG_ENCRYPTION_KEY` taken from the data directory
+    of `messageweave run` (default `default_data_dir()`) when the environment lacks them: the
+    embedded Redis (socket and password, `embedded_url`) and the generated key."""
+    env = dict(os.environ)
+    directory = (data_dir or default_data_dir()).resolve()
+    if not env.get("REDIS_URL", "").strip():
+        env["REDIS_URL"] = embedded_url(directory / REDIS_DIR) or ""
+    if not env.get("CONFIG_ENCRYPTION_KEY", "").strip():
+        try:
+            env["CONFIG_ENCRYPTION_KEY"] = (directory / KEY_FILE).read_text().strip()
+        except OSError:
+            pass
+    return from_env(env)

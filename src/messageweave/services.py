@@ -1,0 +1,180 @@
+"""What the parts of a running instance share, in one container built by `messageweave.runtime`.
+
+`Services` is what the HTTP handlers (`request.app.state.services`), the worker and the CLI
+commands are handed. Layers below this module never import it: `mail/` states what it needs as
+`mail.context.MailContext` and `ops.audit` as `ops.audit.AuditContext`; `Services` satisfies
+both.
+
+`Peers` holds the peer clients (Telegram, JMAP) of the configuration in force. The config
+service calls it on every new revision (`apply`) and for a preflight (`probe`); a client that
+could not be built becomes a warning with every credential scrubbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from messageweave.chat.telegram import TelegramClient
+from messageweave.config.model import BusinessConfig, OutboundConfig
+from messageweave.config.service import ConfigService, NotConfigured, Warning
+from messageweave.logs import redis_url_password, scrub
+from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
+from messageweave.ops import audit
+from messageweave.settings import Settings
+from messageweave.store.redis import Redis
+from messageweave.store.state import ConfigStore
+
+
+@dataclass
+class Runtime:
+    """The clients built for one configuration revision.
+
+    `jmap` is None when the session could not be fetched (the warning says why);
+    `telegram` always exists (building it does no network I/O).
+    """
+
+    config: BusinessConfig
+    telegram: TelegramClient
+    jmap: JmapClient | None = None
+
+    async def aclose(self) -> None:
+        if self.jmap is not None:
+            await self.jmap.aclose()
+        await self.telegram.aclose()
+
+
+def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient:
+    return JmapClient(
+        cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password,
+        account_id=cfg.account_id or None, timeout=outbound.jmap_timeout_ms / 1000,
+    )
+
+
+async def build_runtime(
+    cfg: BusinessConfig, outbound: OutboundConfig
+) -> tuple[Runtime, list[Warning]]:
+    """Connect what can be connected; every failure becomes a scrubbed warning.
+
+    The returned runtime owns an open JMAP client when its session could be fetched; whoever
+    drops the runtime closes it (`Runtime.aclose`).
+    """
+    runtime = Runtime(
+        config=cfg,
+        telegram=TelegramClient(cfg.bot_token, api_base_url=cfg.telegram_api_base_url,
+                                timeout_s=outbound.telegram_timeout_ms / 1000),
+    )
+    warnings: list[Warning] = []
+    secrets = cfg.secrets()
+    client = new_jmap_client(cfg, outbound)
+    try:
+        await client.get_session()
+        runtime.jmap = client
+    except JmapAccountError as exc:
+        warnings.append(Warning("jmap", "account", scrub(str(exc), secrets)))
+    except (JmapError, ValueError) as exc:
+        warnings.append(Warning("jmap", "connect", scrub(f"{type(exc).__name__}: {exc}", secrets)))
+    if runtime.jmap is None:
+        await client.aclose()
+    if cfg.llm_active and not urlsplit(cfg.llm_base_url or "").hostname:
+        warnings.append(Warning("llm", "build", "LLM base URL has no host"))
+    return runtime, warnings
+
+
+class Peers:
+    """The peer clients of the configuration in force (`config.service.Peers`)."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self._jmap_lock = asyncio.Lock()
+
+    async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
+                    current: Callable[[], bool]) -> list[Warning]:
+        """On a failure the previous runtime keeps serving; with no previous runtime the
+        partial one is used (its JMAP client is connected on demand)."""
+        runtime, warnings = await build_runtime(cfg, outbound)
+        if current() and (not warnings or self.runtime is None):
+            previous, self.runtime = self.runtime, runtime
+        else:
+            previous = runtime
+        if previous is not None:
+            await previous.aclose()
+        return warnings
+
+    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
+        runtime, warnings = await build_runtime(cfg, outbound)
+        await runtime.aclose()
+        return warnings
+
+    async def jmap(self, outbound: OutboundConfig) -> JmapClient:
+        """The live JMAP client, connecting it now if the last build could not.
+
+        Raises `JmapError` (or `NotConfigured`) when there is no way to reach the mailbox.
+        """
+        runtime = self.runtime
+        if runtime is None:
+            raise NotConfigured
+        if runtime.jmap is None:
+            async with self._jmap_lock:
+                if runtime.jmap is None:
+                    client = new_jmap_client(runtime.config, outbound)
+                    try:
+                        await client.get_session()
+                    except BaseException:
+                        await client.aclose()
+                        raise
+                    runtime.jmap = client
+        if runtime.jmap is None:  # unreachable: set above or raised
+            raise NotConfigured
+        return runtime.jmap
+
+    async def aclose(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.aclose()
+            self.runtime = None
+
+
+@dataclass
+class Services:
+    settings: Settings
+    redis: Redis
+    store: ConfigStore
+    config: ConfigService
+    version: str
+    peers: Peers = field(default_factory=Peers)
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The clients in use, None until a configuration was applied."""
+        return self.peers.runtime
+
+    @property
+    def live(self) -> bool:
+        """A configuration is live and its clients are built."""
+        return self.config.config is not None and self.peers.runtime is not None
+
+    @property
+    def live_jmap(self) -> JmapClient | None:
+        """The JMAP client in use when it is connected; None otherwise (no I/O)."""
+        return self.peers.runtime.jmap if self.peers.runtime is not None else None
+
+    async def jmap(self) -> JmapClient:
+        """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
+        return await self.peers.jmap(self.config.outbound)
+
+    def secrets(self) -> list[str | None]:
+        """Every secret value this instance knows, for redaction (logs, audit records)."""
+        values: list[str | None] = [
+            self.settings.admin_key, self.settings.debug_token,
+            redis_url_password(self.settings.redis_url),
+        ]
+        for cfg in (self.config.config, self.runtime.config if self.runtime else None):
+            if cfg is not None:
+                values.extend(cfg.secrets())
+        return values
+
+    async def record_audit(self, action: str, **fields: Any) -> None:
+        await audit.record_audit(self, action, **fields)

@@ -1,0 +1,165 @@
+// The business configuration form as data: its fields, how each is read and checked, and the
+// wire a save sends (the full configuration first, then only what changed).
+import { $ } from "./dom.js";
+import { t } from "./i18n.js";
+
+// kind: text | nullable (blank = null) | secret | int | intlist | strlist | bool | choice
+export const FIELDS = [
+  ["jmap_session_url", "text"], ["jmap_username", "text"], ["jmap_password", "secret"],
+  ["account_id", "nullable"], ["notify_mailbox_roles", "strlist"],
+  ["reconcile_interval_s", "int"], ["bot_token", "secret"], ["telegram_chat_id", "int"],
+  ["chat_allowlist", "intlist"], ["telegram_webhook_secret", "secret"],
+  ["reconcile_token", "secret"], ["worker_token", "secret"],
+  ["telegram_api_base_url", "text"], ["delivery_policy", "choice"],
+  ["llm_enabled", "bool"], ["llm_allow_net", "bool"], ["llm_base_url", "nullable"],
+  ["llm_model", "nullable"], ["llm_api_key", "secret"], ["timezone", "choice"],
+  ["degraded_reconcile_interval_s", "int"], ["audit_interval_s", "int"],
+  ["audit_window_s", "int"],
+];
+const REQUIRED = ["bot_token", "telegram_chat_id", "chat_allowlist", "telegram_webhook_secret",
+  "timezone", "jmap_session_url", "jmap_username", "jmap_password", "llm_enabled",
+  "llm_allow_net", "reconcile_token", "worker_token"];
+
+export class FormError extends Error {
+  constructor(message, field) { super(message); this.field = field; }
+}
+
+export function label(name) { return t("field." + name); }
+
+const I64_MIN = -(2n ** 63n);
+const I64_MAX = 2n ** 63n - 1n;
+function parseI64(raw) {
+  const text = String(raw).trim();
+  if (!/^-?\d+$/.test(text)) return null;
+  const value = BigInt(text);
+  return value < I64_MIN || value > I64_MAX ? null : value;
+}
+
+// The form as canonical values: strings for text, BigInt for integers, arrays for lists.
+function readField(name, kind) {
+  const el = $("f-" + name);
+  if (kind === "bool") return el.checked;
+  const raw = el.value;
+  switch (kind) {
+    case "int": {
+      if (raw.trim() === "") return null;
+      const value = parseI64(raw);
+      if (value === null) throw new FormError(t("biz.badInt", { field: label(name) }), name);
+      return value;
+    }
+    case "intlist": {
+      const parts = raw.split(/[\s,]+/).filter(Boolean);
+      const values = parts.map(parseI64);
+      const unique = new Set(values.map(String));
+      if (values.some(function (v) { return v === null; }) || unique.size !== values.length) {
+        throw new FormError(t("biz.badList", { field: label(name) }), name);
+      }
+      return values;
+    }
+    case "strlist":
+      return raw.split(/[\s,]+/).filter(Boolean);
+    case "nullable":
+      return raw.trim() === "" ? null : raw.trim();
+    case "secret":
+      return raw;
+    default:
+      return raw.trim();
+  }
+}
+
+export function readForm() {
+  const values = {};
+  FIELDS.forEach(function (pair) { values[pair[0]] = readField(pair[0], pair[1]); });
+  return values;
+}
+
+function comparable(kind, value) {
+  if (kind === "intlist") return value.map(String).sort().join(",");
+  if (kind === "strlist") return value.join(",");
+  return value === null ? "\u0000null" : String(value);
+}
+
+// The full wire for a first save: every required field must be filled.
+export function fullWire(values) {
+  const wire = {};
+  FIELDS.forEach(function (pair) {
+    const name = pair[0], kind = pair[1];
+    let value = values[name];
+    if (kind === "secret" && value.trim() === "") value = name === "llm_api_key" ? null : "";
+    if (REQUIRED.indexOf(name) >= 0 &&
+        (value === null || value === "" || (kind === "intlist" && value.length === 0))) {
+      throw new FormError(t("biz.required", { field: label(name) }), name);
+    }
+    if (value === null && kind === "int") return;  // optional: the server default applies
+    wire[name] = value;
+  });
+  return wire;
+}
+
+// Only what differs from the readback (`baseline`); secrets only when typed.
+export function changedFields(values, baseline) {
+  const patch = {};
+  FIELDS.forEach(function (pair) {
+    const name = pair[0], kind = pair[1];
+    const value = values[name];
+    if (kind === "secret") {
+      if (value.trim() !== "") patch[name] = value;
+      return;
+    }
+    if (value === null && kind === "int") return;  // a blank number cannot clear a field
+    if (comparable(kind, value) !== comparable(kind, baseline[name])) patch[name] = value;
+  });
+  return patch;
+}
+
+// The readback's values in the form's canonical shapes (secrets are never read back).
+export function baselineFrom(values) {
+  const base = {};
+  FIELDS.forEach(function (pair) {
+    const name = pair[0], kind = pair[1];
+    let value = values[name];
+    if (kind === "secret") return;
+    if (kind === "int") value = value === null || value === undefined ? null : BigInt(value);
+    if (kind === "intlist") value = (value || []).map(function (v) { return BigInt(v); });
+    if (kind === "strlist") value = value || [];
+    if (kind === "text") value = value || "";
+    if (kind === "nullable") value = value === undefined || value === "" ? null : value;
+    base[name] = value;
+  });
+  return base;
+}
+
+// The shared secrets that guard routes (reference §5.2): at least 16 characters, and the
+// webhook secret only what Telegram's setWebhook accepts as secret_token.
+export const TOKEN_FIELDS = ["telegram_webhook_secret", "reconcile_token", "worker_token"];
+const MIN_TOKEN_CHARS = 16;
+const URLSAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+// 32 url-safe characters; 256 is a multiple of 64, so `b & 63` keeps every one equally likely.
+export function randomToken() {
+  const bytes = new Uint8Array(32);
+  crypto.getRandomValues(bytes);
+  return Array.from(bytes, function (b) { return URLSAFE[b & 63]; }).join("");
+}
+
+export function checkTokens(values) {
+  TOKEN_FIELDS.forEach(function (name) {
+    const value = values[name];
+    if (value.trim() === "") return;  // blank: the saved value stays, or "required" says so
+    if (value.trim().length < MIN_TOKEN_CHARS) {
+      throw new FormError(t("biz.tooShort", { field: label(name), n: MIN_TOKEN_CHARS }), name);
+    }
+    if (name === "telegram_webhook_secret" && !/^[A-Za-z0-9_-]+$/.test(value)) {
+      throw new FormError(t("biz.badSecretChars", { field: label(name) }), name);
+    }
+  });
+}
+
+// `hasSavedKey`: the server already holds an AI API key, so a blank one keeps it.
+export function checkLlm(values, hasSavedKey) {
+  if (!values.llm_enabled) return;
+  const hasKey = values.llm_api_key.trim() !== "" || hasSavedKey;
+  if (values.llm_base_url === null || values.llm_model === null || !hasKey) {
+    throw new FormError(t("biz.llmRequired"), values.llm_base_url === null ? "llm_base_url" : "llm_model");
+  }
+}

@@ -1,0 +1,105 @@
+// Card "Delivery": queue figures per stream, and the dead-letter queue listed and replayed.
+import { api, isMissingRoute, reasonOf, session } from "./api.js";
+import { $, say } from "./dom.js";
+import { t } from "./i18n.js";
+
+async function loadDelivery() {
+  say("delivery-msg", "");
+  try {
+    const data = await api("GET", "/api/delivery", undefined, true);
+    const rows = $("delivery-rows");
+    rows.replaceChildren();
+    Object.keys(data.streams || {}).forEach(function (name) {
+      const s = data.streams[name];
+      const tr = document.createElement("tr");
+      [name, s.length, s.pending, s.dlq].forEach(function (value, index) {
+        const cell = document.createElement(index === 0 ? "th" : "td");
+        if (index === 0) cell.scope = "row";
+        cell.textContent = String(value);
+        tr.appendChild(cell);
+      });
+      rows.appendChild(tr);
+    });
+    $("delivery-table").hidden = false;
+    $("delivery-unknown").hidden = false;
+    $("delivery-unknown").textContent = t("delivery.unknown", { n: data.unknown_after_send || 0 });
+  } catch (err) {
+    if (!session.token) return;
+    $("delivery-table").hidden = true;
+    $("delivery-unknown").hidden = true;
+    say("delivery-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("delivery.title") })
+      : t("delivery.failed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+async function showDlq() {
+  say("dlq-msg", "");
+  const list = $("dlq-list");
+  list.replaceChildren();
+  $("dlq-replay-selected").disabled = true;
+  $("dlq-replay-all").disabled = true;
+  const stream = $("dlq-stream").value;
+  try {
+    const data = await api("GET", "/api/dlq?stream=" + encodeURIComponent(stream) + "&limit=50", undefined, true);
+    const entries = data.entries || [];
+    if (entries.length === 0) {
+      say("dlq-msg", t("delivery.dlqEmpty"));
+      return;
+    }
+    entries.forEach(function (entry) {
+      const li = document.createElement("li");
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.value = entry.id;
+      box.id = "dlq-" + entry.id;
+      const text = document.createElement("label");
+      text.htmlFor = box.id;
+      const at = Number(entry.failed_at) || 0;  // seconds or milliseconds since the epoch
+      const when = at ? new Date(at > 1e12 ? at : at * 1000).toISOString() : "—";
+      text.textContent = t("delivery.dlqEntry", Object.assign({}, entry, { failed_at: when }));
+      li.append(box, text);
+      list.appendChild(li);
+    });
+    $("dlq-replay-selected").disabled = false;
+    $("dlq-replay-all").disabled = false;
+  } catch (err) {
+    if (!session.token) return;
+    say("dlq-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("delivery.dlq") })
+      : t("delivery.dlqFailed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+async function replayDlq(all) {
+  const body = { stream: $("dlq-stream").value };
+  if (!all) {
+    body.ids = Array.from(document.querySelectorAll("#dlq-list input:checked")).map(function (b) { return b.value; });
+    if (body.ids.length === 0) return;
+  }
+  try {
+    const data = await api("POST", "/api/dlq/replay", body, true);
+    await showDlq();
+    say("dlq-msg", t("delivery.replayed", { n: data.replayed }), "ok");
+    loadDelivery();
+  } catch (err) {
+    if (!session.token) return;
+    say("dlq-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("delivery.dlq") })
+      : t("delivery.dlqFailed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+export function load() {
+  loadDelivery();
+}
+
+export function reset() {
+  say("delivery-msg", "");
+  say("dlq-msg", "");
+  ["dlq-list", "delivery-rows"].forEach(function (id) { $(id).replaceChildren(); });
+}
+
+export function wire() {
+  $("delivery-refresh").addEventListener("click", loadDelivery);
+  $("dlq-show").addEventListener("click", showDlq);
+  $("dlq-replay-selected").addEventListener("click", function () { replayDlq(false); });
+  $("dlq-replay-all").addEventListener("click", function () { replayDlq(true); });
+}

@@ -1,0 +1,70 @@
+// Card "Gap audit": the last run (`GET /api/audit`) and "run now" (`POST /api/audit`).
+import { api, isMissingRoute, reasonOf, session } from "./api.js";
+import { $, say } from "./dom.js";
+import { known, t } from "./i18n.js";
+
+function gapTrigger(trigger) {
+  const key = "gap.trigger." + trigger;
+  return known(key) ? t(key) : String(trigger || "—");
+}
+
+function gapTime(unix) {
+  return new Date(Number(unix) * 1000).toISOString().replace("T", " ").replace(/\.\d{3}Z$/, "");
+}
+
+function showGapLast(last) {
+  if (!last) {
+    say("gap-last", t("gap.never"));
+    return;
+  }
+  const vars = { time: gapTime(last.at), trigger: gapTrigger(last.trigger) };
+  if (last.ok === false) {
+    say("gap-last", t("gap.lastFailed", Object.assign(vars, { error: last.error || "—" })), "error");
+    return;
+  }
+  let text = t("gap.last", Object.assign(vars, { checked: last.checked, missing: last.missing,
+    enqueued: last.enqueued }));
+  if (last.complete === false) text += " " + t("gap.incomplete");
+  say("gap-last", text, last.missing > 0 ? "error" : "ok");
+}
+
+async function loadGapAudit() {
+  try {
+    const data = await api("GET", "/api/audit", undefined, true);
+    showGapLast(data.last);
+  } catch (err) {
+    if (!session.token) return;
+    say("gap-last", isMissingRoute(err) ? t("common.notAvailable", { feature: t("gap.title") })
+      : t("gap.loadFailed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+async function runGapAudit() {
+  $("gap-run").disabled = true;
+  say("gap-msg", t("gap.running"));
+  try {
+    const data = await api("POST", "/api/audit", undefined, true);
+    say("gap-msg", t("gap.done", data), data.missing > 0 ? "error" : "ok");
+  } catch (err) {
+    if (!session.token) return;
+    say("gap-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("gap.title") })
+      : t("gap.failed", { reason: reasonOf(err) }), "error");
+  } finally {
+    $("gap-run").disabled = false;
+  }
+  if (session.token) loadGapAudit();
+}
+
+export function load() {
+  loadGapAudit();
+}
+
+export function reset() {
+  say("gap-last", "");
+  say("gap-msg", "");
+  $("gap-run").disabled = false;
+}
+
+export function wire() {
+  $("gap-run").addEventListener("click", runGapAudit);
+}

@@ -1,0 +1,99 @@
+// Card "Service": the business-processing switch (`/api/enabled`) and the four runtime
+// parameters (`/api/config`).
+import { api, reasonOf, session } from "./api.js";
+import { $, say } from "./dom.js";
+import { t } from "./i18n.js";
+
+function showEnabled(on) {
+  $("enabled").checked = on;
+  $("enabled-state").textContent = t(on ? "service.on" : "service.off");
+}
+
+async function loadEnabled() {
+  try {
+    const data = await api("GET", "/api/enabled", undefined, true);
+    showEnabled(data.enabled === true);
+  } catch (err) {
+    say("enabled-msg", t("service.enabledFailed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+async function toggleEnabled() {
+  const wanted = $("enabled").checked;
+  $("enabled").disabled = true;
+  try {
+    const data = await api("PUT", "/api/enabled", { enabled: wanted }, true);
+    showEnabled(data.enabled === true);
+    say("enabled-msg", t("service.enabledSaved", { state: t(data.enabled ? "service.on" : "service.off") }), "ok");
+  } catch (err) {
+    if (session.token) {
+      showEnabled(!wanted);
+      say("enabled-msg", t("service.enabledFailed", { reason: reasonOf(err) }), "error");
+    }
+  } finally {
+    $("enabled").disabled = false;
+  }
+}
+
+const RUNTIME_FIELDS = ["jmap_timeout_ms", "telegram_timeout_ms", "llm_timeout_ms", "max_retries"];
+const RUNTIME_DEFAULTS = { jmap_timeout_ms: 15000, telegram_timeout_ms: 10000, llm_timeout_ms: 30000, max_retries: 3 };
+
+function fillRuntime(values) {
+  RUNTIME_FIELDS.forEach(function (name) { $("rt-" + name).value = String(values[name]); });
+}
+
+async function loadRuntime() {
+  $("runtime-save").disabled = true;
+  try {
+    fillRuntime(await api("GET", "/api/config", undefined, true));
+    $("runtime-save").disabled = false;
+    say("runtime-msg", t("runtime.loaded"));
+  } catch (err) {
+    if (session.token) say("runtime-msg", t("runtime.failed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+async function saveRuntime(event) {
+  event.preventDefault();
+  const body = {};
+  for (const name of RUNTIME_FIELDS) {
+    const input = $("rt-" + name);
+    const value = Number(input.value);
+    if (input.value.trim() === "" || !Number.isInteger(value) ||
+        value < Number(input.min) || value > Number(input.max)) {
+      say("runtime-msg", t("runtime.outOfRange"), "error");
+      input.focus();
+      return;
+    }
+    body[name] = value;
+  }
+  try {
+    fillRuntime(await api("PUT", "/api/config", body, true));
+    say("runtime-msg", t("runtime.saved"), "ok");
+  } catch (err) {
+    if (!session.token) return;
+    if (err.status >= 500) $("runtime-save").disabled = true;
+    say("runtime-msg", err.configError ? t("biz.rejected", { reason: err.configError })
+      : t("runtime.failed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+export function load() {
+  loadEnabled();
+  loadRuntime();
+}
+
+export function reset() {
+  say("runtime-msg", "");
+  say("enabled-msg", "");
+}
+
+export function wire() {
+  $("enabled").addEventListener("change", toggleEnabled);
+  $("runtime-form").addEventListener("submit", saveRuntime);
+  $("runtime-reload").addEventListener("click", loadRuntime);
+  $("runtime-defaults").addEventListener("click", function () {
+    fillRuntime(RUNTIME_DEFAULTS);
+    say("runtime-msg", t("runtime.defaultsShown"));
+  });
+}
