@@ -8,9 +8,9 @@ from messageweave.store import keys
 from tests.conftest import login, sample_wire
 from tests.integration.test_business_config import snapshot
 from tests.integration.test_envelope import assert_envelope
-from tests.integration.test_ready_with_peers import peer_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+from tests.served import peer_wire
 
 PREFLIGHT = "/api/business-config/preflight"
 

@@ -14,9 +14,9 @@ from messageweave.store.redis import redis_server_binary
 from tests.conftest import closed_port, free_port, login, running_client, sample_wire, settings_for
 from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
 from tests.integration.test_envelope import assert_envelope
-from tests.integration.test_ready_with_peers import peer_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+from tests.served import peer_wire
 
 H = debug_headers()
 
@@ -36,7 +36,7 @@ async def test_config_shows_settings_and_only_the_presence_of_secrets(
     debug_client: httpx.AsyncClient, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
     trust_cyrus: None,
 ) -> None:
-    wire = peer_wire(cyrus, telegram_emulator, chat_allowlist=[4242, 7])
+    wire = peer_wire(cyrus, telegram_emulator, telegram_chat_id=4242, chat_allowlist=[4242, 7])
     await _configure(debug_client, wire)
     response = await debug_client.get("/debug/config", headers=H)
     body = response.json()
@@ -174,7 +174,7 @@ async def test_notify_sends_the_default_text_to_the_configured_chat(
     debug_client: httpx.AsyncClient, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
     trust_cyrus: None,
 ) -> None:
-    wire = peer_wire(cyrus, telegram_emulator)
+    wire = peer_wire(cyrus, telegram_emulator, telegram_chat_id=4242)
     await _configure(debug_client, wire)
     response = await debug_client.post("/debug/notify", headers=H)
     text = "messageweave debug: outbound test OK"
@@ -187,7 +187,7 @@ async def test_notify_truncates_text_to_1024_chars_and_takes_an_allowed_chat(
     debug_client: httpx.AsyncClient, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
     trust_cyrus: None,
 ) -> None:
-    wire = peer_wire(cyrus, telegram_emulator, chat_allowlist=[4242, 77])
+    wire = peer_wire(cyrus, telegram_emulator, telegram_chat_id=4242, chat_allowlist=[4242, 77])
     await _configure(debug_client, wire)
     response = await debug_client.post("/debug/notify", headers=H,
                                        params={"chat_id": "77", "text": "é" * 2000})

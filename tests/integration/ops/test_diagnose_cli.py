@@ -15,9 +15,10 @@ import redis.asyncio as aioredis
 from messageweave.store import keys
 from tests.conftest import ADMIN_KEY, closed_port, console_script, login
 from tests.integration.mailbox.push_server import PushServer
-from tests.integration.test_ready_with_peers import peer_wire, peer_wire_for
+from tests.integration.test_ready_with_peers import peer_wire_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+from tests.served import peer_wire
 
 
 async def run_cli(*args: str, **env: str) -> tuple[int, str]:

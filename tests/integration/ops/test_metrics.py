@@ -17,9 +17,9 @@ from tests.integration.jmap.test_push import unix_of
 from tests.integration.mailbox.push_server import PushServer
 from tests.integration.ops.conftest import debug_headers
 from tests.integration.test_envelope import assert_envelope
-from tests.integration.test_ready_with_peers import peer_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+from tests.served import peer_wire
 
 
 def value(text: str, name: str, labels: str = "") -> float:

@@ -16,9 +16,9 @@ from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
 from tests.conftest import ADMIN_KEY, admin_headers, closed_port
 from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
-from tests.integration.test_ready_with_peers import peer_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
+from tests.served import peer_wire
 
 
 @pytest.fixture
