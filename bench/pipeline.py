@@ -1,12 +1,20 @@
-"""Benchmark (not a test): queued mail events → the real worker → the Telegram emulator.
+"""Benchmark (not a test): queued events → the real worker → the Telegram emulator.
 
-    .venv/bin/python -m bench.pipeline --events 500
+    .venv/bin/python -m bench.pipeline --events 500 [--chats N]
 
 Starts an embedded Redis, a real Cyrus and the Bot API emulator (the test harness's peers),
 stores a configuration, lifts the rate governor's limits, then reports:
 - the raw redis-py XADD + XREADGROUP + XACK rate on this machine (the ceiling to compare with);
 - events/s through the worker and the latency from enqueue (the stream id's timestamp) to the
-  emulator holding the sendMessage (polled every 5 ms), p50 / p99.
+  emulator holding the sendMessage (polled every 5 ms), p50 / p99;
+- both on one summary line at the end.
+
+The workload, spread over `--chats N` chats (round-robin, all in the allowlist): every mail
+notification goes to the configuration's one `telegram_chat_id` (`pipeline.events.lane_of`), so
+that chat's events are new mails (`stalwart:jmap`, an Email/get each); the events of each other
+chat are `/help` messages from its owner (`stalwart:telegram`, through the webhook's own
+`enqueue_update`), each answered by one reply. `--chats 1` is the single-chat notification
+throughput (one sequential lane).
 """
 
 from __future__ import annotations
@@ -19,9 +27,10 @@ import time
 import redis.asyncio as aioredis
 from bench.peers import started_peers
 from tests.conftest import CYRUS_USER, running_client, settings_for
-from tests.integration.pipeline.conftest import configure, lift_limits, peer_wire
+from tests.served import CHAT, configure, lift_limits, peer_wire
 
 from messageweave.store import keys
+from messageweave.store.streams import StreamStore
 
 
 async def raw_rate(url: str, n: int) -> float:
@@ -44,40 +53,62 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-async def run(events: int) -> None:
+async def run(events: int, chats: int) -> None:
+    chat_ids = [CHAT + n for n in range(chats)]
+    notified = CHAT  # the configuration's telegram_chat_id
+    plan = [chat_ids[n % chats] for n in range(events)]
     with started_peers("mwb") as peers:
         url, cyrus, emulator = peers.redis_url, peers.cyrus, peers.emulator
-        print(f"raw XADD+XREADGROUP+XACK: {await raw_rate(url, 2000):.0f} ops/s")
-        email_ids = [cyrus.append(subject=f"bench {n}").email_id for n in range(events)]
-        wire = peer_wire(cyrus, emulator)
+        raw = await raw_rate(url, 2000)
+        print(f"raw XADD+XREADGROUP+XACK: {raw:.0f} ops/s")
+        mails = iter([cyrus.append(subject=f"bench {n}").email_id
+                      for n, chat in enumerate(plan) if chat == notified])
+        wire = peer_wire(cyrus, emulator, telegram_chat_id=notified, chat_allowlist=chat_ids)
         redis = aioredis.from_url(url, decode_responses=True)
+        streams = StreamStore(redis)
         async with running_client(settings_for(url)) as client:
             await configure(client, wire)
             await lift_limits(redis)
-            enqueued: dict[str, float] = {}
+            # Each chat's lane is sequential, so its k-th message answers its k-th event.
+            enqueued: dict[int, list[float]] = {c: [] for c in chat_ids}
             started = time.time()
-            for n, email_id in enumerate(email_ids):
-                await redis.xadd(keys.STREAM_JMAP, {"account_id": CYRUS_USER,
-                                                    "email_id": email_id})
-                enqueued[f"bench {n}"] = time.time()
-            seen: dict[str, float] = {}
+            for n, chat in enumerate(plan):
+                if chat == notified:
+                    await redis.xadd(keys.STREAM_JMAP, {"account_id": CYRUS_USER,
+                                                        "email_id": next(mails)})
+                else:
+                    await streams.enqueue_update(n, {"update_id": str(n), "chat_id": str(chat),
+                                                     "text": "/help"})
+                enqueued[chat].append(time.time())
+            seen: dict[tuple[int, int], float] = {}
             while len(seen) < events and time.time() - started < 120:
+                per_chat: dict[int, int] = {}
                 for m in await emulator.sent_messages(wire["bot_token"]):
-                    subject = m.text.split("\n")[1].removeprefix("Subject: ")
-                    seen.setdefault(subject, time.time())
+                    k = per_chat.get(m.chat_id, 0)
+                    per_chat[m.chat_id] = k + 1
+                    seen.setdefault((m.chat_id, k), time.time())
                 await asyncio.sleep(0.005)
             elapsed = max(seen.values()) - started
-            latency = [(seen[s] - enqueued[s]) * 1000 for s in seen]
-            print(f"{len(seen)}/{events} events in {elapsed:.2f} s = {len(seen) / elapsed:.0f}/s; "
+            latency = [(at - enqueued[chat][k]) * 1000 for (chat, k), at in seen.items()]
+            rate = len(seen) / elapsed
+            print(f"{len(seen)}/{events} events in {elapsed:.2f} s = {rate:.0f}/s; "
                   f"enqueue→sendMessage p50 {statistics.median(latency):.0f} ms, "
                   f"p99 {pct(latency, 0.99):.0f} ms")
+            print(f"summary: chats={chats} events={events} events/s={rate:.0f} "
+                  f"raw_redis_ops/s={raw:.0f} p50_ms={statistics.median(latency):.0f} "
+                  f"p99_ms={pct(latency, 0.99):.0f}")
         await redis.aclose()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=500)
-    asyncio.run(run(parser.parse_args().events))
+    parser.add_argument("--chats", type=int, default=1,
+                        help="chats the events are spread over (1-100, the allowlist's limit)")
+    args = parser.parse_args()
+    if not 1 <= args.chats <= 100:
+        parser.error("--chats must be between 1 and 100")
+    asyncio.run(run(args.events, args.chats))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import redis.asyncio as aioredis
 from bench.peers import started_peers
 from bench.pipeline import pct
 from tests.conftest import CYRUS_USER, running_client, settings_for
-from tests.integration.pipeline.conftest import configure, lift_limits, peer_wire
+from tests.served import configure, lift_limits, peer_wire
 
 from messageweave.store.mailbox import Registration, record_registration
 
@@ -97,6 +97,11 @@ async def run(mails: int, spacing_s: float) -> None:
                   f"push POST p50 {statistics.median(post_ms):.0f} ms)")
             print(summary("append→sendMessage", from_append))
             print(summary("push POST→sendMessage", from_push))
+            print(f"SUMMARY push: {len(got)}/{mails} mails, spacing {spacing_s * 1000:.0f} ms, "
+                  f"APPEND p50 {statistics.median(append_ms):.0f} ms, append→sendMessage p50 "
+                  f"{statistics.median(from_append):.0f} / p99 {pct(from_append, 0.99):.0f} ms, "
+                  f"push POST→sendMessage p50 {statistics.median(from_push):.0f} / p99 "
+                  f"{pct(from_push, 0.99):.0f} ms")
         await redis.aclose()
 
 

@@ -200,12 +200,14 @@ class RequestLog(HttpMiddleware):
         finally:
             if disconnected and not complete:
                 status = CLIENT_CLOSED
-            _request_log.info(
-                "%s %s %d", scope["method"], scope["path"], status,
-                extra={"fields": {
-                    "event": "request", "method": scope["method"], "path": scope["path"],
-                    "status": status,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                }},
-            )
+            if _request_log.isEnabledFor(logging.INFO):
+                # One line per request: the message and fields built once, no %-formatting.
+                method, path = scope["method"], scope["path"]
+                _request_log.info(
+                    f"{method} {path} {status}",
+                    extra={"fields": {
+                        "event": "request", "method": method, "path": path, "status": status,
+                        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    }},
+                )
             request_id_var.reset(token)

@@ -34,24 +34,35 @@ DEFAULT_DLQ_LIMIT = 50
 
 @router.post("/webhook/tg")
 async def telegram_webhook(request: Request) -> Response:
+    """401 for a wrong secret before anything else; then 503 while switched off, whatever the
+    body; then 400/403 for the body; else 204, a redelivered update included. An accepted
+    update costs one Redis round trip (`enqueue_update_if_enabled`): the switch is checked in
+    it, and read separately only to answer a body that is refused."""
     svc = services(request)
     cfg = svc.config.config
     expected = cfg.telegram_webhook_secret if cfg is not None else ""
     if not constant_time_eq(request.headers.get(SECRET_HEADER), expected):
         raise unauthorized()
-    await require_enabled(request)
     assert cfg is not None
     try:
         update = service.parse_update(parse_json(await request.body()), cfg)
-    except service.InvalidUpdate as exc:
-        raise invalid_request() from exc
-    except service.ChatNotAllowed as exc:
-        raise ApiError(403, "forbidden") from exc
+    except ApiError:  # the body itself: not JSON (400), too large (413)
+        await require_enabled(request)  # switched off: 503, as if the body had not been read
+        raise
+    except (service.InvalidUpdate, service.ChatNotAllowed) as exc:
+        await require_enabled(request)
+        raise _refusal(exc) from exc
     try:
-        await service.enqueue_update(svc.redis, update)
-    except RedisError as exc:
+        await service.enqueue_update_if_enabled(svc.redis, update)
+    except (service.SwitchedOff, RedisError) as exc:
         raise service_unavailable() from exc
     return Response(status_code=204)
+
+
+def _refusal(exc: Exception) -> ApiError:
+    if isinstance(exc, service.ChatNotAllowed):
+        return ApiError(403, "forbidden")
+    return invalid_request()
 
 
 def _batch(body: bytes) -> int:

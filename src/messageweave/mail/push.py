@@ -195,8 +195,9 @@ async def state_changed(
     redis: Redis, account_id: str, push: StateChange, *, now: float
 ) -> bool:
     """Record the StateChange's arrival and schedule a catch-up when it concerns our account's
-    mail. True when one was newly scheduled (False: nothing to do, one is already pending, or
-    it names only other accounts: then nothing is recorded)."""
+    mail; a newly scheduled one wakes the schedulers (`store.announce_catchup`) rather than
+    waiting for their poll. True when one was newly scheduled (False: nothing to do, one is
+    already pending, or it names only other accounts: then nothing is recorded)."""
     types = push.changed.get(account_id)
     if types is None:
         log.info("StateChange ignored: it does not name the configured account")
@@ -204,7 +205,10 @@ async def state_changed(
     await store.record_state_change(redis, now)
     if not CATCHUP_TYPES & types.keys():
         return False
-    return await store.request_catchup(redis, account_id)
+    if not await store.request_catchup(redis, account_id):
+        return False  # pending: its announcement is still to be acted on, or the poll takes it
+    await store.announce_catchup(redis, account_id)
+    return True
 
 
 # ---------------------------------------------------------------------------------- register

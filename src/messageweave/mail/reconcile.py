@@ -15,8 +15,13 @@ One pass, under `lock:reconcile`:
   the walk ends, replay continues from that state.
 
 The cursor is saved after every page, by a Lua script that writes only while this pass still owns
-the lock: a lost lease aborts the pass without moving the cursor. Each enqueue is the atomic
-`claim_dedup_and_enqueue`, so a page replayed after a crash enqueues nothing twice.
+the lock: a lost lease aborts the pass without moving the cursor. A page is enqueued in one
+round trip (`enqueue_new_mails`: per mail the atomic dedup claim + XADD), so a page replayed
+after a crash enqueues nothing twice.
+
+A pass holds one page at a time (one request: Email/changes with the Email/get of its `created`
+ids, only `mailboxIds`), never a list of the whole mailbox, so a catch-up over 100,000 mails
+runs in the memory of one page.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from messageweave import observe
@@ -41,7 +46,7 @@ from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.mailbox import (
     Lock,
-    enqueue_new_mail,
+    enqueue_new_mails,
     mark_not_notified,
     read_cursor,
     reconcile_lock,
@@ -57,7 +62,7 @@ EXCLUDED_ROLES = frozenset({"drafts", "sent", "junk", "trash"})
 # dedup key absorbs the repeat); it covers clock skew between us and the JMAP server.
 WATERMARK_SKEW_S = 60
 OLDEST_FIRST = ({"property": "receivedAt", "isAscending": True},)
-WALK_PROPERTIES = ("mailboxIds", "receivedAt")
+WALK_PROPERTIES = ("mailboxIds",)  # all `_notifies` looks at
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,6 @@ class Progress:
     rebaselined: bool = False
     complete: bool = False
     cursor: str | None = None
-    enqueued_ids: list[str] = field(default_factory=list)
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -233,7 +237,8 @@ class Reconciler:
                 return False
             self._check_lease()
             try:
-                changes = await self.client.email_changes(state, window)
+                changes, created = await self.client.changes_and_created(
+                    state, window, properties=WALK_PROPERTIES)
             except (CannotCalculateChanges, InvalidArguments) as exc:
                 if self.progress.rebaselined:
                     raise ReconcileError(f"Email/changes failed right after a re-baseline: "
@@ -246,7 +251,7 @@ class Reconciler:
                 state = walked
                 window, pages = max(1, self.budget.initial_window), 0
                 continue
-            await self._enqueue_created(changes.created)
+            await self._enqueue(created)
             state = changes.new_state
             pages += 1
             await self._save(state)
@@ -254,12 +259,6 @@ class Reconciler:
             if not changes.has_more:
                 return True
             window = min(window * 2, self.budget.window_cap)
-
-    async def _enqueue_created(self, created: list[str]) -> None:
-        if not created:
-            return
-        emails = await self.client.get_emails(created, properties=WALK_PROPERTIES)
-        await self._enqueue(emails)
 
     # -------------------------------------------------------------- walk
 
@@ -302,14 +301,10 @@ class Reconciler:
 
     async def _enqueue(self, emails: list[EmailMeta]) -> None:
         account = self.client.account_id
-        quiet: list[str] = []
-        for email in emails:
-            self.progress.emails += 1
-            if not self._notifies(email):
-                quiet.append(email.id)
-            elif await enqueue_new_mail(self.redis, account, email.id) is not None:
-                self.progress.enqueued += 1
-                self.progress.enqueued_ids.append(email.id)
+        notify = [e.id for e in emails if self._notifies(e)]
+        quiet = [e.id for e in emails if not self._notifies(e)]
+        self.progress.emails += len(emails)
+        self.progress.enqueued += await enqueue_new_mails(self.redis, account, notify)
         await mark_not_notified(self.redis, account, quiet)
 
     async def _save(self, cursor: str, watermark: int | None = None) -> None:

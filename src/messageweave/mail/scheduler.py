@@ -8,8 +8,12 @@ Every instance runs this loop; Redis decides which one acts:
   `degraded_reconcile_interval_s` (slot `schedule:reconcile-degraded`), whatever
   `reconcile_interval_s` says, 0 included: mail must not wait for a push that will not come;
 - a StateChange push sets `reconcile:catchup:{account}`; the instance that `GETDEL`s it runs one
-  pass at once (polled every `POLL_S`, so well within 1 s). Many pushes → one pending flag → one
-  pass. If another pass holds `lock:reconcile`, the flag is set again and retried;
+  pass at once. A newly set flag wakes the schedulers (`store.mailbox.announce_catchup`): this
+  instance's directly, the others' through `PUBLISH reconcile:catchup-wake`; the flag is still
+  polled every `POLL_S`, so a lost signal delays a pass but never loses it. Many pushes → one
+  pending flag → one pass; a push during a pass → exactly one pass after it (the wake is
+  cleared before the flag is taken). If another pass holds `lock:reconcile`, the flag is set
+  again (no signal) and retried at the next poll;
 - while a push registration exists, `push.maintain` runs once per
   `PUSH_MAINTENANCE_INTERVAL_S` (slot `schedule:push-maintenance`; the first pass within a
   second of the registration appearing): check, renew or re-create the subscription;
@@ -20,11 +24,13 @@ seconds) is what the push lifecycle calls "now"; tests pass their own.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 
-from messageweave.aio import every
+from messageweave.aio import cancel, every
 from messageweave.config.service import NotConfigured
 from messageweave.mail import push
 from messageweave.mail.context import MailContext
@@ -41,14 +47,17 @@ from messageweave.store import keys
 from messageweave.store.mailbox import (
     claim_slot,
     current_registration,
+    relay_catchup_announcements,
     request_catchup,
     take_catchup,
+    watch_catchups,
 )
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 SLOT_CHECK_S = 1.0
+RESUBSCRIBE_S = 1.0
 
 
 async def run_pass(
@@ -70,9 +79,29 @@ class _Timers:
 
 
 async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> None:
-    """Run the built-in schedule until cancelled (started by the app lifespan)."""
+    """Run the built-in schedule until cancelled (started by the app lifespan): a tick every
+    `POLL_S`, and one at once whenever a catch-up is announced."""
     timers = _Timers()
-    await every(POLL_S, lambda: _tick(svc, timers, clock), log, "scheduler tick")
+    wake = asyncio.Event()
+    wake.set()  # the first tick at once
+    watch_catchups(svc.redis, wake)
+    relay = asyncio.create_task(
+        every(RESUBSCRIBE_S, lambda: relay_catchup_announcements(svc.redis, wake), log,
+              "catch-up wake subscription"),
+        name="catch-up-wake")
+    try:
+        await every(0, lambda: _woken_tick(svc, timers, clock, wake), log, "scheduler tick")
+    finally:
+        await cancel(relay)  # closes the subscription's connection
+
+
+async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
+                      wake: asyncio.Event) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(POLL_S):
+            await wake.wait()
+    wake.clear()  # before the tick: an announcement during it wakes the next one
+    await _tick(svc, timers, clock)
 
 
 async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:

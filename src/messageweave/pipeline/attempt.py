@@ -23,12 +23,13 @@ from messageweave.chat.telegram import FailureClass, TelegramSendError, split_te
 from messageweave.ops.sendlog import record_send
 from messageweave.pipeline.events import (
     DeliveryFailure,
+    MailPrefetch,
     Outgoing,
     kind_of,
     lane_of,
     outgoing_for,
 )
-from messageweave.pipeline.governor import Governor, bot_id
+from messageweave.pipeline.governor import Governor, bot_id, lanes_of, wait_before
 from messageweave.pipeline.ledger import (
     DELIVERED,
     UNKNOWN,
@@ -89,16 +90,22 @@ class Deliverer:
         # Leases of attempts a Redis error ended before they could give them back: released
         # (by token) by the next maintenance pass, so the entry does not wait for the TTL.
         self._orphans: dict[tuple[str, str], Lease] = {}
+        # The mail of entries taken together, fetched in one Email/get (`MailPrefetch.start`).
+        self.mail = MailPrefetch(svc)
 
-    async def process(self, entry: Entry, after: asyncio.Future[None] | None = None) -> str:
+    async def process(self, entry: Entry, after: asyncio.Future[None] | None = None,
+                      sent: asyncio.Future[None] | None = None) -> str:
         """Deliver one entry through the ledger; returns the outcome (`delivered`, `skipped`,
         `busy`, `fenced`, `retry`, `dead_letter`, `unknown`, `interrupted`).
 
+        `after` is the chat lane's turn to wait for; `sent` (this entry's place in the lane) is
+        resolved as soon as every message of the entry went out, before the commit, so the
+        next entry of the chat can send meanwhile (the caller resolves it in any other case).
         A retry due within `inline_retry_max_s` is waited for here, holding the chat's lane;
         each retry is a new attempt with a new lease."""
         try:
             while True:
-                outcome, delay = await self._attempt(entry, after)
+                outcome, delay = await self._attempt(entry, after, sent)
                 if delay is None:
                     return outcome
                 await asyncio.sleep(delay)
@@ -107,9 +114,11 @@ class Deliverer:
             log.warning("delivery of %s %s interrupted: %s", entry.stream, entry.id,
                         type(exc).__name__)
             return "interrupted"
+        finally:
+            self.mail.forget(entry)  # not used (busy, terminal, cancelled): nothing kept
 
-    async def _attempt(self, entry: Entry,
-                       after: asyncio.Future[None] | None) -> tuple[str, float | None]:
+    async def _attempt(self, entry: Entry, after: asyncio.Future[None] | None,
+                       sent: asyncio.Future[None] | None) -> tuple[str, float | None]:
         """One attempt under one lease → (outcome, delay before the next attempt or None)."""
         begin = await self.ledger.begin(entry.stream, entry.id)
         if begin.state == "terminal":
@@ -122,7 +131,7 @@ class Deliverer:
         self._renewers.add(renewer)
         renewer.add_done_callback(self._renewers.discard)
         try:
-            return await self._try(entry, attempt, begin, after)
+            return await self._try(entry, attempt, begin, after, sent)
         except LeaseLost:
             log.info("%s %s: the lease is another attempt's; not sent", entry.stream, entry.id)
             return "fenced", None
@@ -161,7 +170,8 @@ class Deliverer:
                 log.warning("lease renewal failed: %s", type(exc).__name__)
 
     async def _try(self, entry: Entry, attempt: _Attempt, begin: Begin,
-                   after: asyncio.Future[None] | None) -> tuple[str, float | None]:
+                   after: asyncio.Future[None] | None,
+                   sent: asyncio.Future[None] | None) -> tuple[str, float | None]:
         if begin.unknown_after_send:
             resolved = await self._resolve_unknown(entry, attempt)
             if resolved is not None:
@@ -175,6 +185,8 @@ class Deliverer:
             return await self._failed(entry, attempt, maybe.failure)
         except DeliveryFailure as failure:
             return await self._failed(entry, attempt, failure)
+        if sent is not None and not sent.done():
+            sent.set_result(None)  # the chat's next entry may send while this one commits
         await self.ledger.commit(attempt.lease, terminal_record(DELIVERED, message_ids=ids))
         await self._record(entry, attempt, "delivered", message_ids=ids)
         return "delivered", None
@@ -206,7 +218,7 @@ class Deliverer:
 
     async def _deliver(self, entry: Entry, attempt: _Attempt, progress: Progress,
                        after: asyncio.Future[None] | None) -> list[int]:
-        outgoing = await outgoing_for(entry, self.svc)
+        outgoing = await outgoing_for(entry, self.svc, self.mail)
         if after is not None:
             await asyncio.shield(after)  # our turn in the chat lane
         runtime = self.svc.runtime
@@ -224,15 +236,17 @@ class Deliverer:
     async def _send(self, attempt: _Attempt, bot: str, message: Outgoing, index: int,
                     start: int) -> list[int]:
         """Send the chunks of one message from `start`, one Telegram call each. Right before
-        each call (after the governor's wait) the fence checks the lease and marks the intent."""
+        each call the fence (`Ledger.gate`, which also waits for the governor) checks the lease
+        and marks the intent."""
         chunks = split_text(message.text)
         if not chunks:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD,
                                   "telegram -: message text is empty")
         ids: list[int] = []
         for number in range(start, len(chunks)):
-            await self.governor.acquire(bot, message.chat_id)
-            await self.ledger.mark(attempt.lease, Progress(index, number), "sending")
+            lanes = lanes_of(bot, message.chat_id)
+            while wait := await self.ledger.gate(attempt.lease, Progress(index, number), lanes):
+                await wait_before(wait)
             runtime = self.svc.runtime
             if runtime is None:
                 raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")

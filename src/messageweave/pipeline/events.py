@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from messageweave.chat.telegram import FailureClass
 from messageweave.config.service import NotConfigured
-from messageweave.mail.jmap import JmapAuthError, JmapError
+from messageweave.mail.jmap import EmailMeta, JmapAuthError, JmapError
 from messageweave.pipeline.conversation import (
     ConversationContext,
     IncomingMessage,
@@ -51,15 +53,73 @@ def lane_of(entry: Entry, svc: Services) -> int:
         return 0
 
 
-async def outgoing_for(entry: Entry, svc: Services) -> list[Outgoing]:
+class MailPrefetch:
+    """One Email/get for the mail entries a path took together, instead of one per entry.
+
+    `start` fetches the mails of a batch in the background; each entry's first attempt then
+    takes its own mail from that answer (`take`). An entry whose batch call failed, or that
+    was not in a batch, or a later attempt (a retry fetches again), gets None and does its own
+    Email/get, so a mail that is gone or unreadable ends its entry exactly as before."""
+
+    def __init__(self, svc: Services) -> None:
+        self.svc = svc
+        self._held: dict[tuple[str, str], tuple[str, asyncio.Task[dict[str, EmailMeta]]]] = {}
+
+    def start(self, entries: Iterable[Entry]) -> None:
+        wanted = {(e.stream, e.id): e.fields.get("email_id", "").strip() for e in entries
+                  if e.stream == keys.STREAM_JMAP}
+        wanted = {key: email_id for key, email_id in wanted.items() if email_id}
+        ids = list(dict.fromkeys(wanted.values()))
+        if len(ids) < 2:
+            return  # one mail: its own Email/get is the same call
+        task = asyncio.create_task(self._fetch(ids), name="mail-prefetch")
+        task.add_done_callback(_retrieved)
+        for key, email_id in wanted.items():
+            self._held[key] = (email_id, task)
+
+    async def _fetch(self, ids: list[str]) -> dict[str, EmailMeta]:
+        client = await self.svc.jmap()
+        return {meta.id: meta for meta in await client.get_emails(ids)}
+
+    async def take(self, entry: Entry) -> list[EmailMeta] | None:
+        """The entry's mail from its batch ([] when the server does not have it), once; None
+        when there is no batch answer to use."""
+        held = self._held.pop((entry.stream, entry.id), None)
+        if held is None:
+            return None
+        email_id, task = held
+        await asyncio.wait([task])  # a cancelled waiter leaves the shared call running
+        if task.cancelled() or task.exception() is not None:
+            return None
+        found = task.result().get(email_id)
+        return [] if found is None else [found]
+
+    def forget(self, entry: Entry) -> None:
+        self._held.pop((entry.stream, entry.id), None)
+
+    def close(self) -> None:
+        for _, task in self._held.values():
+            task.cancel()
+        self._held.clear()
+
+
+def _retrieved(task: asyncio.Task[dict[str, EmailMeta]]) -> None:
+    """Mark a failed batch call's exception as seen: its entries fetch on their own."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def outgoing_for(entry: Entry, svc: Services,
+                       mail: MailPrefetch | None = None) -> list[Outgoing]:
     if entry.stream == keys.STREAM_JMAP:
-        return await _notification(entry, svc)
+        return await _notification(entry, svc, mail)
     if entry.stream == keys.STREAM_TELEGRAM:
         return await _replies(entry, svc)
     raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "unknown stream")
 
 
-async def _notification(entry: Entry, svc: Services) -> list[Outgoing]:
+async def _notification(entry: Entry, svc: Services,
+                        mail: MailPrefetch | None) -> list[Outgoing]:
     cfg = svc.config.config
     if cfg is None:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
@@ -71,7 +131,9 @@ async def _notification(entry: Entry, svc: Services) -> list[Outgoing]:
         client = await svc.jmap()
         if account_id and account_id != client.account_id:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "account is not the configured one")
-        found = await client.get_emails([email_id])
+        found = await mail.take(entry) if mail is not None else None
+        if found is None:
+            found = await client.get_emails([email_id])
     except NotConfigured as exc:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured") from exc
     except JmapAuthError as exc:

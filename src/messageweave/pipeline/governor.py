@@ -6,12 +6,16 @@ for the whole cluster. A 429 pauses the chat's lane for `retry_after` seconds ev
 
 The limits can be changed (e.g. lifted for the benchmark) in the hash `governor:limits`
 (`bot_per_s`, `chat_per_s`, `group_per_min`; 0 = unlimited); absent fields use Telegram's.
+
+The worker charges the lanes in the ledger's fence script (`Ledger.gate`), so a send costs one
+round trip for both; `Governor.acquire` is the same check on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import dataclass
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
@@ -21,43 +25,53 @@ DEFAULT_CHAT_PER_S = 1
 DEFAULT_GROUP_PER_MIN = 20
 MAX_WAIT_S = 5.0
 
+# The GCRA as a Lua function, shared by ACQUIRE and the ledger's fence (`ledger.GATE`), which
+# charges the lanes and writes the intent in one script. A script using it must call
+# `redis.replicate_commands()` first (it reads TIME before writing).
+# gcra(limits, bot lane, chat lane, chat pause, is_group '0'/'1') → 0 when a send may go now
+# (both lanes charged), else the milliseconds to wait.
+GCRA = """
+local function gcra(limits_key, bot_key, chat_key, pause_key, is_group)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local pause = redis.call('PTTL', pause_key)
+  if pause > 0 then return pause end
+  local l = redis.call('HMGET', limits_key, 'bot_per_s', 'chat_per_s', 'group_per_min')
+  local bot = tonumber(l[1] or '30')
+  local interval_bot = 0
+  if bot > 0 then interval_bot = 1000 / bot end
+  local interval_chat = 0
+  if is_group == '1' then
+    local g = tonumber(l[3] or '20')
+    if g > 0 then interval_chat = 60000 / g end
+  else
+    local c = tonumber(l[2] or '1')
+    if c > 0 then interval_chat = 1000 / c end
+  end
+  local tat_bot = tonumber(redis.call('GET', bot_key) or '0')
+  local tat_chat = tonumber(redis.call('GET', chat_key) or '0')
+  local wait = 0
+  if interval_bot > 0 and tat_bot > now then wait = tat_bot - now end
+  if interval_chat > 0 and tat_chat > now and tat_chat - now > wait then wait = tat_chat - now end
+  if wait > 0 then return math.ceil(wait) end
+  if interval_bot > 0 then
+    local step = math.ceil(interval_bot)
+    redis.call('SET', bot_key, string.format('%.0f', math.max(tat_bot, now) + step), 'PX',
+      string.format('%d', step + 1000))
+  end
+  if interval_chat > 0 then
+    local step = math.ceil(interval_chat)
+    redis.call('SET', chat_key, string.format('%.0f', math.max(tat_chat, now) + step), 'PX',
+      string.format('%d', step + 1000))
+  end
+  return 0
+end
+"""
+
 # KEYS: governor:limits, bot lane, chat lane, chat pause   ARGV: is_group (0/1)
 # → 0 when a send may go now (both lanes charged), else the milliseconds to wait.
-ACQUIRE = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local pause = redis.call('PTTL', KEYS[4])
-if pause > 0 then return pause end
-local l = redis.call('HMGET', KEYS[1], 'bot_per_s', 'chat_per_s', 'group_per_min')
-local bot = tonumber(l[1] or '30')
-local interval_bot = 0
-if bot > 0 then interval_bot = 1000 / bot end
-local interval_chat = 0
-if ARGV[1] == '1' then
-  local g = tonumber(l[3] or '20')
-  if g > 0 then interval_chat = 60000 / g end
-else
-  local c = tonumber(l[2] or '1')
-  if c > 0 then interval_chat = 1000 / c end
-end
-local tat_bot = tonumber(redis.call('GET', KEYS[2]) or '0')
-local tat_chat = tonumber(redis.call('GET', KEYS[3]) or '0')
-local wait = 0
-if interval_bot > 0 and tat_bot > now then wait = tat_bot - now end
-if interval_chat > 0 and tat_chat > now and tat_chat - now > wait then wait = tat_chat - now end
-if wait > 0 then return math.ceil(wait) end
-if interval_bot > 0 then
-  local step = math.ceil(interval_bot)
-  redis.call('SET', KEYS[2], string.format('%.0f', math.max(tat_bot, now) + step), 'PX',
-    string.format('%d', step + 1000))
-end
-if interval_chat > 0 then
-  local step = math.ceil(interval_chat)
-  redis.call('SET', KEYS[3], string.format('%.0f', math.max(tat_chat, now) + step), 'PX',
-    string.format('%d', step + 1000))
-end
-return 0
+ACQUIRE = "redis.replicate_commands()\n" + GCRA + """
+return gcra(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
 """
 
 
@@ -69,18 +83,32 @@ def bot_id(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Lanes:
+    """What `gcra` needs for one send: its four keys (`KEYS` order) and `is_group`."""
+
+    keys: tuple[str, str, str, str]
+    is_group: str
+
+
+def lanes_of(bot: str, chat_id: int) -> Lanes:
+    return Lanes((keys.GOVERNOR_LIMITS, keys.governor_bot(bot), keys.governor_chat(bot, chat_id),
+                  keys.governor_pause(bot, chat_id)), "1" if chat_id < 0 else "0")
+
+
+async def wait_before(wait_ms: int) -> None:
+    """Sleep the governor's answer (at most `MAX_WAIT_S`: the lanes are asked again)."""
+    await asyncio.sleep(min(wait_ms / 1000, MAX_WAIT_S))
+
+
 class Governor:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
 
     async def wait_ms(self, bot: str, chat_id: int) -> int:
         """Charge one send to the lanes, or say how long to wait before asking again."""
-        result = await self.redis.eval(
-            ACQUIRE, 4, keys.GOVERNOR_LIMITS, keys.governor_bot(bot),
-            keys.governor_chat(bot, chat_id), keys.governor_pause(bot, chat_id),
-            "1" if chat_id < 0 else "0",
-        )
-        return int(result)
+        lanes = lanes_of(bot, chat_id)
+        return int(await self.redis.eval(ACQUIRE, 4, *lanes.keys, lanes.is_group))
 
     async def acquire(self, bot: str, chat_id: int) -> None:
         """Wait until a send to `chat_id` is allowed on every instance's shared budget."""
@@ -88,7 +116,7 @@ class Governor:
             wait = await self.wait_ms(bot, chat_id)
             if wait <= 0:
                 return
-            await asyncio.sleep(min(wait / 1000, MAX_WAIT_S))
+            await wait_before(wait)
 
     async def pause(self, bot: str, chat_id: int, seconds: float) -> None:
         """A 429 for this chat: every instance holds the lane for `seconds`."""

@@ -6,10 +6,11 @@ The state machine is `docs/reference.md` §1.3.1. For each stream entry:
 2. Otherwise `BEGIN` takes the lease `delivery:inflight:{stream}:{id}` for this attempt: a random
    token plus the consumer name. A lease held by a live consumer (heartbeat present) is never
    taken over, not even when the consumer name is ours (another attempt of this process).
-3. Before every Telegram call, `MARK` checks that the lease still holds this attempt's token and,
-   in the same script, marks the intent `sending` with the progress (the fence: a mismatch
-   raises `LeaseLost` and nothing is sent). A known failure marks it `failed`; only a failure
-   that may have reached Telegram leaves it `sending`.
+3. Before every Telegram call, `GATE` checks that the lease still holds this attempt's token
+   and, in the same script, charges the rate governor's lanes and marks the intent `sending`
+   with the progress (the fence: a mismatch raises `LeaseLost` and nothing is sent). A known
+   failure marks it `failed` (`MARK`); only a failure that may have reached Telegram leaves it
+   `sending`.
 4. Success commits the terminal record with the Telegram message ids (whatever the lease says:
    a sent message gets its receipt), deletes lease/intent/retry and XACKs, in one script. A
    failure runs `RETRY_OR_DLQ` (one script, fenced): a retry releases the lease, a dead letter
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from messageweave.pipeline.governor import GCRA, Lanes
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 from messageweave.store.streams import forgotten_when_finished
@@ -73,14 +75,31 @@ return out
 # KEYS: inflight, intent
 # ARGV: lease, lease ttl, consumer, state (sending/failed), reply, chunk, now, intent ttl
 # → 1 when written (and the lease extended), 0 when the lease is not ours (nothing written).
-MARK = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+_WRITE_INTENT = """
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'consumer', ARGV[3], 'state', ARGV[4], 'reply', ARGV[5],
   'chunk', ARGV[6], 'at', ARGV[7])
 redis.call('HDEL', KEYS[2], 'resolution')
 redis.call('EXPIRE', KEYS[2], ARGV[8])
+"""
+MARK = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+""" + _WRITE_INTENT + """
 return 1
+"""
+
+# The fence and the rate governor in one script, right before each Telegram call.
+# KEYS: inflight, intent, then the governor's lanes (`governor.Lanes.keys`)
+# ARGV: MARK's (state `sending`), then is_group (0/1)
+# → 0 when the call may go now (lanes charged, intent `sending` written, lease extended);
+#   -1 when the lease is not ours (nothing written, nothing charged); else the milliseconds to
+#   wait for the governor (nothing written).
+GATE = "redis.replicate_commands()\n" + GCRA + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local wait = gcra(KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[9])
+if wait > 0 then return wait end
+""" + _WRITE_INTENT + """
+return 0
 """
 
 # KEYS: inflight, intent   ARGV: lease, resolution
@@ -240,16 +259,31 @@ class Ledger:
         unknown = intent.get("state") == "sending" and "resolution" not in intent
         return Begin("go", lease, progress, unknown)
 
+    def _intent_args(self, lease: Lease, progress: Progress, state: str) -> list[str | int]:
+        return [lease.value, self.lease_ttl_s, self.consumer, state, progress.reply,
+                progress.chunk, int(time.time()), keys.INTENT_TTL_S]
+
     async def mark(self, lease: Lease, progress: Progress, state: str) -> None:
         """The fence: record the intent (`sending` before a Telegram call, `failed` after a
         known failure) only while the lease is ours; otherwise raise `LeaseLost`."""
         written = await self.redis.eval(
             MARK, 2, lease.inflight_key, keys.delivery_intent(lease.stream, lease.entry_id),
-            lease.value, self.lease_ttl_s, self.consumer, state, progress.reply,
-            progress.chunk, int(time.time()), keys.INTENT_TTL_S,
+            *self._intent_args(lease, progress, state),
         )
         if not int(written):
             raise LeaseLost
+
+    async def gate(self, lease: Lease, progress: Progress, lanes: Lanes) -> int:
+        """The fence with the governor's charge, in one script: 0 when the Telegram call may
+        go now (the intent is `sending`), else the milliseconds to wait before asking again;
+        `LeaseLost` when the lease is not ours."""
+        reply = int(await self.redis.eval(
+            GATE, 6, lease.inflight_key, keys.delivery_intent(lease.stream, lease.entry_id),
+            *lanes.keys, *self._intent_args(lease, progress, "sending"), lanes.is_group,
+        ))
+        if reply < 0:
+            raise LeaseLost
+        return reply
 
     async def resolve(self, lease: Lease, resolution: str) -> None:
         await self.redis.eval(RESOLVE, 2, lease.inflight_key,

@@ -50,11 +50,12 @@ HEARTBEAT_INTERVAL_S = 2.0
 OWN_IDLE_MS = 10_000
 TRIM_EVERY = 15  # maintenance passes
 MAX_BATCH = 10
+READ_BATCH_DIVISOR = 4  # the continuous worker reads once concurrency / 4 slots are free
 
 
 @dataclass
 class WorkerOptions:
-    concurrency: int = 16
+    concurrency: int = 64
     block_ms: int = 1000
     inline_retry_max_s: float = 30.0
     shutdown_grace_s: float = 3.0
@@ -102,6 +103,8 @@ class Worker:
                                    inline_retry_max_s=self.options.inline_retry_max_s)
         self.process = self.deliverer.process
         self._slots = asyncio.Semaphore(self.options.concurrency)
+        self._running = 0
+        self._freed = asyncio.Event()  # set each time an entry's task ends
         self._passes = 0
 
     # --- continuous mode ----------------------------------------------------------------
@@ -122,8 +125,7 @@ class Worker:
                     await self.streams.beat(self.consumer)
                     await self.streams.ensure_groups()
                     ready = True
-                await self._slots.acquire()
-                self._slots.release()
+                await self._room_for_a_batch()
                 free = max(1, self._free_slots())
                 entries = await self.streams.read_new(self.consumer, free, self.options.block_ms)
             except RedisError as exc:
@@ -141,19 +143,30 @@ class Worker:
             finally:
                 for entry in taken:  # not started (cancelled while waiting for a slot)
                     self._active.discard((entry.stream, entry.id))
+                    self.deliverer.mail.forget(entry)
 
     def _free_slots(self) -> int:
-        return self.options.concurrency - len(self._tasks)
+        return self.options.concurrency - self._running
+
+    async def _room_for_a_batch(self) -> None:
+        """Wait until a quarter of the slots are free: a busy worker reads (and fetches the
+        mail of, `MailPrefetch`) several entries at once rather than one per finished task."""
+        wanted = max(1, self.options.concurrency // READ_BATCH_DIVISOR)
+        while self._free_slots() < wanted:
+            self._freed.clear()
+            await self._freed.wait()
 
     def _take(self, entries: list[Entry]) -> list[Entry]:
         """Mark `entries` as ours to work on (leaving out those already taken), at once: no
-        await between a fetch and this, so no other path can reclaim them meanwhile."""
+        await between a fetch and this, so no other path can reclaim them meanwhile. Their
+        mails are fetched together, in the background (`MailPrefetch`)."""
         taken = []
         for entry in entries:
             key = (entry.stream, entry.id)
             if key not in self._active:
                 self._active.add(key)
                 taken.append(entry)
+        self.deliverer.mail.start(taken)
         return taken
 
     async def spawn(self, entry: Entry) -> None:
@@ -169,6 +182,7 @@ class Worker:
             self._active.discard((entry.stream, entry.id))
             raise
         prev, mine = self._ticket(entry)
+        self._running += 1
         task = asyncio.create_task(self._run_one(entry, prev, mine))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -176,8 +190,10 @@ class Worker:
     async def _run_one(self, entry: Entry, prev: asyncio.Future[None] | None,
                        mine: asyncio.Future[None]) -> str:
         try:
-            return await self.process(entry, prev)
+            return await self.process(entry, prev, mine)
         finally:
+            self._running -= 1
+            self._freed.set()
             self._slots.release()
             self._active.discard((entry.stream, entry.id))
             if not mine.done():
@@ -200,6 +216,7 @@ class Worker:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.wait(list(self._tasks), timeout=0.1)
+        self.deliverer.mail.close()
         await cancel(beating)
         with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
             await asyncio.shield(self.streams.stop_beating(self.consumer))
@@ -233,15 +250,17 @@ class Worker:
             for entry in taken:
                 prev, mine = self._ticket(entry)
                 try:
-                    outcome = await self.process(entry, prev)
+                    outcome = await self.process(entry, prev, mine)
                 finally:
                     self._active.discard((entry.stream, entry.id))
-                    mine.set_result(None)
+                    if not mine.done():
+                        mine.set_result(None)
                 result.processed += 1
                 result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
         finally:
             for entry in taken:
                 self._active.discard((entry.stream, entry.id))
+                self.deliverer.mail.forget(entry)
             await cancel(beating)
         return result
 

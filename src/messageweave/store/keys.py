@@ -143,6 +143,10 @@ def reconcile_catchup(account_id: str) -> str:
     return f"reconcile:catchup:{account_id}"
 
 
+# Pub/sub channel (no key): a newly set catch-up flag wakes every instance's scheduler at once.
+CATCHUP_WAKE_CHANNEL = "reconcile:catchup-wake"
+
+
 # --- gap auditor ---------------------------------------------------------------------------
 # Unix seconds of the latest reconcile first run: mail received before it was never meant to be
 # notified, so the auditor never looks at it.

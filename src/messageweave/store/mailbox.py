@@ -1,12 +1,15 @@
 """Redis operations of the mailbox side: new-mail enqueue, the reconcile lock and cursor, the
-built-in schedule slots, the catch-up flag and the push subscription keys.
+built-in schedule slots, the catch-up flag (and the signal that wakes the schedulers for it) and
+the push subscription keys.
 
 Every multi-key change that must be atomic is one Lua script, defined here next to its caller.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import weakref
 from dataclasses import dataclass
 
 from messageweave.store import keys, scripts
@@ -70,6 +73,37 @@ async def enqueue_new_mail(redis: Redis, account_id: str, email_id: str) -> str 
         keys.DEDUP_JMAP_TTL_S, account_id, email_id, STREAM_JMAP_MAXLEN,
     )
     return text_of(result)
+
+
+# KEYS: stalwart:jmap, then dedup:jmap:{account}:{email} per mail   ARGV: ttl, account_id,
+# maxlen, then the email ids (in KEYS order) → how many were enqueued. Per mail the claim + XADD
+# of `CLAIM_DEDUP_AND_ENQUEUE`; a mail claimed already (say by a pass that crashed) is skipped.
+CLAIM_DEDUP_AND_ENQUEUE_MANY = """
+local enqueued = 0
+for n = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[n]) == 0 then
+    local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
+                          'account_id', ARGV[2], 'email_id', ARGV[n + 2])
+    redis.call('SET', KEYS[n], id, 'EX', ARGV[1])
+    enqueued = enqueued + 1
+  end
+end
+return enqueued
+"""
+ENQUEUE_BATCH = 512  # mails per script, so none holds Redis long; a page's go in one round trip
+
+
+async def enqueue_new_mails(
+    redis: Redis, account_id: str, email_ids: list[str], *, batch: int = ENQUEUE_BATCH
+) -> int:
+    """`enqueue_new_mail` for each of `email_ids`, in order, in one round trip; how many were
+    enqueued (a mail already claimed, or named twice, is enqueued once)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for chunk in (email_ids[i:i + batch] for i in range(0, len(email_ids), batch)):
+            pipe.eval(CLAIM_DEDUP_AND_ENQUEUE_MANY, 1 + len(chunk), keys.STREAM_JMAP,
+                      *(keys.dedup_jmap(account_id, e) for e in chunk),
+                      keys.DEDUP_JMAP_TTL_S, account_id, STREAM_JMAP_MAXLEN, *chunk)
+        return sum(int(n) for n in await pipe.execute())
 
 
 # ------------------------------------------------------------------------------- lock
@@ -148,6 +182,40 @@ async def catchup_pending(redis: Redis, account_id: str) -> bool:
 async def take_catchup(redis: Redis, account_id: str) -> bool:
     """Consume the pending catch-up (GETDEL): exactly one instance gets True."""
     return await redis.getdel(keys.reconcile_catchup(account_id)) is not None
+
+
+# The push handler and the scheduler of one instance share only its Redis client: a wake is
+# found by it. Weak, so a closed instance (a test's second one) leaves nothing behind.
+_local_wakes: weakref.WeakKeyDictionary[Redis, weakref.WeakSet[asyncio.Event]] = (
+    weakref.WeakKeyDictionary())
+CATCHUP_LISTEN_S = 5.0  # reads end this often, so the client's health-check PING still goes out
+
+
+def watch_catchups(redis: Redis, wake: asyncio.Event) -> None:
+    """Have `announce_catchup` on this very client set `wake` directly (no Redis round trip)."""
+    _local_wakes.setdefault(redis, weakref.WeakSet()).add(wake)
+
+
+async def announce_catchup(redis: Redis, account_id: str) -> None:
+    """Wake the schedulers for a new catch-up flag: this instance's at once (`watch_catchups`),
+    every instance's through `PUBLISH reconcile:catchup-wake`. Only a hint: the flag is the
+    truth, and a scheduler that missed the signal takes the flag at its next poll."""
+    for wake in list(_local_wakes.get(redis, ())):
+        wake.set()
+    await redis.publish(keys.CATCHUP_WAKE_CHANNEL, account_id)
+
+
+async def relay_catchup_announcements(redis: Redis, wake: asyncio.Event) -> None:
+    """Set `wake` on every `announce_catchup` of any instance, until cancelled or a RedisError.
+    The subscription holds its own connection, closed on the way out. `wake` is also set once
+    subscribed: whatever was announced before that never reached us."""
+    async with redis.pubsub(ignore_subscribe_messages=True) as sub:
+        await sub.subscribe(keys.CATCHUP_WAKE_CHANNEL)
+        wake.set()
+        while True:
+            if await sub.get_message(ignore_subscribe_messages=True,
+                                     timeout=CATCHUP_LISTEN_S) is not None:
+                wake.set()
 
 
 # ------------------------------------------------------------------------------- push

@@ -12,12 +12,13 @@ trimmed exactly rather than by whole nodes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
@@ -46,6 +47,18 @@ local fields = {}
 for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[2], '*', unpack(fields))
 """
+
+# KEYS: dedup:tg:{update_id}, stalwart:telegram, config:enabled   ARGV: as CLAIM_AND_ENQUEUE
+# → 0 when the service is switched off (nothing written), else as CLAIM_AND_ENQUEUE. The webhook's
+# one round trip for an update it accepts: the switch, the dedup claim and the XADD.
+ENQUEUE_IF_ENABLED = "if redis.call('GET', KEYS[3]) ~= '1' then return 0 end\n" + CLAIM_AND_ENQUEUE
+_ENQUEUE_IF_ENABLED_SHA = hashlib.sha1(ENQUEUE_IF_ENABLED.encode(),
+                                       usedforsecurity=False).hexdigest()
+
+
+class SwitchedOff(Exception):
+    """The kill switch (`config:enabled`) is off: nothing was written."""
+
 
 # KEYS: {stream}:dlq, {stream}   ARGV: dlq entry id, the replay field's name
 # → the new stream id, or false when the DLQ entry is gone (replayed already).
@@ -122,6 +135,21 @@ class StreamStore:
         result = await self.redis.eval(
             CLAIM_AND_ENQUEUE, 2, keys.dedup_tg(update_id), keys.STREAM_TELEGRAM, *args
         )
+        return str(result) if result else None
+
+    async def enqueue_update_if_enabled(self, update_id: int,
+                                        fields: dict[str, str]) -> str | None:
+        """`enqueue_update` in one round trip with the switch check (`SwitchedOff`). EVALSHA;
+        the script is sent once per Redis server, on its first NOSCRIPT."""
+        names = (keys.dedup_tg(update_id), keys.STREAM_TELEGRAM, keys.ENABLED)
+        args: list[str | int] = [keys.DEDUP_TTL_S,
+                                 *(part for item in fields.items() for part in item)]
+        try:
+            result = await self.redis.evalsha(_ENQUEUE_IF_ENABLED_SHA, 3, *names, *args)
+        except NoScriptError:
+            result = await self.redis.eval(ENQUEUE_IF_ENABLED, 3, *names, *args)
+        if result == 0:
+            raise SwitchedOff
         return str(result) if result else None
 
     async def add(self, stream: str, fields: dict[str, str]) -> str:

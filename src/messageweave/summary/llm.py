@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 
-from openai import AsyncOpenAI, OpenAIError
-
 from messageweave.config.model import MAX_RETRIES_CAP, BusinessConfig, OutboundConfig
 
 MAX_INPUT_CHARS = 8000
@@ -65,6 +63,10 @@ async def summarize(
     `budget_s(outbound)`; `LlmError` otherwise."""
     if not (cfg.llm_active and cfg.llm_base_url and cfg.llm_model and cfg.llm_api_key):
         raise LlmNotConfigured("llm not configured")
+    # Imported on the first summary: the SDK (and its thousand type modules) costs an idle
+    # service about 13 MB of memory, and most installations never enable summaries.
+    from openai import AsyncOpenAI, OpenAIError
+
     budget = budget_s(outbound)
     client = AsyncOpenAI(
         base_url=cfg.llm_base_url.rstrip("/"),

@@ -19,8 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
+from messageweave import server
 from messageweave.app import create_app
-from messageweave.server import GuardedConfig, GuardedH11Protocol, ReadLimits, serve
+from messageweave.server import (
+    DEFAULT_PROTOCOL,
+    GuardedConfig,
+    GuardedH11Protocol,
+    ReadLimits,
+    serve,
+)
 from tests.conftest import ADMIN_KEY, console_script, free_port, serving, settings_for
 
 PARTIAL_PUSH = (b"POST /push/jmap HTTP/1.1\r\nHost: mw.test\r\n"
@@ -86,16 +93,29 @@ def test_client_disconnect_mid_body_is_an_info_499_not_an_error_500(
     assert errors == [], errors
 
 
+# Both HTTP protocols the server can run (httptools is the default when it is installed).
+PROTOCOLS = [pytest.param(GuardedH11Protocol, id="h11")]
+if server.HTTPTOOLS:
+    PROTOCOLS.insert(0, pytest.param(server.GuardedHttpToolsProtocol, id="httptools"))
+
+
+@pytest.fixture(params=PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> type[asyncio.Protocol]:
+    cls: type[asyncio.Protocol] = request.param
+    return cls
+
+
 @asynccontextmanager
-async def _served(redis_url: str, limits: ReadLimits) -> AsyncIterator[int]:
+async def _served(redis_url: str, limits: ReadLimits,
+                  protocol: type[asyncio.Protocol]) -> AsyncIterator[int]:
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(GuardedConfig(
-        create_app(settings_for(redis_url)), limits=limits, host="127.0.0.1", port=port,
-        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
+    uvicorn_server = uvicorn.Server(GuardedConfig(
+        create_app(settings_for(redis_url)), limits=limits, http=protocol, host="127.0.0.1",
+        port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
     ))
-    async with serving(server):
+    async with serving(uvicorn_server):
         yield port
 
 
@@ -127,11 +147,11 @@ LIMITS = ReadLimits(header_timeout_s=0.8, body_timeout_s=1.0)
 
 
 async def test_slow_headers_are_cut_off_after_the_header_timeout(
-    embedded_redis_url: str,
+    embedded_redis_url: str, protocol: type[asyncio.Protocol],
 ) -> None:
     """Bug: uvicorn bounds only the idle time between requests, so a client that sent its
     headers a byte at a time (slowloris) held a connection forever."""
-    async with _served(embedded_redis_url, LIMITS) as port:
+    async with _served(embedded_redis_url, LIMITS, protocol) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: mw.test\r\n")
         elapsed = await _closed_after(reader, writer, b"X-Slow: " + b"a" * 200, limit=4.0)
@@ -144,12 +164,12 @@ async def test_slow_headers_are_cut_off_after_the_header_timeout(
 
 
 async def test_slow_body_is_cut_off_after_the_body_timeout_and_logged_499(
-    embedded_redis_url: str, caplog: pytest.LogCaptureFixture,
+    embedded_redis_url: str, caplog: pytest.LogCaptureFixture, protocol: type[asyncio.Protocol],
 ) -> None:
     """Bug: a client that sent its body a byte at a time held the request's task and its
     connection forever; now the connection is closed and the request logged as 499."""
     caplog.set_level(logging.INFO)
-    async with _served(embedded_redis_url, LIMITS) as port:
+    async with _served(embedded_redis_url, LIMITS, protocol) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(PARTIAL_PUSH)
         elapsed = await _closed_after(reader, writer, b" " * 200, limit=4.0)
@@ -166,11 +186,11 @@ async def test_slow_body_is_cut_off_after_the_body_timeout_and_logged_499(
 
 
 async def test_keep_alive_requests_within_the_deadlines_are_served(
-    embedded_redis_url: str,
+    embedded_redis_url: str, protocol: type[asyncio.Protocol],
 ) -> None:
     """Bug guard: the deadlines must not cut off an ordinary client that reuses its
     connection, sends a body, or pauses between requests for less than the keep-alive."""
-    async with _served(embedded_redis_url, LIMITS) as port, \
+    async with _served(embedded_redis_url, LIMITS, protocol) as port, \
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
         for _ in range(3):
             assert (await client.get("/healthz")).status_code == 200
@@ -179,11 +199,61 @@ async def test_keep_alive_requests_within_the_deadlines_are_served(
             await asyncio.sleep(LIMITS.header_timeout_s / 2)
 
 
+async def test_pipelined_requests_are_all_answered_and_then_timed_again(
+    embedded_redis_url: str, protocol: type[asyncio.Protocol],
+) -> None:
+    """Bug guard: httptools parses a pipelined request while the previous one is answered;
+    its deadline must neither cut it off nor be lost (the connection is timed again after)."""
+    async with _served(embedded_redis_url, LIMITS, protocol) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        push = (b"POST /push/jmap HTTP/1.1\r\nHost: mw.test\r\nContent-Type: application/json"
+                b"\r\nContent-Length: 20\r\n\r\n" + b'{"@type": "Nothing"}')
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: mw.test\r\n\r\n" + push * 2)
+        await writer.drain()
+        answers = b""
+        while answers.count(b"HTTP/1.1 ") < 3:
+            chunk = await asyncio.wait_for(reader.read(65536), 4.0)
+            assert chunk, answers
+            answers += chunk
+        assert answers.startswith(b"HTTP/1.1 200"), answers
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 4.0) == b""  # idle: closed again
+        assert time.monotonic() - started < LIMITS.header_timeout_s + 1.0
+        writer.close()
+
+
+async def test_unfinished_headers_past_the_size_limit_are_a_400(
+    embedded_redis_url: str, protocol: type[asyncio.Protocol],
+) -> None:
+    """Bug: uvicorn's httptools protocol has no limit on request headers (h11's is
+    `h11_max_incomplete_event_size`), so a client could make the server buffer them without
+    end; past `max_header_bytes` both protocols answer 400 and close the connection."""
+    async with _served(embedded_redis_url, LIMITS, protocol) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: mw.test\r\n")
+        for _ in range(LIMITS.max_header_bytes // 1024 + 1):
+            writer.write(b"X-Big: " + b"a" * 1024 + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        answer = await asyncio.wait_for(reader.read(), 4.0)
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        writer.close()
+
+        # Headers just under the limit are still served.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}",
+                                     trust_env=False) as client:
+            big = {"X-Big": "a" * (LIMITS.max_header_bytes - 1024)}
+            assert (await client.get("/healthz", headers=big)).status_code == 200
+
+
 def test_run_and_serve_use_the_documented_timeouts() -> None:
-    """Bug guard: the numbers in reference §4 are the ones the server runs with."""
+    """Bug guard: the numbers in reference §4 are the ones the server runs with, on httptools
+    when it is installed."""
     limits = ReadLimits()
     config = GuardedConfig(create_app(settings_for("")), limits=limits)
-    assert config.http is GuardedH11Protocol
+    assert config.http is DEFAULT_PROTOCOL
+    assert DEFAULT_PROTOCOL is (server.GuardedHttpToolsProtocol if server.HTTPTOOLS
+                                else GuardedH11Protocol)
     assert config.timeout_keep_alive == limits.keep_alive_s
     assert config.h11_max_incomplete_event_size == limits.max_header_bytes
     assert serve.__defaults__ == (None,)  # `run` and `serve` pass no limits: the defaults

@@ -1,0 +1,164 @@
+"""Benchmark (not a test): one catch-up reconcile after downtime, over many new mails.
+
+    .venv/bin/python -m bench.catchup --mails 10000
+    .venv/bin/python -m bench.catchup --mails 100000 --data-dir /tmp/mw-catchup-100k
+
+An embedded Redis and a real Cyrus (HTTPS JMAP). The first reconcile takes the baseline (as the
+service does before its downtime: old mail is never notified); then `--mails` new mails are put
+into the INBOX by IMAP APPEND over `--connections` parallel connections; then one reconcile runs
+in this process, as the first pass after the downtime, and must enqueue every one of them (one
+`stalwart:jmap` entry and one `dedup:jmap` claim each). A thread samples this process's VmRSS
+every 2 ms during the pass; the idle figure is taken just before it. One summary line.
+
+`--data-dir` keeps the Cyrus mailbox (and the baseline's Email state and watermark) there: the
+first run appends, later runs with the same directory and `--mails` skip the append and restore
+the saved baseline cursor into a fresh Redis, so the pass sees the same downtime again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import imaplib
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from tests.conftest import CYRUS_PASSWORD, CYRUS_USER
+from tests.peers.cyrus import HOST, CyrusServer, make_message, new_base_dir, remove_base_dir
+
+from messageweave.mail.jmap import JmapClient
+from messageweave.mail.reconcile import reconcile
+from messageweave.store import keys
+from messageweave.store.redis import EmbeddedRedis
+
+BASELINE_FILE = "baseline.json"
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0])
+
+
+class RssSampler(threading.Thread):
+    """The highest VmRSS of this process while it runs."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = rss_kib()
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.002):
+            self.peak = max(self.peak, rss_kib())
+
+    def stop(self) -> int:
+        self._done.set()
+        self.join()
+        self.peak = max(self.peak, rss_kib())
+        return self.peak
+
+
+def append_many(cyrus: CyrusServer, mails: int, connections: int) -> float:
+    """IMAP APPEND `mails` small messages to alice's INBOX, `connections` at a time; seconds."""
+    started = time.monotonic()
+    shares = [range(n, mails, connections) for n in range(connections)]
+
+    def one_connection(numbers: range) -> None:
+        m = imaplib.IMAP4(HOST, cyrus.ports.imap, timeout=60)
+        try:
+            m.login(CYRUS_USER, CYRUS_PASSWORD)
+            for n in numbers:
+                raw = make_message(subject=f"catch-up {n}", body=f"mail number {n}")
+                typ, data = m.append("INBOX", None, imaplib.Time2Internaldate(time.time()), raw)
+                if typ != "OK":
+                    raise RuntimeError(f"APPEND failed: {data!r}")
+        finally:
+            m.logout()
+
+    with ThreadPoolExecutor(connections) as pool:
+        list(pool.map(one_connection, shares))
+    return time.monotonic() - started
+
+
+async def count_claims(redis: aioredis.Redis, account: str) -> int:
+    found = 0
+    async for _key in redis.scan_iter(match=keys.dedup_jmap(account, "*"), count=1000):
+        found += 1
+    return found
+
+
+async def run(mails: int, connections: int, data_dir: Path | None) -> None:
+    scratch = Path(new_base_dir("mw-catchup-"))
+    base = data_dir / "cyrus" if data_dir else scratch / "cyrus"
+    saved = data_dir / BASELINE_FILE if data_dir else None
+    base.mkdir(parents=True, exist_ok=True)
+    base.chmod(0o755)
+    redis_server = EmbeddedRedis(scratch / "redis")
+    url = redis_server.start()
+    cyrus = CyrusServer(base, users={CYRUS_USER: CYRUS_PASSWORD})
+    cyrus.start()
+    redis = aioredis.from_url(url, decode_responses=True)
+    try:
+        async with JmapClient(cyrus.session_url, CYRUS_USER, CYRUS_PASSWORD, timeout=60,
+                              ca_file=cyrus.ca_file) as client:
+            reused = saved is not None and saved.exists() and \
+                json.loads(saved.read_text())["mails"] == mails
+            if reused:
+                assert saved is not None
+                stored = json.loads(saved.read_text())
+                await redis.mset({keys.RECONCILE_CURSOR: stored["cursor"],
+                                  keys.RECONCILE_WATERMARK: stored["watermark"]})
+                print(f"reusing the {mails} mails in {base} and the saved baseline")
+            else:
+                first = await reconcile(redis, client, ("inbox",))
+                assert first.phase == "first_run", first
+                took = await asyncio.to_thread(append_many, cyrus, mails, connections)
+                print(f"appended {mails} mails over {connections} IMAP connections in "
+                      f"{took:.1f} s ({mails / took:.0f}/s)")
+                if saved is not None:
+                    cursor, watermark = await redis.mget(keys.RECONCILE_CURSOR,
+                                                         keys.RECONCILE_WATERMARK)
+                    saved.write_text(json.dumps({"mails": mails, "cursor": cursor,
+                                                 "watermark": watermark}))
+            await client.get_session()
+            gc.collect()
+            idle = rss_kib()
+            sampler = RssSampler()
+            sampler.start()
+            started = time.perf_counter()
+            result = await reconcile(redis, client, ("inbox",))
+            seconds = time.perf_counter() - started
+            peak = sampler.stop()
+        entries = await redis.xlen(keys.STREAM_JMAP)
+        claims = await count_claims(redis, client.account_id)
+        ok = result.complete and result.enqueued == entries == claims == mails
+        print(f"pass: {result.pages} pages, complete={result.complete}, "
+              f"enqueued {result.enqueued}, stream entries {entries}, dedup claims {claims}"
+              + ("" if ok else "  << NOT ALL ENQUEUED ONCE"))
+        print(f"catch-up: {mails} mails in {seconds:.2f} s = {mails / seconds:.0f} mails/s; "
+              f"RSS idle {idle / 1024:.1f} MB, peak {peak / 1024:.1f} MB, "
+              f"delta {(peak - idle) / 1024:.1f} MB")
+    finally:
+        await redis.aclose()
+        cyrus.stop()
+        redis_server.stop()
+        remove_base_dir(scratch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mails", type=int, default=10_000)
+    parser.add_argument("--connections", type=int, default=24)
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="keep the Cyrus mailbox here and reuse it on later runs")
+    args = parser.parse_args()
+    asyncio.run(run(args.mails, args.connections, args.data_dir))
+
+
+if __name__ == "__main__":
+    main()

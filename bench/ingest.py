@@ -1,0 +1,193 @@
+"""Benchmark (not a test): `POST /webhook/tg` throughput of the real service, against a bare ASGI
+endpoint served the same way.
+
+    .venv/bin/python -m bench.ingest --seconds 5 --rounds 2 --connections 32
+
+Starts an embedded Redis and two servers, each a subprocess on a local port with the same uvicorn
+settings (`messageweave.server.serve`: the same protocol class, loop and read limits):
+
+- the real service (`messageweave serve`), configured through its API with a webhook secret and an
+  allowlisted chat, and switched on; its worker runs as in production;
+- a bare ASGI app that answers every request 204 without reading anything.
+
+One load generator (keep-alive HTTP/1.1 connections, each a task sending one request at a time;
+every request a new `update_id`, a message without text from the allowlisted chat, so the
+worker acknowledges it without calling Telegram) loads each server for `--seconds`, alternating
+for `--rounds` rounds so that a busy machine weighs on both alike. Every answer must be 204.
+The last line is the summary: req/s of each and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from starlette.types import Receive, Scope, Send
+from tests.conftest import ADMIN_KEY, console_script, free_port, login, sample_wire, wait_healthy
+
+from messageweave.api.delivery import SECRET_HEADER
+from messageweave.store.redis import EmbeddedRedis
+
+WIRE = sample_wire()
+CHAT = int(WIRE["chat_allowlist"][0])
+
+
+async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The floor: an answer with no routing, no middleware, no body read."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _serve_bare(port: int) -> None:
+    from messageweave import server
+
+    server.serve(bare_app, "127.0.0.1", port)
+
+
+def _request(update_id: int, secret: str) -> bytes:
+    body = (b'{"update_id":%d,"message":{"message_id":1,"date":0,'
+            b'"chat":{"id":%d,"type":"private"},"sticker":{"file_id":"x"}}}' % (update_id, CHAT))
+    head = ("POST /webhook/tg HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"{SECRET_HEADER}: {secret}\r\nContent-Length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
+async def _connection(port: int, ids: Iterator[int], secret: str, stop_at: float,
+                      statuses: dict[int, int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.monotonic() < stop_at:
+            writer.write(_request(next(ids), secret))
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            statuses[status] = statuses.get(status, 0) + 1
+            for line in head.lower().split(b"\r\n"):
+                if line.startswith(b"content-length:"):
+                    await reader.readexactly(int(line[15:]))
+    finally:
+        writer.close()
+
+
+async def _load(port: int, ids: Iterator[int], seconds: float, connections: int) -> float:
+    """Requests per second over `seconds`, every answer a 204 (else the bench fails)."""
+    statuses: dict[int, int] = {}
+    started = time.monotonic()
+    await asyncio.gather(*(_connection(port, ids, str(WIRE["telegram_webhook_secret"]),
+                                       started + seconds, statuses)
+                           for _ in range(connections)))
+    elapsed = time.monotonic() - started
+    assert set(statuses) == {204}, statuses
+    return sum(statuses.values()) / elapsed
+
+
+async def _configure(url: str) -> None:
+    async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
+        session = await login(client)
+        saved = await client.put("/api/business-config", json=WIRE, headers=session)
+        assert saved.status_code == 200, saved.text
+        enabled = await client.put("/api/enabled", json={"enabled": True}, headers=session)
+        assert enabled.status_code == 200, enabled.text
+
+
+@contextmanager
+def _process(argv: list[str], env: dict[str, str], log: Path, port: int,
+             ready: Callable[[str, subprocess.Popen[str]], None]) -> Iterator[str]:
+    url = f"http://127.0.0.1:{port}"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=sink, text=True)
+    try:
+        try:
+            ready(url, proc)
+        except AssertionError:
+            print(log.read_text(), file=sys.stderr)
+            raise
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _wait_listening(url: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        assert proc.poll() is None, "the bare server exited early"
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, "the bare server did not start"
+            time.sleep(0.1)
+
+
+@contextmanager
+def _servers(data: Path) -> Iterator[tuple[int, int]]:
+    redis_server = EmbeddedRedis(data / "redis")
+    redis_url = redis_server.start()
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
+    service_port, bare_port = free_port(), free_port()
+    env.update(REDIS_URL=redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(service_port))
+    try:
+        with _process([console_script("messageweave"), "serve", "--host", "127.0.0.1"], env,
+                      data / "service.log", service_port, wait_healthy) as url, \
+             _process([sys.executable, "-m", "bench.ingest", "--bare", str(bare_port)], env,
+                      data / "bare.log", bare_port, _wait_listening):
+            asyncio.run(_configure(url))
+            yield service_port, bare_port
+    finally:
+        redis_server.stop()
+
+
+async def _compare(service_port: int, bare_port: int, seconds: float, rounds: int,
+                   connections: int) -> tuple[float, float]:
+    ids = itertools.count(1)
+    await _load(service_port, ids, 1.0, connections)  # warm-up: connections, caches
+    await _load(bare_port, ids, 1.0, connections)
+    service: list[float] = []
+    bare: list[float] = []
+    for n in range(rounds):
+        service.append(await _load(service_port, ids, seconds, connections))
+        bare.append(await _load(bare_port, ids, seconds, connections))
+        print(f"round {n + 1}: service {service[-1]:.0f} req/s, bare {bare[-1]:.0f} req/s")
+    return sum(service) / rounds, sum(bare) / rounds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--bare", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare:
+        _serve_bare(args.bare)
+        return
+    data = Path(tempfile.mkdtemp(prefix="mwi", dir="/tmp"))
+    try:
+        with _servers(data) as (service_port, bare_port):
+            service, bare = asyncio.run(_compare(service_port, bare_port, args.seconds,
+                                                 args.rounds, args.connections))
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    print(f"ingest /webhook/tg: service {service:.0f} req/s, bare ASGI {bare:.0f} req/s, "
+          f"ratio {service / bare:.2f} ({args.connections} connections, "
+          f"{args.rounds}×{args.seconds:g} s each)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""A StateChange push wakes the scheduler's catch-up pass at once (issue #14): in process on the
+instance that took the push, through `reconcile:catchup-wake` on every other one; the flag stays
+the truth and the poll its fallback. Real app, real Redis, real Cyrus.
+
+The poll is set to an hour (`scheduler.POLL_S`) before any scheduler starts, so a pass that runs
+within the tests' deadlines was woken, never polled. Passes are observed by wrapping the
+scheduler's `run_pass` (the real pass still runs): each finished one is queued with the
+instance that ran it, and a test may hold one at a gate after its work is done, i.e. while the
+scheduler is still inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from messageweave import runtime
+from messageweave.aio import cancel
+from messageweave.mail import scheduler
+from messageweave.mail.context import MailContext
+from messageweave.mail.reconcile import Progress
+from messageweave.store import keys
+from messageweave.store.mailbox import catchup_pending, request_catchup
+from tests.conftest import FreshUser, running_client, settings_for
+from tests.integration.mailbox.conftest import enqueued
+from tests.integration.mailbox.test_push_lifecycle import eventually
+from tests.integration.mailbox.test_reconcile_api import (
+    AUTH,
+    configure,
+    mailbox_wire,
+    register_for_test,
+    state_change,
+)
+from tests.peers.cyrus import CyrusServer
+
+WITHIN_S = 10.0  # generous for a busy machine; the poll would take an hour
+
+
+@dataclass
+class Pass:
+    instance: MailContext
+    progress: Progress
+    started: float  # time.monotonic()
+
+
+class Passes:
+    """The scheduler's passes, in the order they finished."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._finished: asyncio.Queue[Pass] = asyncio.Queue()
+        self.count = 0
+        self.gate: asyncio.Event | None = None  # the next pass waits for it once its work is done
+        self.holding = asyncio.Event()
+
+    async def __call__(self, svc: MailContext, **kw: Any) -> Progress:
+        started = time.monotonic()
+        progress: Progress = await self._real(svc, **kw)
+        if self.gate is not None:
+            gate, self.gate = self.gate, None
+            self.holding.set()
+            await gate.wait()
+        self.count += 1
+        self._finished.put_nowait(Pass(svc, progress, started))
+        return progress
+
+    async def next(self) -> Pass:
+        try:
+            return await asyncio.wait_for(self._finished.get(), WITHIN_S)
+        except TimeoutError:
+            raise AssertionError(f"no catch-up pass within {WITHIN_S} s") from None
+
+
+@pytest.fixture
+def passes(monkeypatch: pytest.MonkeyPatch) -> Passes:
+    monkeypatch.setattr(scheduler, "POLL_S", 3600.0)
+    recorder = Passes(scheduler.run_pass)
+    monkeypatch.setattr(scheduler, "run_pass", recorder)
+    return recorder
+
+
+@asynccontextmanager
+async def configured_app(
+    url: str, cyrus: CyrusServer, mailbox: FreshUser, redis: aioredis.Redis
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app configured for `mailbox`, its baseline taken, push registered. The other jobs
+    of the schedule have their slots taken, so every pass is a catch-up (the maintenance one
+    would fail on Cyrus, mark push degraded and run a pass of its own)."""
+    for slot in (keys.PUSH_MAINTENANCE_SCHEDULE, keys.PUSH_DEGRADED_RECONCILE_SCHEDULE,
+                 keys.ORPHAN_SWEEP_SCHEDULE):
+        await redis.set(slot, "taken by the test", ex=3600)
+    async with running_client(settings_for(url)) as client:
+        await configure(client, mailbox_wire(cyrus, mailbox))
+        assert (await client.post("/reconcile", headers=AUTH)).status_code == 204
+        await register_for_test(redis)
+        yield client
+
+
+@pytest.fixture
+async def app(
+    passes: Passes, embedded_redis_url: str, cyrus: CyrusServer, mailbox: FreshUser,
+    redis_client: aioredis.Redis, trust_cyrus: None,
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with configured_app(embedded_redis_url, cyrus, mailbox, redis_client) as client:
+        yield client
+
+
+async def push(app: httpx.AsyncClient, mailbox: FreshUser) -> None:
+    response = await app.post("/push/jmap", json=state_change(mailbox.client.account_id))
+    assert response.status_code == 204, response.text
+
+
+async def subscribers(redis: aioredis.Redis) -> int:
+    [(_channel, count)] = await redis.pubsub_numsub(keys.CATCHUP_WAKE_CHANNEL)
+    return int(count)
+
+
+async def test_a_state_change_runs_the_catch_up_pass_without_waiting_for_the_poll(
+    app: httpx.AsyncClient, passes: Passes, cyrus: CyrusServer, mailbox: FreshUser,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: the pass waited for the scheduler's next poll of the flag (0–200 ms of every
+    push → sendMessage); here the poll is an hour away and the pass still runs."""
+    new = cyrus.append(user=mailbox.user, subject="woken")
+    await push(app, mailbox)
+    done = await passes.next()
+    assert done.progress.enqueued == 1
+    assert await enqueued(redis_client) == [new.email_id]
+
+
+async def test_another_instance_is_woken_through_redis(
+    passes: Passes, embedded_redis_url: str, cyrus: CyrusServer, mailbox: FreshUser,
+    redis_client: aioredis.Redis, trust_cyrus: None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bug caught: only the instance that took the push was woken (in process). The one taking
+    it here runs no scheduler; the only scheduler is a second instance with its own Redis
+    connection, which only the `reconcile:catchup-wake` signal can reach before the poll."""
+
+    async def no_scheduler(svc: MailContext) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(runtime, "run_scheduler", no_scheduler)
+    async with configured_app(embedded_redis_url, cyrus, mailbox, redis_client) as client, \
+            runtime.running(settings_for(embedded_redis_url)) as other:
+        await other.jmap()  # its client connected, as after any pass it ran
+        task = asyncio.create_task(scheduler.run_scheduler(other))
+        try:
+            await eventually(lambda: _subscribed(redis_client), WITHIN_S, "never subscribed")
+            new = cyrus.append(user=mailbox.user, subject="woken elsewhere")
+            await push(client, mailbox)
+            done = await passes.next()
+        finally:
+            await cancel(task)
+    assert done.instance is other
+    assert await enqueued(redis_client) == [new.email_id]
+
+
+async def _subscribed(redis: aioredis.Redis) -> bool:
+    return await subscribers(redis) >= 1
+
+
+async def test_pushes_during_a_pass_coalesce_into_exactly_one_more_pass(
+    app: httpx.AsyncClient, passes: Passes, cyrus: CyrusServer, mailbox: FreshUser,
+    redis_client: aioredis.Redis,
+) -> None:
+    """Bugs caught: a push that lands while a pass runs is lost until the poll (the wake cleared
+    after the flag was taken), or every push runs a pass of its own."""
+    first = cyrus.append(user=mailbox.user, subject="first")
+    passes.gate = gate = asyncio.Event()
+    await push(app, mailbox)
+    await asyncio.wait_for(passes.holding.wait(), WITHIN_S)  # pass 1 done, not yet returned
+    during = cyrus.append(user=mailbox.user, subject="during")
+    await asyncio.gather(*(push(app, mailbox) for _ in range(10)))
+    assert await catchup_pending(redis_client, mailbox.client.account_id)  # one flag for ten
+    gate.set()
+    assert (await passes.next()).progress.enqueued == 1
+    assert (await passes.next()).progress.enqueued == 1
+    assert await enqueued(redis_client) == [first.email_id, during.email_id]
+    assert not await catchup_pending(redis_client, mailbox.client.account_id)
+    # the next pass is the one this push causes: none was left over from the ten
+    last = cyrus.append(user=mailbox.user, subject="last")
+    pushed_at = time.monotonic()
+    await push(app, mailbox)
+    third = await passes.next()
+    assert third.started >= pushed_at and third.progress.enqueued == 1
+    assert passes.count == 3
+    assert await enqueued(redis_client) == [first.email_id, during.email_id, last.email_id]
+
+
+async def test_a_flag_set_without_a_signal_is_still_taken_by_the_poll(
+    passes: Passes, embedded_redis_url: str, cyrus: CyrusServer, mailbox: FreshUser,
+    redis_client: aioredis.Redis, trust_cyrus: None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bug caught: a scheduler that only waits for the signal; a lost one (or the flag set again
+    after a busy pass, which sends none) must still be taken by the poll."""
+    monkeypatch.setattr(scheduler, "POLL_S", 0.05)
+    async with configured_app(embedded_redis_url, cyrus, mailbox, redis_client):
+        new = cyrus.append(user=mailbox.user, subject="polled")
+        assert await request_catchup(redis_client, mailbox.client.account_id)  # no signal
+        await passes.next()
+    assert await enqueued(redis_client) == [new.email_id]
+
+
+async def test_a_stopped_scheduler_closes_its_wake_subscription(
+    embedded_redis_url: str, redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: the pub/sub connection outlived the scheduler (a leaked subscriber per
+    restart of the loops)."""
+    async with runtime.running(settings_for(embedded_redis_url)) as svc:
+        task = asyncio.create_task(scheduler.run_scheduler(svc))
+        await eventually(lambda: _subscribed(redis_client), WITHIN_S, "never subscribed")
+        await cancel(task)
+        assert task.cancelled()
+        await eventually(lambda: _unsubscribed(redis_client), WITHIN_S, "still subscribed")
+
+
+async def _unsubscribed(redis: aioredis.Redis) -> bool:
+    return await subscribers(redis) == 0
