@@ -17,7 +17,7 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from messageweave.store import mailbox as store
+from messageweave.store import push as store
 from messageweave.store.redis import Redis, connect
 from tests.browser.conftest import LiveService, PageRun
 from tests.browser.test_admin_page import open_page, sign_in, signed_in

@@ -46,7 +46,8 @@ from messageweave.mail.push_lifecycle import (
     unix_of,
     utc_date,
 )
-from messageweave.store import mailbox as store
+from messageweave.store import mailbox
+from messageweave.store import push as store
 from messageweave.store.redis import Redis
 from messageweave.store.state import sha256_hex
 
@@ -195,7 +196,7 @@ async def state_changed(
     redis: Redis, account_id: str, push: StateChange, *, now: float
 ) -> bool:
     """Record the StateChange's arrival and schedule a catch-up when it concerns our account's
-    mail; a newly scheduled one wakes the schedulers (`store.announce_catchup`) rather than
+    mail; a newly scheduled one wakes the schedulers (`store.mailbox.announce_catchup`) rather than
     waiting for their poll. True when one was newly scheduled (False: nothing to do, one is
     already pending, or it names only other accounts: then nothing is recorded)."""
     types = push.changed.get(account_id)
@@ -205,9 +206,9 @@ async def state_changed(
     await store.record_state_change(redis, now)
     if not CATCHUP_TYPES & types.keys():
         return False
-    if not await store.request_catchup(redis, account_id):
+    if not await mailbox.request_catchup(redis, account_id):
         return False  # pending: its announcement is still to be acted on, or the poll takes it
-    await store.announce_catchup(redis, account_id)
+    await mailbox.announce_catchup(redis, account_id)
     return True
 
 

@@ -20,7 +20,8 @@ from redis.exceptions import RedisError
 
 from messageweave.mail.jmap import JmapClient, JmapError, JmapSetError, PushSubscription
 from messageweave.store import keys
-from messageweave.store import mailbox as store
+from messageweave.store import push as store
+from messageweave.store.mailbox import Lock
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ async def destroy_or_orphan_quietly(
         log.error("push subscription %s could not be destroyed nor recorded", subscription_id)
 
 
-async def release_lock(lock: store.Lock) -> None:
+async def release_lock(lock: Lock) -> None:
     try:
         await lock.release()
     except RedisError:

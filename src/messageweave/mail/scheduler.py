@@ -46,12 +46,12 @@ from messageweave.mail.reconcile import (
 from messageweave.store import keys
 from messageweave.store.mailbox import (
     claim_slot,
-    current_registration,
     relay_catchup_announcements,
     request_catchup,
     take_catchup,
     watch_catchups,
 )
+from messageweave.store.push import current_registration
 
 log = logging.getLogger(__name__)
 

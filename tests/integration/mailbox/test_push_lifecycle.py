@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from messageweave.mail import push
 from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
-from messageweave.store.mailbox import Registration, record_registration
+from messageweave.store.push import Registration, record_registration
 from messageweave.store.state import sha256_hex
 from tests.conftest import FreshUser, closed_port, login, sample_wire
 from tests.integration.jmap.test_push import DAY, FakeClock, unix_of

@@ -14,7 +14,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.mailbox import Registration, record_registration, request_catchup
+from messageweave.store.mailbox import request_catchup
+from messageweave.store.push import Registration, record_registration
 from tests.conftest import FreshUser, closed_port, login, sample_wire
 from tests.integration.mailbox.conftest import enqueued
 from tests.integration.test_envelope import assert_envelope

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
-from messageweave.store.mailbox import Registration, update_lifecycle
+from messageweave.store.push import Registration, update_lifecycle
 from messageweave.store.state import sha256_hex
 from tests.conftest import login, sample_wire
 from tests.integration.jmap.test_push import unix_of

@@ -1,0 +1,289 @@
+"""Redis operations of the JMAP push subscription: the registration, its lifecycle hash, the
+verification state, StateChange arrivals and orphaned subscriptions.
+
+Every multi-key change that must be atomic is one Lua script, defined here next to its caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messageweave.store import keys
+from messageweave.store.mailbox import Lock
+from messageweave.store.redis import Redis, int_of, text_of
+
+
+@dataclass(frozen=True)
+class Registration:
+    url_digest: str
+    subscription_id: str
+
+
+def _encode_registration(reg: Registration) -> str:
+    return f"{reg.url_digest}:{reg.subscription_id}"
+
+
+def _decode_registration(raw: str | None) -> Registration | None:
+    if not raw or ":" not in raw:
+        return None
+    digest, sub_id = raw.split(":", 1)
+    return Registration(digest, sub_id) if digest and sub_id else None
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What we know of the current subscription (`push:lifecycle`); times are Unix seconds.
+
+    `expires` None = no expiry known (the server set none, or it was never told to us);
+    `verified` None = no PushVerification completed for this subscription id yet;
+    `failure` = why the last maintenance pass could not keep it alive (None = it could)."""
+
+    registration: Registration
+    url: str | None = None
+    expires: int | None = None
+    granted: int | None = None
+    created: int | None = None
+    verified: int | None = None
+    failure: str | None = None
+
+
+def _lifecycle_fields(
+    reg: Registration, *, url: str | None, expires: int | None, now: float | None
+) -> list[str]:
+    fields = ["id", reg.subscription_id, "digest", reg.url_digest,
+              "expires", "" if expires is None else str(expires)]
+    if now is not None:
+        fields += ["created", str(int(now)), "granted", str(int(now))]
+    if url is not None:
+        fields += ["url", url]
+    return fields
+
+
+# KEYS: push:subscription:id, push:subscription:{id}:status, push:registration:{digest},
+#       push:registration:current, push:lifecycle
+# ARGV: id, pending TTL, encoded registration, lifecycle field/value pairs…
+RECORD_REGISTRATION = """
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], 'pending', 'EX', ARGV[2])
+redis.call('SET', KEYS[3], ARGV[1])
+redis.call('SET', KEYS[4], ARGV[3])
+redis.call('DEL', KEYS[5])
+redis.call('HSET', KEYS[5], unpack(ARGV, 4))
+return 1
+"""
+
+# KEYS: push:registration:current, push:subscription:id, status of the new id, status of the
+#       old id, push:subscription:{old id}, push:registration:{digest}, push:lifecycle
+# ARGV: expected current, new current, new id, pending TTL, disabled TTL, lifecycle pairs…
+# → 1 when replaced, 0 when the registration changed meanwhile (nothing written).
+REPLACE_SUBSCRIPTION = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], 'pending', 'EX', ARGV[4])
+redis.call('SET', KEYS[4], 'disabled', 'EX', ARGV[5])
+redis.call('DEL', KEYS[5])
+redis.call('SET', KEYS[6], ARGV[3])
+redis.call('DEL', KEYS[7])
+redis.call('HSET', KEYS[7], unpack(ARGV, 6))
+return 1
+"""
+
+# KEYS: push:registration:current, push:lifecycle
+# ARGV: expected current, n, n field names to delete, then field/value pairs to set
+# → 1 when written, 0 when the registration changed meanwhile (nothing written).
+UPDATE_LIFECYCLE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local n = tonumber(ARGV[2])
+for i = 3, 2 + n do
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+if #ARGV > 2 + n then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 3 + n))
+end
+return 1
+"""
+
+# KEYS: push:subscription:{id}, push:subscription:{id}:status, push:lifecycle
+# ARGV: code digest, TTL, id, now
+RECORD_VERIFIED = """
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('SET', KEYS[2], 'verified', 'EX', ARGV[2])
+if redis.call('HGET', KEYS[3], 'id') == ARGV[3] then
+  redis.call('HSET', KEYS[3], 'verified', ARGV[4])
+end
+return 1
+"""
+
+# KEYS: push:subscription:{id}:status, push:subscription:{id}, push:registration:{digest},
+#       push:registration:current, push:subscription:id, push:lifecycle
+# ARGV: disabled TTL, encoded registration, id
+FORGET_REGISTRATION = """
+redis.call('SET', KEYS[1], 'disabled', 'EX', ARGV[1])
+redis.call('DEL', KEYS[2])
+if redis.call('GET', KEYS[3]) == ARGV[3] then
+  redis.call('DEL', KEYS[3])
+end
+if redis.call('GET', KEYS[4]) == ARGV[2] then
+  redis.call('DEL', KEYS[4], KEYS[6])
+end
+if redis.call('GET', KEYS[5]) == ARGV[3] then
+  redis.call('DEL', KEYS[5])
+end
+return 1
+"""
+
+
+def push_register_lock(redis: Redis, url_digest: str) -> Lock:
+    return Lock(redis, keys.push_register_lock(url_digest), keys.PUSH_REGISTER_LOCK_TTL_S)
+
+
+async def registration_for(redis: Redis, url_digest: str) -> str | None:
+    return text_of(await redis.get(keys.push_registration(url_digest)))
+
+
+async def current_registration(redis: Redis) -> Registration | None:
+    return _decode_registration(text_of(await redis.get(keys.PUSH_REGISTRATION_CURRENT)))
+
+
+async def record_registration(
+    redis: Redis, reg: Registration, *, url: str | None = None, expires: int | None = None,
+    now: float | None = None,
+) -> None:
+    """After PushSubscription/create: id, pending status, URL mapping, current pointer and a
+    fresh lifecycle (`url`, the granted `expires` and the create time `now`, when known),
+    atomically and without EX."""
+    await redis.eval(
+        RECORD_REGISTRATION, 5, keys.PUSH_SUBSCRIPTION_ID,
+        keys.push_subscription_status(reg.subscription_id), keys.push_registration(reg.url_digest),
+        keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_LIFECYCLE,
+        reg.subscription_id, keys.PUSH_STATUS_PENDING_TTL_S, _encode_registration(reg),
+        *_lifecycle_fields(reg, url=url, expires=expires, now=now),
+    )
+
+
+async def replace_subscription(
+    redis: Redis, old: Registration, new: Registration, *, url: str, expires: int | None,
+    now: float,
+) -> bool:
+    """Point the registration at a re-created subscription (pending verification again), only
+    while it still names `old`. False = the registration changed meanwhile; nothing written."""
+    result = await redis.eval(
+        REPLACE_SUBSCRIPTION, 7, keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_SUBSCRIPTION_ID,
+        keys.push_subscription_status(new.subscription_id),
+        keys.push_subscription_status(old.subscription_id),
+        keys.push_subscription(old.subscription_id), keys.push_registration(new.url_digest),
+        keys.PUSH_LIFECYCLE,
+        _encode_registration(old), _encode_registration(new), new.subscription_id,
+        keys.PUSH_STATUS_PENDING_TTL_S, keys.PUSH_STATUS_DISABLED_TTL_S,
+        *_lifecycle_fields(new, url=url, expires=expires, now=now),
+    )
+    return int(result) == 1
+
+
+async def update_lifecycle(
+    redis: Redis, reg: Registration, values: dict[str, str | None]
+) -> bool:
+    """Set (str) or delete (None) lifecycle fields, only while `reg` is the current
+    registration. False = it is not (nothing written)."""
+    drop = [name for name, value in values.items() if value is None]
+    pairs = [part for name, value in values.items() if value is not None
+             for part in (name, value)]
+    result = await redis.eval(
+        UPDATE_LIFECYCLE, 2, keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_LIFECYCLE,
+        _encode_registration(reg), len(drop), *drop,
+        "id", reg.subscription_id, "digest", reg.url_digest, *pairs,
+    )
+    return int(result) == 1
+
+
+async def read_lifecycle(redis: Redis) -> Lifecycle | None:
+    """The current registration and its lifecycle; None when push is not registered. A
+    lifecycle that names another subscription (or none: a registration older than the
+    lifecycle) contributes nothing but the registration."""
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.get(keys.PUSH_REGISTRATION_CURRENT)
+        pipe.hgetall(keys.PUSH_LIFECYCLE)
+        raw_current, raw_fields = await pipe.execute()
+    reg = _decode_registration(text_of(raw_current))
+    if reg is None:
+        return None
+    fields = {text_of(k) or "": text_of(v) for k, v in (raw_fields or {}).items()}
+    if fields.get("id") != reg.subscription_id:
+        return Lifecycle(reg)
+    return Lifecycle(
+        reg, url=fields.get("url") or None, expires=int_of(fields.get("expires")),
+        granted=int_of(fields.get("granted")), created=int_of(fields.get("created")),
+        verified=int_of(fields.get("verified")), failure=fields.get("failure") or None,
+    )
+
+
+async def forget_registration(redis: Redis, reg: Registration) -> None:
+    """After the subscription is gone: status `disabled`, digest deleted, and the mapping,
+    current pointer, lifecycle and latest id too while they still name this registration."""
+    await redis.eval(
+        FORGET_REGISTRATION, 6, keys.push_subscription_status(reg.subscription_id),
+        keys.push_subscription(reg.subscription_id), keys.push_registration(reg.url_digest),
+        keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_SUBSCRIPTION_ID, keys.PUSH_LIFECYCLE,
+        keys.PUSH_STATUS_DISABLED_TTL_S, _encode_registration(reg), reg.subscription_id,
+    )
+
+
+async def is_known_subscription(redis: Redis, subscription_id: str) -> bool:
+    """A subscription we created and still track (the latest id or a live status key)."""
+    latest, status = await redis.mget(
+        keys.PUSH_SUBSCRIPTION_ID, keys.push_subscription_status(subscription_id)
+    )
+    return latest == subscription_id or status in ("pending", "verified")
+
+
+async def verified_digest(redis: Redis, subscription_id: str) -> str | None:
+    return text_of(await redis.get(keys.push_subscription(subscription_id)))
+
+
+async def claim_verify_slot(redis: Redis, subscription_id: str) -> bool:
+    return bool(await redis.set(keys.ratelimit_push_verify(subscription_id), "1", nx=True,
+                                ex=keys.PUSH_VERIFY_RATELIMIT_TTL_S))
+
+
+async def record_verified(
+    redis: Redis, subscription_id: str, code_digest: str, *, now: float
+) -> None:
+    """The code digest and status `verified` (EX 300), and the verification time in the
+    lifecycle when it is this subscription's."""
+    await redis.eval(
+        RECORD_VERIFIED, 3, keys.push_subscription(subscription_id),
+        keys.push_subscription_status(subscription_id), keys.PUSH_LIFECYCLE,
+        code_digest, keys.PUSH_VERIFIED_TTL_S, subscription_id, int(now),
+    )
+
+
+async def record_state_change(redis: Redis, now: float) -> None:
+    await redis.set(keys.PUSH_LAST_STATE_CHANGE, str(int(now)))
+
+
+async def last_state_change(redis: Redis) -> int | None:
+    return int_of(text_of(await redis.get(keys.PUSH_LAST_STATE_CHANGE)))
+
+
+async def record_orphan(redis: Redis, subscription_id: str, request_id: str) -> None:
+    await redis.set(keys.push_orphan(subscription_id), request_id, ex=keys.PUSH_ORPHAN_TTL_S)
+
+
+async def orphans(redis: Redis, limit: int = 100) -> list[str]:
+    """Subscription ids recorded under `push:orphan:*` (at most `limit`)."""
+    prefix = keys.push_orphan("")
+    found: list[str] = []
+    async for key in redis.scan_iter(match=prefix + "*", count=100):
+        found.append(str(key)[len(prefix):])
+        if len(found) >= limit:
+            break
+    return found
+
+
+async def drop_orphan(redis: Redis, subscription_id: str) -> None:
+    await redis.delete(keys.push_orphan(subscription_id))
