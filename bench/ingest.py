@@ -2,6 +2,7 @@
 endpoint served the same way.
 
     .venv/bin/python -m bench.ingest --seconds 5 --rounds 2 --connections 32
+    .venv/bin/python -m bench.ingest --client raw --client httpx   # both load generators
 
 Starts an embedded Redis and two servers, each a subprocess on a local port with the same uvicorn
 settings (`messageweave.server.serve`: the same protocol class, loop and read limits):
@@ -10,11 +11,18 @@ settings (`messageweave.server.serve`: the same protocol class, loop and read li
   allowlisted chat, and switched on; its worker runs as in production;
 - a bare ASGI app that answers every request 204 without reading anything.
 
-One load generator (keep-alive HTTP/1.1 connections, each a task sending one request at a time;
-every request a new `update_id`, a message without text from the allowlisted chat, so the
-worker acknowledges it without calling Telegram) loads each server for `--seconds`, alternating
-for `--rounds` rounds so that a busy machine weighs on both alike. Every answer must be 204.
-The last line is the summary: req/s of each and their ratio.
+A load generator (`--connections` tasks, each sending one request at a time; every request a
+new `update_id`, a message without text from the allowlisted chat, so the worker acknowledges it
+without calling Telegram) loads each server for `--seconds`, alternating for `--rounds` rounds so
+that a busy machine weighs on both alike. Every answer must be 204. `--client` picks it, and may
+be given more than once (the servers are then started once for all):
+
+- `raw` (the default): one keep-alive HTTP/1.1 connection per task, requests written as bytes
+  and answers read off the socket, so the client costs as little as it can;
+- `httpx`: one `httpx.AsyncClient` pool of `--connections` connections shared by the tasks, as
+  issue #14 first measured it (the client then takes a large share of the CPU itself).
+
+Each client ends with one summary line: req/s of each server and their ratio.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from messageweave.store.redis import EmbeddedRedis
 
 WIRE = sample_wire()
 CHAT = int(WIRE["chat_allowlist"][0])
+CLIENTS = ("raw", "httpx")
 
 
 async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -84,13 +93,33 @@ async def _connection(port: int, ids: Iterator[int], secret: str, stop_at: float
         writer.close()
 
 
-async def _load(port: int, ids: Iterator[int], seconds: float, connections: int) -> float:
+async def _httpx_task(client: httpx.AsyncClient, ids: Iterator[int], secret: str,
+                      stop_at: float, statuses: dict[int, int]) -> None:
+    headers = {SECRET_HEADER: secret, "content-type": "application/json"}
+    while time.monotonic() < stop_at:
+        update = {"update_id": next(ids), "message": {
+            "message_id": 1, "date": 0, "chat": {"id": CHAT, "type": "private"},
+            "sticker": {"file_id": "x"}}}
+        response = await client.post("/webhook/tg", json=update, headers=headers)
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+
+
+async def _load(port: int, ids: Iterator[int], seconds: float, connections: int,
+                client: str) -> float:
     """Requests per second over `seconds`, every answer a 204 (else the bench fails)."""
     statuses: dict[int, int] = {}
+    secret = str(WIRE["telegram_webhook_secret"])
     started = time.monotonic()
-    await asyncio.gather(*(_connection(port, ids, str(WIRE["telegram_webhook_secret"]),
-                                       started + seconds, statuses)
-                           for _ in range(connections)))
+    if client == "httpx":
+        limits = httpx.Limits(max_connections=connections,
+                              max_keepalive_connections=connections)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits,
+                                     trust_env=False) as pool:
+            await asyncio.gather(*(_httpx_task(pool, ids, secret, started + seconds, statuses)
+                                   for _ in range(connections)))
+    else:
+        await asyncio.gather(*(_connection(port, ids, secret, started + seconds, statuses)
+                               for _ in range(connections)))
     elapsed = time.monotonic() - started
     assert set(statuses) == {204}, statuses
     return sum(statuses.values()) / elapsed
@@ -153,17 +182,17 @@ def _servers(data: Path) -> Iterator[tuple[int, int]]:
         redis_server.stop()
 
 
-async def _compare(service_port: int, bare_port: int, seconds: float, rounds: int,
-                   connections: int) -> tuple[float, float]:
-    ids = itertools.count(1)
-    await _load(service_port, ids, 1.0, connections)  # warm-up: connections, caches
-    await _load(bare_port, ids, 1.0, connections)
+async def _compare(service_port: int, bare_port: int, ids: Iterator[int], seconds: float,
+                   rounds: int, connections: int, client: str) -> tuple[float, float]:
+    await _load(service_port, ids, 1.0, connections, client)  # warm-up: connections, caches
+    await _load(bare_port, ids, 1.0, connections, client)
     service: list[float] = []
     bare: list[float] = []
     for n in range(rounds):
-        service.append(await _load(service_port, ids, seconds, connections))
-        bare.append(await _load(bare_port, ids, seconds, connections))
-        print(f"round {n + 1}: service {service[-1]:.0f} req/s, bare {bare[-1]:.0f} req/s")
+        service.append(await _load(service_port, ids, seconds, connections, client))
+        bare.append(await _load(bare_port, ids, seconds, connections, client))
+        print(f"{client} round {n + 1}: service {service[-1]:.0f} req/s, "
+              f"bare {bare[-1]:.0f} req/s", flush=True)
     return sum(service) / rounds, sum(bare) / rounds
 
 
@@ -172,21 +201,29 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--client", action="append", choices=CLIENTS,
+                        help="load generator, may be repeated (default: raw)")
     parser.add_argument("--bare", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
         _serve_bare(args.bare)
         return
+    clients: list[str] = list(dict.fromkeys(args.client or ["raw"]))
+    results: dict[str, tuple[float, float]] = {}
+    ids = itertools.count(1)
     data = Path(tempfile.mkdtemp(prefix="mwi", dir="/tmp"))
     try:
         with _servers(data) as (service_port, bare_port):
-            service, bare = asyncio.run(_compare(service_port, bare_port, args.seconds,
-                                                 args.rounds, args.connections))
+            for client in clients:
+                results[client] = asyncio.run(_compare(service_port, bare_port, ids,
+                                                       args.seconds, args.rounds,
+                                                       args.connections, client))
     finally:
         shutil.rmtree(data, ignore_errors=True)
-    print(f"ingest /webhook/tg: service {service:.0f} req/s, bare ASGI {bare:.0f} req/s, "
-          f"ratio {service / bare:.2f} ({args.connections} connections, "
-          f"{args.rounds}×{args.seconds:g} s each)")
+    for client, (service, bare) in results.items():
+        print(f"ingest /webhook/tg [{client} client]: service {service:.0f} req/s, "
+              f"bare ASGI {bare:.0f} req/s, ratio {service / bare:.2f} "
+              f"({args.connections} connections, {args.rounds}×{args.seconds:g} s each)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ the real app in-process (lifespan: worker + scheduler), stores a configuration w
 reconcile schedule, lifts the rate governor's limits and runs the first (baseline) reconcile.
 
 Cyrus has no PushSubscription/set, so the push registration a real JMAP server would have
-accepted is recorded directly in Redis with the project's own `store.mailbox.record_registration`
+accepted is recorded directly in Redis with the project's own `store.push.record_registration`
 (the same thing the push-registration path stores after PushSubscription/set create).
 
 Then, one mail at a time, spaced `--spacing-ms` apart: IMAP APPEND to Cyrus, then POST an
@@ -30,7 +30,7 @@ from bench.pipeline import pct
 from tests.conftest import CYRUS_USER, running_client, settings_for
 from tests.served import configure, lift_limits, peer_wire
 
-from messageweave.store.mailbox import Registration, record_registration
+from messageweave.store.push import Registration, record_registration
 
 
 def state_change(account: str, n: int) -> dict[str, object]:
@@ -55,7 +55,7 @@ async def run(mails: int, spacing_s: float) -> None:
             assert baseline.status_code == 204, baseline.text
             await record_registration(redis, Registration("b" * 64, "P-bench"))
             print("push registration recorded directly in Redis "
-                  "(store.mailbox.record_registration): Cyrus has no PushSubscription/set")
+                  "(store.push.record_registration): Cyrus has no PushSubscription/set")
 
             appended: dict[str, float] = {}
             pushed: dict[str, float] = {}

@@ -93,7 +93,9 @@ def create_app(settings: Settings) -> ASGIApp:
     app.state.services = svc
     app.state.client_address = ClientAddressPolicy.parse(settings.trusted_proxy_header,
                                                          settings.trusted_proxies)
-    routers = [ops.router, admin.router, mailbox.router, delivery.router, telegram_admin.router,
+    # Delivery first: Starlette tries routes in order, and `/webhook/tg` (its first route) is
+    # the one Telegram calls for every message (issue #14).
+    routers = [delivery.router, ops.router, admin.router, mailbox.router, telegram_admin.router,
                logs_api.router, metrics_api.router, auditor_api.router, openapi_api.router,
                static.router]
     if settings.debug_enabled:

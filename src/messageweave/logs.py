@@ -12,6 +12,11 @@ Redaction happens on the way out, for every record of every logger: `scheme://us
 becomes `scheme://<credentials>@`, `/bot<token>` paths lose the token, and every value
 returned by a registered secret source (the admin key, the debug token, the Redis password,
 each secret of the live business configuration) becomes `<secret>`.
+
+Redaction runs on every line, so its cost is kept out of the common case without changing
+its result: the secret set is read once per record (`RedactionFilter` hands it to
+`JsonFormatter`), what `scrub` needs for one set is built once (`_scrubber`), and each rewrite
+is skipped when the text lacks the literal its pattern cannot match without.
 """
 
 from __future__ import annotations
@@ -42,12 +47,36 @@ MIN_SECRET_LEN = 4  # shorter values would turn ordinary words and addresses int
 
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
     """Remove `scheme://user:pass@`, Telegram `/bot<token>` paths and every known secret."""
-    text = _URL_CREDENTIALS.sub(r"\1<credentials>@", text)
-    text = _BOT_PATH.sub("/bot<token>", text)
-    for secret in secrets:
-        if secret and len(secret.strip()) >= MIN_SECRET_LEN:
-            text = _whole_value(secret).sub("<secret>", text)
-    return text
+    return _scrubber(tuple(secrets)).scrub(text)
+
+
+class _Scrubber:
+    """`scrub` for one tuple of secrets: the secrets kept (in the order given, which
+    `current_secrets` makes longest first) and their compiled patterns, built once."""
+
+    __slots__ = ("patterns",)
+
+    def __init__(self, secrets: tuple[str | None, ...]) -> None:
+        self.patterns = tuple((secret, _whole_value(secret)) for secret in secrets
+                              if secret and len(secret.strip()) >= MIN_SECRET_LEN)
+
+    def scrub(self, text: str) -> str:
+        # Each `in` test skips a rewrite that cannot change the text: every pattern matches
+        # only where its literal (`://`, `/bot`, the secret itself) occurs in the text as it
+        # stands at that step, so the result is the same as running every rewrite in turn.
+        if "://" in text:
+            text = _URL_CREDENTIALS.sub(r"\1<credentials>@", text)
+        if "/bot" in text:
+            text = _BOT_PATH.sub("/bot<token>", text)
+        for secret, pattern in self.patterns:
+            if secret in text:
+                text = pattern.sub("<secret>", text)
+        return text
+
+
+@lru_cache(maxsize=32)  # a few live sets at a time (logs, audit records, a warning's config)
+def _scrubber(secrets: tuple[str | None, ...]) -> _Scrubber:
+    return _Scrubber(secrets)
 
 
 @lru_cache(maxsize=256)
@@ -75,24 +104,36 @@ def remove_secret_source(source: SecretSource) -> None:
         _sources.remove(source)
 
 
-def current_secrets() -> list[str]:
-    values: set[str] = set()
+def current_secrets() -> tuple[str, ...]:
+    """Every registered source's values in every form they take in a log line, longest first.
+    The sources are asked each time (a reload changes them); the expansion is cached."""
+    found: list[str | None] = []
     for source in list(_sources):
         try:
-            found = list(source())
+            found.extend(list(source()))
         except Exception:  # nosec B112 # a broken source must never stop logging
             continue
-        for value in found:
-            if value and len(value.strip()) >= MIN_SECRET_LEN:
-                values.add(value)
-                # as it appears inside a JSON line (`fields` are redacted after json.dumps)
-                values.add(json.dumps(value, ensure_ascii=False)[1:-1])
-                values.add(json.dumps(value)[1:-1])
-    return sorted(values, key=len, reverse=True)  # longest first: a token before its parts
+    return _expanded(tuple(found))
+
+
+@lru_cache(maxsize=32)
+def _expanded(found: tuple[str | None, ...]) -> tuple[str, ...]:
+    values: set[str] = set()
+    for value in found:
+        if value and len(value.strip()) >= MIN_SECRET_LEN:
+            values.add(value)
+            # as it appears inside a JSON line (`fields` are redacted after json.dumps)
+            values.add(json.dumps(value, ensure_ascii=False)[1:-1])
+            values.add(json.dumps(value)[1:-1])
+    return tuple(sorted(values, key=len, reverse=True))  # longest first: a token before its parts
+
+
+def _current_scrubber() -> _Scrubber:
+    return _scrubber(current_secrets())
 
 
 def redact(text: str) -> str:
-    return scrub(text, list(current_secrets()))
+    return _current_scrubber().scrub(text)
 
 
 def redis_url_password(url: str) -> str | None:
@@ -102,25 +143,36 @@ def redis_url_password(url: str) -> str | None:
         return None
 
 
+# The record attribute through which `RedactionFilter` hands its scrubber to `JsonFormatter`.
+_SCRUBBER_ATTR = "_messageweave_scrubber"
+
+
 class RedactionFilter(logging.Filter):
     """Rewrites a record's message and exception text with every secret removed."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        scrubber = _current_scrubber()
         try:
             message = record.getMessage()
         except Exception:
             message = str(record.msg)
-        record.msg, record.args = redact(message), None
+        record.msg, record.args = scrubber.scrub(message), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         record.exc_info = None  # the traceback is kept only as the redacted text
         if record.exc_text:
-            record.exc_text = redact(record.exc_text)
+            record.exc_text = scrubber.scrub(record.exc_text)
+        record.__dict__[_SCRUBBER_ATTR] = scrubber
         return True
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        # The filter's set, read an instant ago for this record, once: a formatter used without
+        # the filter, or a second handler's, reads the set in force itself.
+        scrubber = record.__dict__.pop(_SCRUBBER_ATTR, None)
+        if not isinstance(scrubber, _Scrubber):
+            scrubber = _current_scrubber()
         line: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
@@ -138,7 +190,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_text:
             line["exception"] = record.exc_text
         # A second pass over the finished line: `fields` are redacted too.
-        return redact(json.dumps(line, ensure_ascii=False, default=str))
+        return scrubber.scrub(json.dumps(line, ensure_ascii=False, default=str))
 
 
 def configure_logging(stream: IO[str] | None = None, level: int = logging.INFO) -> logging.Handler:

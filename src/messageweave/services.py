@@ -51,6 +51,7 @@ def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient
     return JmapClient(
         cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password,
         account_id=cfg.account_id or None, timeout=outbound.jmap_timeout_ms / 1000,
+        ca_pem=cfg.jmap_extra_ca,
     )
 
 
@@ -69,15 +70,20 @@ async def build_runtime(
     )
     warnings: list[Warning] = []
     secrets = cfg.secrets()
-    client = new_jmap_client(cfg, outbound)
     try:
-        await client.get_session()
-        runtime.jmap = client
+        client: JmapClient | None = new_jmap_client(cfg, outbound)
+    except ValueError as exc:  # the trust store (SSL_CERT_FILE, jmap_ca_pem) cannot be loaded
+        client = None
+        warnings.append(Warning("jmap", "build", scrub(str(exc), secrets)))
+    try:
+        if client is not None:
+            await client.get_session()
+            runtime.jmap = client
     except JmapAccountError as exc:
         warnings.append(Warning("jmap", "account", scrub(str(exc), secrets)))
     except (JmapError, ValueError) as exc:
         warnings.append(Warning("jmap", "connect", scrub(f"{type(exc).__name__}: {exc}", secrets)))
-    if runtime.jmap is None:
+    if runtime.jmap is None and client is not None:
         await client.aclose()
     if cfg.llm_active and not urlsplit(cfg.llm_base_url or "").hostname:
         warnings.append(Warning("llm", "build", "LLM base URL has no host"))
@@ -145,6 +151,9 @@ class Services:
     config: ConfigService
     version: str
     peers: Peers = field(default_factory=Peers)
+    # `secrets()` of the objects it read last, which it checks by identity (see there).
+    _secrets_memo: tuple[tuple[object, ...], list[str | None]] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def runtime(self) -> Runtime | None:
@@ -166,15 +175,26 @@ class Services:
         return await self.peers.jmap(self.config.outbound)
 
     def secrets(self) -> list[str | None]:
-        """Every secret value this instance knows, for redaction (logs, audit records)."""
+        """Every secret value this instance knows, for redaction (logs, audit records).
+
+        Read on every log line, so the list is kept while the objects it comes from are the
+        same ones: settings and configurations are frozen, and a reload or a save puts a new
+        configuration object in place, which is never redacted with the old list."""
+        cfg = self.config.config
+        applied = self.peers.runtime.config if self.peers.runtime is not None else None
+        sources: tuple[object, ...] = (self.settings, cfg, applied)
+        memo = self._secrets_memo
+        if memo is not None and all(a is b for a, b in zip(memo[0], sources, strict=True)):
+            return list(memo[1])
         values: list[str | None] = [
             self.settings.admin_key, self.settings.debug_token,
             redis_url_password(self.settings.redis_url),
         ]
-        for cfg in (self.config.config, self.runtime.config if self.runtime else None):
-            if cfg is not None:
-                values.extend(cfg.secrets())
-        return values
+        for source in (cfg, applied):
+            if source is not None:
+                values.extend(source.secrets())
+        self._secrets_memo = (sources, values)
+        return list(values)
 
     async def record_audit(self, action: str, **fields: Any) -> None:
         await audit.record_audit(self, action, **fields)

@@ -26,6 +26,8 @@ from messageweave.pipeline.worker import MAX_BATCH, worker_for
 from messageweave.store import keys
 from messageweave.store.oplog import valid_stream_id
 
+# `app.create_app` includes this router first and `/webhook/tg` is its first route, so the
+# busiest route is the first one tried (no other route's pattern matches these paths).
 router = APIRouter()
 
 SECRET_HEADER = "x-telegram-bot-api-secret-token"

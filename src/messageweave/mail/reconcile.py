@@ -22,6 +22,12 @@ after a crash enqueues nothing twice.
 A pass holds one page at a time (one request: Email/changes with the Email/get of its `created`
 ids, only `mailboxIds`), never a list of the whole mailbox, so a catch-up over 100,000 mails
 runs in the memory of one page.
+
+Which mailboxes notify is checked in that same request, not by a round trip of its own: the
+mailbox list is remembered per client with the Mailbox state it was read at, and each page ends
+with `Mailbox/changes` from that state (a `Mailbox/get` when nothing is remembered yet). When
+the answer shows anything but changed counts (a mailbox created, destroyed, renamed, its role
+changed, or the server cannot tell), the list is read again before the page is classified.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import contextlib
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,9 +45,11 @@ from datetime import UTC, datetime
 from messageweave import observe
 from messageweave.mail.jmap import (
     CannotCalculateChanges,
+    ChangesPage,
     EmailMeta,
     InvalidArguments,
     JmapClient,
+    MailboxList,
 )
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
@@ -63,6 +72,12 @@ EXCLUDED_ROLES = frozenset({"drafts", "sent", "junk", "trash"})
 WATERMARK_SKEW_S = 60
 OLDEST_FIRST = ({"property": "receivedAt", "isAscending": True},)
 WALK_PROPERTIES = ("mailboxIds",)  # all `_notifies` looks at
+
+# The mailbox list each client last read, with its Mailbox state: a hint that every page checks
+# against the server (Mailbox/changes in the page's own request), never trusted unchecked. It
+# goes with its client (a new configuration, a new client: a fresh read).
+_known_mailboxes: weakref.WeakKeyDictionary[JmapClient, MailboxList] = (
+    weakref.WeakKeyDictionary())
 
 
 @dataclass(frozen=True)
@@ -209,7 +224,6 @@ class Reconciler:
             await self._save(state, int(started))
             self._report("first_run", complete=True)
             return self.progress
-        await self._load_mailboxes()
         watermark = stored.watermark if stored.watermark is not None else int(started)
         if parsed is None:
             parsed = Walk(await self.client.email_state(), 0)
@@ -221,15 +235,15 @@ class Reconciler:
             state = walked
         else:
             state = parsed.state
-        if await self._replay(state, watermark):
-            await self._save(self.progress.cursor or state, int(started) - WATERMARK_SKEW_S)
+        if await self._replay(state, watermark, int(started) - WATERMARK_SKEW_S):
             self._report("done", complete=True)
         return self.progress
 
     # -------------------------------------------------------------- replay
 
-    async def _replay(self, state: str, watermark: int) -> bool:
-        """Email/changes from `state`; True when caught up, False when a budget cut it."""
+    async def _replay(self, state: str, watermark: int, done_watermark: int) -> bool:
+        """Email/changes from `state`; True when caught up (the last page's cursor is saved
+        with `done_watermark`), False when a budget cut it."""
         window = max(1, self.budget.initial_window)
         pages = 0
         while True:
@@ -237,8 +251,10 @@ class Reconciler:
                 return False
             self._check_lease()
             try:
-                changes, created = await self.client.changes_and_created(
-                    state, window, properties=WALK_PROPERTIES)
+                known = _known_mailboxes.get(self.client)
+                page = await self.client.changes_page(
+                    state, window, properties=WALK_PROPERTIES,
+                    mailboxes_since=known.state if known is not None else None)
             except (CannotCalculateChanges, InvalidArguments) as exc:
                 if self.progress.rebaselined:
                     raise ReconcileError(f"Email/changes failed right after a re-baseline: "
@@ -251,10 +267,12 @@ class Reconciler:
                 state = walked
                 window, pages = max(1, self.budget.initial_window), 0
                 continue
-            await self._enqueue(created)
+            await self._check_mailboxes(page, known)
+            await self._enqueue(page.created)
+            changes = page.changes
             state = changes.new_state
             pages += 1
-            await self._save(state)
+            await self._save(state, None if changes.has_more else done_watermark)
             self._report("replay")
             if not changes.has_more:
                 return True
@@ -268,6 +286,7 @@ class Reconciler:
         after = datetime.fromtimestamp(watermark, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         position, pages, emails = walk.position, 0, 0
         await self._save(encode_walk(walk.state, position))
+        await self._load_mailboxes()
         while True:
             if (pages >= self.budget.max_walk_pages or emails >= self.budget.max_walk_emails
                     or self._out_of_time()):
@@ -290,7 +309,22 @@ class Reconciler:
     # -------------------------------------------------------------- helpers
 
     async def _load_mailboxes(self) -> None:
-        boxes = await self.client.mailboxes()
+        self._use_mailboxes(await self.client.mailbox_list())
+
+    async def _check_mailboxes(self, page: ChangesPage, known: MailboxList | None) -> None:
+        """The mailboxes to classify `page` with: those read in its request, the remembered
+        ones when its Mailbox/changes shows only new counts, else a fresh read."""
+        if page.mailboxes is not None:
+            self._use_mailboxes(page.mailboxes)
+        elif (known is not None and page.mailbox_changes is not None
+              and page.mailbox_changes.counts_only):
+            self._use_mailboxes(MailboxList(page.mailbox_changes.new_state, known.mailboxes))
+        else:
+            await self._load_mailboxes()
+
+    def _use_mailboxes(self, listing: MailboxList) -> None:
+        _known_mailboxes[self.client] = listing
+        boxes = listing.mailboxes
         self._notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in self.roles)
         self._excluded = frozenset(
             b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES

@@ -10,11 +10,15 @@ What a send did is read from the wire, not from PTB's models (`transport`): an a
 turn into a `Message` is still a delivery with its id, and a failure is `maybe_sent` exactly when
 the request was written and no readable answer came back.
 
+python-telegram-bot is imported by `ptb` alone, and `ptb` only by a client's first call: building
+a `TelegramClient` (every configuration does) costs no PTB memory until the bot is used.
+
 The bot token is a credential. It never appears in our exceptions or reprs, and the loggers that
 would print it get a filter that redacts it (`redaction`).
 
 Where things are: `client` (the calls), `errors` (`TelegramSendError`, `classify`), `split`
-(`split_text`), `transport`, `redaction`. Import from here, not from the submodules.
+(`split_text`), `transport` (`Exchange`), `ptb` (`Bot`, the request class, PTB's exceptions),
+`redaction`. Import from here, not from the submodules.
 """
 
 from messageweave.chat.telegram.client import (

@@ -5,30 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
-
-from telegram import Bot, BotCommand, LinkPreviewOptions
-from telegram.error import NetworkError
+from typing import TYPE_CHECKING, TypeVar
 
 from messageweave.aio import AsyncClosing
-from messageweave.chat.telegram.errors import FailureClass, TelegramSendError, classify
+from messageweave.chat.telegram.errors import FailureClass, TelegramSendError
 from messageweave.chat.telegram.redaction import REDACTOR
 from messageweave.chat.telegram.split import split_text
-from messageweave.chat.telegram.transport import (
-    EXCHANGE,
-    BotApiRequest,
-    ErrorAnswer,
-    Exchange,
-    UnreadableAnswer,
-)
+from messageweave.chat.telegram.transport import EXCHANGE, Exchange
+
+if TYPE_CHECKING:
+    from messageweave.chat.telegram.ptb import PtbBot
 
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
 DEFAULT_TIMEOUT_S = 10.0
 PROBE_TIMEOUT_S = 3.0
 _CONNECTION_POOL_SIZE = 8
-_MAX_DESCRIPTION = 300
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -55,28 +49,38 @@ class TelegramClient(AsyncClosing):
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         REDACTOR.register(token)  # before Bot(): its constructor logs the URL with the token
+        self._token = token
         self._api_base_url = api_base_url.rstrip("/")
         self._timeout_s = timeout_s
-        self._request = BotApiRequest(
-            connection_pool_size=_CONNECTION_POOL_SIZE,
-            connect_timeout=timeout_s,
-            read_timeout=timeout_s,
-            write_timeout=timeout_s,
-            pool_timeout=timeout_s,
-        )
-        # One request object for both slots: we never poll, and aclose() closes it.
-        self._bot = Bot(
-            token,
-            base_url=f"{self._api_base_url}/bot",
-            request=self._request,
-            get_updates_request=self._request,
-        )
+        self._ptb: PtbBot | None = None  # built by the first call (`_bot`)
+        self._closed = False
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"TelegramClient(api_base_url={self._api_base_url!r}, timeout_s={self._timeout_s})"
 
     async def aclose(self) -> None:
-        await self._request.shutdown()
+        with self._lock:
+            self._closed, ptb = True, self._ptb
+        if ptb is not None:
+            await ptb.shutdown()
+
+    def _bot(self) -> PtbBot:
+        """The bot, built on the first call: python-telegram-bot is imported only then, so a
+        configuration that never calls Telegram (an idle service) does not pay its memory.
+        Under the lock, so concurrent first calls (from any thread) share one bot."""
+        with self._lock:
+            if self._ptb is None:
+                if self._closed:
+                    # Like a call on a closed connection pool: nothing was sent.
+                    raise TelegramSendError(FailureClass.TRANSIENT, None, "the client is closed")
+                from messageweave.chat.telegram.ptb import PtbBot
+
+                self._ptb = PtbBot(
+                    self._token, f"{self._api_base_url}/bot", self._timeout_s,
+                    _CONNECTION_POOL_SIZE,
+                )
+            return self._ptb
 
     async def send_text(
         self,
@@ -97,23 +101,22 @@ class TelegramClient(AsyncClosing):
         chunks = split_text(text)
         if not chunks:
             raise TelegramSendError(FailureClass.INVALID_PAYLOAD, None, "message text is empty")
-        preview = LinkPreviewOptions(is_disabled=True) if disable_link_preview else None
         sent: list[int] = []
         for chunk in chunks[start_chunk:]:
             try:
-                sent.append(await self._send_chunk(chat_id, chunk, preview))
+                sent.append(await self._send_chunk(chat_id, chunk, disable_link_preview))
             except TelegramSendError as exc:
                 exc.sent_message_ids = tuple(sent)
                 raise
         return sent
 
-    async def _send_chunk(
-        self, chat_id: int | str, chunk: str, preview: LinkPreviewOptions | None
-    ) -> int:
+    async def _send_chunk(self, chat_id: int | str, chunk: str, disable_link_preview: bool) -> int:
         exchange = Exchange()
         try:
             await self._call(
-                self._bot.send_message(chat_id=chat_id, text=chunk, link_preview_options=preview),
+                lambda bot: bot.send_message(
+                    chat_id, chunk, disable_link_preview=disable_link_preview
+                ),
                 exchange=exchange,
             )
         except TelegramSendError:
@@ -129,15 +132,7 @@ class TelegramClient(AsyncClosing):
 
     async def get_me(self, timeout_s: float = PROBE_TIMEOUT_S) -> BotIdentity:
         """Readiness probe: who the token belongs to, answered within `timeout_s`."""
-        user = await self._call(
-            self._bot.get_me(
-                read_timeout=timeout_s,
-                write_timeout=timeout_s,
-                connect_timeout=timeout_s,
-                pool_timeout=timeout_s,
-            ),
-            timeout_s,
-        )
+        user = await self._call(lambda bot: bot.get_me(timeout_s), timeout_s)
         return BotIdentity(id=user.id, username=user.username or "", first_name=user.first_name)
 
     async def set_webhook(
@@ -146,69 +141,33 @@ class TelegramClient(AsyncClosing):
         secret_token: str,
         allowed_updates: Sequence[str] = ("message",),
     ) -> None:
-        await self._call(
-            self._bot.set_webhook(
-                url=url, secret_token=secret_token, allowed_updates=list(allowed_updates)
-            )
-        )
+        await self._call(lambda bot: bot.set_webhook(url, secret_token, allowed_updates))
 
     async def get_webhook_info(self) -> str:
         """The webhook URL Telegram has on file ('' when none is set)."""
-        info = await self._call(self._bot.get_webhook_info())
+        info = await self._call(lambda bot: bot.get_webhook_info())
         return info.url
 
     async def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> None:
         """Publish the command menu: (command without slash, description) pairs."""
-        await self._call(
-            self._bot.set_my_commands([BotCommand(name, text) for name, text in commands])
-        )
+        await self._call(lambda bot: bot.set_my_commands(commands))
 
     async def _call(
         self,
-        call: Awaitable[T],
+        call: Callable[[PtbBot], Awaitable[T]],
         timeout_s: float | None = None,
         *,
         exchange: Exchange | None = None,
     ) -> T:
+        bot = self._bot()
+        pending = call(bot)
         exchange = Exchange() if exchange is None else exchange
         context = EXCHANGE.set(exchange)
         try:
             async with asyncio.timeout(self._timeout_s if timeout_s is None else timeout_s):
-                return await call
+                return await pending
         except Exception as exc:
             # `from None`: the original exception may quote the request URL, token included.
-            raise _send_error(exc, exchange) from None
+            raise bot.failure(exc, exchange) from None
         finally:
             EXCHANGE.reset(context)
-
-
-def _send_error(exc: Exception, exchange: Exchange) -> TelegramSendError:
-    if isinstance(exc, ErrorAnswer):
-        description = REDACTOR.redact(exc.description)[:_MAX_DESCRIPTION]
-        failure_class = classify(exc.status, description, exc.retry_after)
-        return TelegramSendError(
-            failure_class,
-            exc.retry_after,
-            description,
-            status_code=exc.status,
-            maybe_sent=exc.maybe_sent,
-        )
-    if isinstance(exc, UnreadableAnswer):
-        return TelegramSendError(
-            FailureClass.TRANSIENT, None, str(exc), status_code=exc.status, maybe_sent=True
-        )
-    written = exchange.written
-    if isinstance(exc, TimeoutError):
-        when = "after" if written else "before"
-        return TelegramSendError(
-            FailureClass.TRANSIENT, None, f"timed out {when} the request was sent",
-            maybe_sent=written,
-        )
-    description = REDACTOR.redact(f"{type(exc).__name__}: {exc}")[:_MAX_DESCRIPTION]
-    if isinstance(exc, NetworkError):
-        # PTB wraps every transport failure (and anything else do_request raises) in
-        # NetworkError/TimedOut; whether the request had gone out is what the exchange saw.
-        return TelegramSendError(FailureClass.TRANSIENT, None, description, maybe_sent=written)
-    # PTB refusing a call before sending it, or failing on an answer it got (for an ok answer
-    # to sendMessage, `_send_chunk` counts the delivery instead).
-    return TelegramSendError(FailureClass.UNKNOWN, None, description)

@@ -62,12 +62,15 @@ from messageweave.mail.jmap.errors import (
 )
 from messageweave.mail.jmap.mail import DEFAULT_EMAIL_PROPERTIES, NEWEST_FIRST
 from messageweave.mail.jmap.models import (
+    ChangesPage,
     EmailChanges,
     EmailMeta,
     EmailPage,
     EmailQueryResult,
     JmapSession,
     Mailbox,
+    MailboxChanges,
+    MailboxList,
     PushSubscription,
     PushSubscriptionLookup,
     SearchResult,
@@ -86,6 +89,7 @@ __all__ = [
     "AccountReadOnly",
     "AnchorNotFound",
     "CannotCalculateChanges",
+    "ChangesPage",
     "EmailChanges",
     "EmailMeta",
     "EmailPage",
@@ -106,6 +110,8 @@ __all__ = [
     "JmapSetError",
     "JmapTransportError",
     "Mailbox",
+    "MailboxChanges",
+    "MailboxList",
     "MethodCall",
     "MethodResponses",
     "PushSubscription",

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from messageweave.mail.jmap.calls import MethodCall, MethodCaller, result_ref
+from messageweave.mail.jmap.calls import MethodCall, MethodCaller, MethodResponses, result_ref
 from messageweave.mail.jmap.models import (
+    ChangesPage,
     EmailChanges,
     EmailMeta,
     EmailPage,
     EmailQueryResult,
     Mailbox,
+    MailboxChanges,
+    MailboxList,
     SearchResult,
     SearchSnippet,
 )
@@ -36,24 +40,12 @@ class MailMethods(MethodCaller):
 
     async def mailboxes(self) -> list[Mailbox]:
         """Every mailbox of the account (Mailbox/get ids=null), with its role (or None)."""
-        res = await self._call_one(
-            "Mailbox/get",
-            {
-                "accountId": await self._account(),
-                "ids": None,
-                "properties": ["id", "name", "role", "parentId"],
-            },
-        )
-        return [
-            Mailbox(
-                id=str(m["id"]),
-                name=str(m.get("name") or ""),
-                role=opt_str(m.get("role")),
-                parent_id=opt_str(m.get("parentId")),
-            )
-            for m in dicts(res.get("list"))
-            if "id" in m
-        ]
+        return (await self.mailbox_list()).mailboxes
+
+    async def mailbox_list(self) -> MailboxList:
+        """Every mailbox of the account and the Mailbox state it was read at."""
+        args = _MAILBOX_GET | {"accountId": await self._account()}
+        return _mailbox_list(await self._call_one("Mailbox/get", args))
 
     async def email_state(self) -> str:
         """The current Email state (Email/get with ids=[])."""
@@ -73,19 +65,45 @@ class MailMethods(MethodCaller):
         request: a page of new mail, in `created` order. `max_changes` is capped at the
         session's maxObjectsInGet, so one Email/get covers the page. Raises like
         `email_changes`."""
+        calls = await self._changes_calls(since_state, max_changes, properties)
+        page = _changes_page(await self.call(calls), since_state)
+        return page.changes, page.created
+
+    async def changes_page(
+        self, since_state: str, max_changes: int, *, properties: Sequence[str],
+        mailboxes_since: str | None,
+    ) -> ChangesPage:
+        """`changes_and_created`, and in the same request, after them, a look at the mailboxes:
+        Mailbox/get when `mailboxes_since` is None, else Mailbox/changes from that Mailbox
+        state. Coming last, it sees every mailbox the page's mail is in. Raises like
+        `email_changes`; a failed Mailbox/changes only leaves `mailbox_changes` None."""
+        calls = await self._changes_calls(since_state, max_changes, properties)
+        account = self.account_id
+        if mailboxes_since is None:
+            calls.append(("Mailbox/get", _MAILBOX_GET | {"accountId": account}, "m"))
+        else:
+            calls.append(("Mailbox/changes",
+                          {"accountId": account, "sinceState": mailboxes_since}, "m"))
+        responses = await self.call(calls)
+        page = _changes_page(responses, since_state)
+        if mailboxes_since is None:
+            return replace(page, mailboxes=_mailbox_list(responses.result("m", "Mailbox/get")))
+        if responses.error("m") is not None:
+            return page
+        return replace(page, mailbox_changes=_mailbox_changes(
+            responses.result("m", "Mailbox/changes"), mailboxes_since))
+
+    async def _changes_calls(
+        self, since_state: str, max_changes: int, properties: Sequence[str]
+    ) -> list[MethodCall]:
         session = await self.get_session()
         window = min(max_changes, session.max_objects_in_get)
         get = self._get_args(self.account_id, properties, False, None)
         get["#ids"] = result_ref("c", "Email/changes", "/created")
-        responses = await self.call([
+        return [
             ("Email/changes", self._changes_args(self.account_id, since_state, window), "c"),
             ("Email/get", get, "g"),
-        ])
-        changes = _changes(responses.result("c", "Email/changes"), since_state)
-        found = {m.id: m for m in (_email_meta(raw, False, None) for raw in
-                                   dicts(responses.result("g", "Email/get").get("list")))
-                 if m is not None}
-        return changes, [found[i] for i in changes.created if i in found]
+        ]
 
     @staticmethod
     def _changes_args(account: str, since_state: str, max_changes: int | None) -> dict[str, Any]:
@@ -293,15 +311,52 @@ class MailMethods(MethodCaller):
 # ---------------------------------------------------------------------------------- reading
 
 
-def _changes(res: Mapping[str, Any], since_state: str) -> EmailChanges:
-    return EmailChanges(
-        old_state=str(res.get("oldState", since_state)),
-        new_state=req_str(res, "newState", "Email/changes"),
-        has_more=bool(res.get("hasMoreChanges", False)),
-        created=strs(res.get("created")),
-        updated=strs(res.get("updated")),
-        destroyed=strs(res.get("destroyed")),
+_MAILBOX_GET: dict[str, Any] = {"ids": None, "properties": ["id", "name", "role", "parentId"]}
+
+
+def _mailbox_list(res: Mapping[str, Any]) -> MailboxList:
+    return MailboxList(
+        state=req_str(res, "state", "Mailbox/get"),
+        mailboxes=[
+            Mailbox(
+                id=str(m["id"]),
+                name=str(m.get("name") or ""),
+                role=opt_str(m.get("role")),
+                parent_id=opt_str(m.get("parentId")),
+            )
+            for m in dicts(res.get("list"))
+            if "id" in m
+        ],
     )
+
+
+def _mailbox_changes(res: Mapping[str, Any], since_state: str) -> MailboxChanges:
+    props = res.get("updatedProperties")
+    return MailboxChanges(**_changes_fields(res, since_state, "Mailbox/changes"),
+                          updated_properties=strs(props) if isinstance(props, list) else None)
+
+
+def _changes_page(responses: MethodResponses, since_state: str) -> ChangesPage:
+    changes = _changes(responses.result("c", "Email/changes"), since_state)
+    found = {m.id: m for m in (_email_meta(raw, False, None) for raw in
+                               dicts(responses.result("g", "Email/get").get("list")))
+             if m is not None}
+    return ChangesPage(changes, [found[i] for i in changes.created if i in found])
+
+
+def _changes(res: Mapping[str, Any], since_state: str) -> EmailChanges:
+    return EmailChanges(**_changes_fields(res, since_state, "Email/changes"))
+
+
+def _changes_fields(res: Mapping[str, Any], since_state: str, method: str) -> dict[str, Any]:
+    return {
+        "old_state": str(res.get("oldState", since_state)),
+        "new_state": req_str(res, "newState", method),
+        "has_more": bool(res.get("hasMoreChanges", False)),
+        "created": strs(res.get("created")),
+        "updated": strs(res.get("updated")),
+        "destroyed": strs(res.get("destroyed")),
+    }
 
 
 def _email_meta(

@@ -37,14 +37,50 @@ class Mailbox:
     parent_id: str | None = None
 
 
+# What RFC 8621 §2.2 lets Mailbox/changes report in `updatedProperties` (else it is null).
+MAILBOX_COUNTS = frozenset({"totalEmails", "unreadEmails", "totalThreads", "unreadThreads"})
+
+
 @dataclass(frozen=True)
-class EmailChanges:
+class MailboxList:
+    """Mailbox/get ids=null: every mailbox, and the Mailbox state it was read at."""
+
+    state: str
+    mailboxes: list[Mailbox]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """A `Foo/changes` answer (RFC 8620 §5.2): the ids changed from `old_state` to `new_state`."""
+
     old_state: str
     new_state: str
     has_more: bool
     created: list[str]
     updated: list[str]
     destroyed: list[str]
+
+
+@dataclass(frozen=True)
+class EmailChanges(Changes):
+    """Email/changes."""
+
+
+@dataclass(frozen=True)
+class MailboxChanges(Changes):
+    """Mailbox/changes. `updated_properties` is a list only when nothing but the counts of the
+    `updated` mailboxes changed (RFC 8621 §2.2); else None."""
+
+    updated_properties: list[str] | None = None
+
+    @property
+    def counts_only(self) -> bool:
+        """No mailbox was created or destroyed and none changed but for its counts: every id,
+        name, role and parent read at `old_state` still holds at `new_state`."""
+        if self.has_more or self.created or self.destroyed:
+            return False
+        return not self.updated or (self.updated_properties is not None
+                                    and set(self.updated_properties) <= MAILBOX_COUNTS)
 
 
 @dataclass(frozen=True)
@@ -74,6 +110,19 @@ class EmailMeta:
     preview: str
     text: str | None = None
     text_truncated: bool = False
+
+
+@dataclass(frozen=True)
+class ChangesPage:
+    """One request: Email/changes, the Email/get of its `created` ids (in `created` order), then
+    a look at the mailboxes — `mailboxes` when it was a Mailbox/get, `mailbox_changes` when it
+    was a Mailbox/changes (None when the server could not answer it, e.g.
+    `cannotCalculateChanges`)."""
+
+    changes: EmailChanges
+    created: list[EmailMeta]
+    mailboxes: MailboxList | None = None
+    mailbox_changes: MailboxChanges | None = None
 
 
 @dataclass(frozen=True)
