@@ -5,10 +5,14 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# Wheels of exactly the locked versions (hash-checked), so the runtime stage needs no compiler
+# and no index; the package itself is built with the locked setuptools (scripts/lock.sh).
+COPY requirements.lock ./
+RUN pip wheel --no-cache-dir --require-hashes --wheel-dir /wheels -r requirements.lock \
+    && pip install --no-cache-dir --no-index --no-deps /wheels/setuptools-*.whl
 COPY pyproject.toml README.md ./
 COPY src ./src
-# Wheels for the package and every dependency, so the runtime stage needs no compiler.
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM python:3.11-slim
 # tini reaps children and forwards SIGTERM, so `messageweave serve` shuts down gracefully.
@@ -18,8 +22,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /app --create-home --shell /usr/sbin/nologin mw
 COPY --from=build /wheels /wheels
+# Every wheel of the build stage: the locked set and the package, nothing resolved anew.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir --no-index --find-links /wheels messageweave \
+RUN pip install --no-cache-dir --no-index --no-deps /wheels/*.whl \
     && rm -rf /wheels
 USER 10001
 WORKDIR /app

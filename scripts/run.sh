@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install MessageWeave into ./.venv and start it: embedded Redis, a generated admin key, the admin
-# page on http://127.0.0.1:8080/. Extra arguments go to `messageweave run` (see --help).
+# Install MessageWeave into ./.venv (the locked versions, see scripts/install.sh) and start it:
+# embedded Redis, a generated admin key, the admin page on http://127.0.0.1:8080/. Extra
+# arguments go to `messageweave run` (see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,5 @@ if ! "$PYTHON" -c 'import sys, venv, ensurepip; assert sys.version_info >= (3, 1
     exit 1
   fi
 fi
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check .
+PYTHON="$PYTHON" bash scripts/install.sh requirements.lock  # skipped when nothing changed
 exec .venv/bin/messageweave run "$@"

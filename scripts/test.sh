@@ -10,9 +10,7 @@ else
   echo "[test] not root on Debian/Ubuntu: install the packages of scripts/install-test-packages.sh yourself" >&2
 fi
 
-PYTHON="${PYTHON:-python3}"
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+bash scripts/install.sh requirements-test.lock  # the locked versions; skipped when unchanged
 
 echo "[test] ruff"; .venv/bin/ruff check src tests
 echo "[test] mypy"; .venv/bin/mypy src

@@ -45,7 +45,8 @@ async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEO
     auth = httpx.BasicAuth(cfg.jmap_username, cfg.jmap_password)
     try:
         async with httpx.AsyncClient(
-            timeout=timeout_s, follow_redirects=True, verify=build_ssl_context()
+            timeout=timeout_s, follow_redirects=True,
+            verify=build_ssl_context(ca_pem=cfg.jmap_extra_ca),
         ) as client:
             response = await asyncio.wait_for(client.get(url, auth=auth), timeout_s)
     except (TimeoutError, httpx.TimeoutException):

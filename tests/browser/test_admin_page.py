@@ -125,9 +125,10 @@ def test_first_save_sends_the_full_configuration_and_lists_runtime_warnings(
     expected = {**wire, "timezone": "Asia/Tokyo"}
     assert {k: body[k] for k in expected} == expected
     assert body["llm_api_key"] is None and "revision" not in body
-    # The JMAP port of sample_wire is closed: saved, and the failed step is listed.
-    expect(page.locator("#biz-msg")).to_contain_text("Saved (revision 1), but not hot-reloaded")
-    expect(page.locator("#biz-warnings li").first).to_contain_text("jmap · connect:")
+    # The JMAP port of sample_wire is closed: saved (green), not applied and why (red).
+    expect(page.locator("#biz-msg")).to_have_text("Saved (revision 1).")
+    expect(page.locator("#biz-warnings li").first).to_contain_text("Not hot-reloaded")
+    expect(page.locator("#biz-warnings li").nth(1)).to_contain_text("jmap · connect:")
     expect(page.locator("#biz-state")).to_contain_text("revision 1")
     shot(page, "first-save-warnings")
 
@@ -290,7 +291,7 @@ def test_chinese_locale_renders_with_no_missing_keys(
     sign_in(page)
     expect(page.locator("#biz-state")).to_contain_text("修订号 1")
     page.click("#biz-test")
-    expect(page.locator("#preflight-result")).to_have_text("校验通过。")
+    expect(page.locator("#preflight-result")).to_have_text("连接测试失败：")  # a closed port
     report = page.evaluate("""() => {
         const mw = window.__mw, zh = mw.messages.zh, en = mw.messages.en;
         const keys = o => Object.keys(o).sort().join('|');

@@ -1,15 +1,21 @@
-"""`messageweave run` and `messageweave serve` as a user starts them."""
+"""`messageweave run` and `messageweave serve` as a user starts them, and the operator commands
+finding the instance `run` started from its data directory alone."""
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
+from messageweave.store import keys
+from messageweave.store.redis import PASSWORD_FILE, SOCKET_POINTER_FILE, embedded_url
 from tests.conftest import console_script, free_port, sample_wire, wait_healthy
 
 
@@ -106,3 +112,79 @@ def test_serve_without_environment_serves_setup_mode() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=20)
+
+
+@pytest.mark.parametrize("how", ["--port", "PORT"])
+def test_run_refuses_a_busy_port_before_printing_or_starting_redis(
+    data_dir: Path, how: str,
+) -> None:
+    """Bug: with the port taken, `run` started the embedded Redis, printed the page URL, then
+    died with a JSON error line and exit 3, leaving the user to guess another port."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = ["--port", str(port)] if how == "--port" else []
+        extra = {"PORT": str(port)} if how == "PORT" else {}
+        result = subprocess.run(
+            [console_script("messageweave"), "run", *args, "--data-dir", str(data_dir)],
+            env=_env(**extra), capture_output=True, text=True, timeout=30,
+        )
+    match = re.fullmatch(rf"port {port} is in use: try --port (\d+)\n", result.stderr)
+    assert match, result.stderr
+    assert result.returncode != 0 and result.stdout == ""
+    assert not data_dir.exists(), "Redis or the key was set up for a run that cannot start"
+    suggested = int(match[1])
+    assert suggested > port
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", suggested))  # the hint names a port that is free
+
+
+def test_run_prints_where_its_state_is_and_the_commands_find_it_with_data_dir(
+    data_dir: Path, tmp_path: Path,
+) -> None:
+    """Bugs: `run` never said where the key and the Redis socket were, nor how to check the
+    instance; and `drain` / `dlq` had no --data-dir, so they failed with "missing REDIS_URL,
+    CONFIG_ENCRYPTION_KEY" next to a running embedded instance."""
+    port = free_port()
+    proc = _start_run(data_dir, port)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        redis_dir = data_dir / "redis"
+        client = redis.Redis.from_url(embedded_url(redis_dir) or "", decode_responses=True)
+        try:
+            dead = client.xadd(keys.dlq(keys.STREAM_JMAP),
+                               {"failure_class": "permanent", "reason": "test", "attempts": "3"})
+        finally:
+            client.close()
+        elsewhere = tmp_path / "elsewhere"  # no ./.messageweave here: the flag must be used
+        elsewhere.mkdir()
+
+        def command(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([console_script("messageweave"), *args], cwd=elsewhere,
+                                  env=_env(COLUMNS="200"), capture_output=True, text=True,
+                                  timeout=60)
+
+        listed = command("dlq", "list", "--data-dir", str(data_dir))
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [dead]
+        drained = command("drain", "--once", "--data-dir", str(data_dir))
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        assert json.loads(drained.stdout)["processed"] == 0
+        unfound = command("dlq", "list")
+        assert unfound.returncode == 1 and "missing REDIS_URL" in unfound.stdout, unfound
+        password = (redis_dir / PASSWORD_FILE).read_text().strip()
+        socket_path = (redis_dir / SOCKET_POINTER_FILE).read_text().strip()
+        key = (data_dir / "encryption.key").read_text().strip()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=20)[0]
+    assert proc.returncode == 0, output
+    directory = data_dir.resolve()
+    assert f"Data directory: {directory}\n" in output
+    assert f"Key file:       {directory / 'encryption.key'}\n" in output
+    assert f"Redis socket:   {socket_path}\n" in output
+    assert re.search(rf"Check it with:  \S*messageweave diagnose --data-dir {directory}\n",
+                     output), output
+    assert password not in output
+    assert output.count(key) == 1  # only in the one-time "Admin key generated" notice

@@ -61,7 +61,10 @@ def reconcile_command(
     max_passes: Annotated[int, typer.Option(help="Stop after this many passes.")] = 1000,
     data_dir: DataDirOption = None,
 ) -> None:
-    """Find new mail now: replay Email/changes (or walk after a re-baseline) and enqueue it."""
+    """Find new mail now: replay Email/changes (or walk after a re-baseline) and enqueue it.
+
+    Example: messageweave reconcile --once --data-dir .messageweave
+    """
     settings = load_settings(data_dir)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     try:
@@ -86,7 +89,10 @@ async def _audit(settings: Settings) -> AuditResult:
 
 def audit_command(data_dir: DataDirOption = None) -> None:
     """Check that no new mail of the audit window was left without its notification, and
-    re-enqueue the missing ones. Exit 0: nothing missing; 3: missing mail found; 1: failure."""
+    re-enqueue the missing ones. Exit 0: nothing missing; 3: missing mail found; 1: failure.
+
+    Example: messageweave audit --data-dir .messageweave
+    """
     settings = load_settings(data_dir)
     try:
         result = asyncio.run(_audit(settings))

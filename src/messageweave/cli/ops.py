@@ -32,7 +32,10 @@ def print_checks(checks: list[Check]) -> None:
 
 
 def diagnose(data_dir: DataDirOption = None) -> None:
-    """Check the environment, Redis, the configuration, JMAP, Telegram and the queues."""
+    """Check the environment, Redis, the configuration, JMAP, Telegram and the queues.
+
+    Example: messageweave diagnose --data-dir .messageweave
+    """
     checks = asyncio.run(run_checks(settings_from_data_dir(data_dir)))
     print_checks(checks)
     failed = [c for c in checks if c.status == "fail"]
@@ -65,7 +68,10 @@ def test_notify(
     = "messageweave: test notification",
     data_dir: DataDirOption = None,
 ) -> None:
-    """Send one Telegram message with the stored configuration."""
+    """Send one Telegram message with the stored configuration.
+
+    Example: messageweave test-notify --chat 123456789 --text "hello from messageweave"
+    """
     settings = load_settings(data_dir)
     try:
         result = asyncio.run(_send_test(settings, chat, text))
@@ -97,7 +103,10 @@ def bootstrap(
     """Store a first configuration on a running instance (POST /api/bootstrap).
 
     The worker token, reconcile token and webhook secret may be left out of the file: the
-    instance generates them, and they are printed here once."""
+    instance generates them, and they are printed here once.
+
+    Example: messageweave bootstrap --file config.json --url http://127.0.0.1:8080
+    """
     try:
         body = json.loads(file.read_text())
     except (OSError, ValueError, RecursionError) as exc:

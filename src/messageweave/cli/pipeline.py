@@ -1,6 +1,7 @@
 """`messageweave drain` and `messageweave dlq`: the pipeline from the command line.
 
-Both read the environment like `serve` (REDIS_URL, CONFIG_ENCRYPTION_KEY) and load the stored
+Both read the environment like `serve` (REDIS_URL, CONFIG_ENCRYPTION_KEY), completed from the
+data directory of `messageweave run` (`--data-dir`) when it lacks them, and load the stored
 business configuration, so they work next to (or instead of) running instances.
 """
 
@@ -12,6 +13,7 @@ import json
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,6 +21,7 @@ from redis.exceptions import RedisError
 
 from messageweave import runtime
 from messageweave.aio import cancel
+from messageweave.cli.common import DataDirOption, load_settings
 from messageweave.pipeline import service
 from messageweave.pipeline.worker import Worker
 from messageweave.services import Services
@@ -30,16 +33,13 @@ dlq_app = typer.Typer(help="List and replay dead-lettered events.", no_args_is_h
 
 
 @asynccontextmanager
-async def _services() -> AsyncIterator[Services]:
-    settings = runtime.settings_from_data_dir()
-    if not settings.configured:
-        raise typer.BadParameter(f"missing {', '.join(settings.missing)}")
-    async with runtime.running(settings) as svc:
+async def _services(data_dir: Path | None) -> AsyncIterator[Services]:
+    async with runtime.running(load_settings(data_dir)) as svc:
         yield svc
 
 
-async def _drain(loop: bool, batch: int) -> None:
-    async with _services() as svc:
+async def _drain(loop: bool, batch: int, data_dir: Path | None) -> None:
+    async with _services(data_dir) as svc:
         if loop:
             await _run_until_stopped(svc)
             return
@@ -82,12 +82,16 @@ def drain(
     = False,
     loop: Annotated[bool, typer.Option("--loop", help="Run the continuous worker.")] = False,
     batch: Annotated[int, typer.Option(help="Entries per stream for --once (max 10).")] = 10,
+    data_dir: DataDirOption = None,
 ) -> None:
-    """Deliver queued events (for cron-driven deployments, or a dedicated worker process)."""
+    """Deliver queued events (for cron-driven deployments, or a dedicated worker process).
+
+    Example: messageweave drain --once --data-dir .messageweave
+    """
     if once == loop:
         raise typer.BadParameter("give exactly one of --once or --loop")
     try:
-        asyncio.run(_drain(loop, batch))
+        asyncio.run(_drain(loop, batch, data_dir))
     except KeyboardInterrupt:
         pass
 
@@ -103,12 +107,16 @@ def dlq_list(
     stream: Annotated[str | None, typer.Option(help="stalwart:jmap or stalwart:telegram")]
     = None,
     limit: Annotated[int, typer.Option(min=1, max=service.MAX_DLQ_LIMIT)] = 50,
+    data_dir: DataDirOption = None,
 ) -> None:
-    """Print dead-lettered events as JSON lines (id, stream, class, reason, attempts, time)."""
+    """Print dead-lettered events as JSON lines (id, stream, class, reason, attempts, time).
+
+    Example: messageweave dlq list --stream stalwart:telegram --limit 10
+    """
     streams = list(keys.STREAMS) if stream is None else [_stream(stream)]
 
     async def main() -> None:
-        async with _services() as svc:
+        async with _services(data_dir) as svc:
             for entry in await service.dlq_entries(svc.redis, streams, limit):
                 typer.echo(json.dumps(entry.to_json(), ensure_ascii=False))
 
@@ -120,12 +128,16 @@ def dlq_replay(
     stream: Annotated[str, typer.Argument(help="stalwart:jmap or stalwart:telegram")],
     ids: Annotated[list[str] | None, typer.Argument(help="DLQ entry ids (default: all)")]
     = None,
+    data_dir: DataDirOption = None,
 ) -> None:
-    """Put dead-lettered events back on their stream."""
+    """Put dead-lettered events back on their stream.
+
+    Example: messageweave dlq replay stalwart:telegram 1718000000000-0
+    """
     name = _stream(stream)
 
     async def main() -> None:
-        async with _services() as svc:
+        async with _services(data_dir) as svc:
             replayed = await service.replay(svc.redis, name, ids or None)
             typer.echo(json.dumps({"replayed": replayed}))
 

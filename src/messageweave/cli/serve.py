@@ -1,10 +1,20 @@
-"""`messageweave run` (all-in-one) and `messageweave serve` (container mode)."""
+"""`messageweave run` (all-in-one) and `messageweave serve` (container mode).
+
+`run` checks its port before anything else (nothing printed, no Redis started when it is taken)
+and then prints where its state lives and the command that checks it; never the Redis password,
+and the admin key only once, when it is generated.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import shlex
+import shutil
 import signal
+import socket
+import sys
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -20,6 +30,8 @@ from messageweave.store.redis import EmbeddedRedis
 
 # `serve`'s default (`run` binds 127.0.0.1): in a container, its port mapping is the boundary.
 CONTAINER_HOST = "0.0.0.0"  # nosec B104 # container mode, see above
+PORT_SEARCH = 100  # ports tried above a busy one for the `try --port` hint
+EXIT_PORT = 1
 
 DebugOption = Annotated[bool, typer.Option("--debug", help="Mount /debug/* (needs DEBUG_TOKEN).")]
 
@@ -49,6 +61,72 @@ def load_or_create_key(data_dir: Path) -> tuple[str, bool]:
     return key, True
 
 
+def _can_listen(host: str, port: int) -> bool:
+    """Whether the server could bind `host:port` now. Same family and SO_REUSEADDR as uvicorn's
+    `Config.bind_socket`, so a port left in TIME_WAIT counts as free and one with a listener as
+    taken. An address that cannot be bound at all raises `OSError`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def _refuse_busy_port(host: str, port: int) -> None:
+    """Exit with `port P is in use: try --port Q` (Q the next free port) on stderr when `port`
+    is taken, before `run` prints or starts anything."""
+    try:
+        if _can_listen(host, port):
+            return
+        free = next((p for p in range(port + 1, min(port + PORT_SEARCH, 65535) + 1)
+                     if _can_listen(host, p)), None)
+    except OSError as exc:
+        typer.echo(f"cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(EXIT_PORT) from None
+    hint = f"try --port {free}" if free is not None else "choose another --port"
+    typer.echo(f"port {port} is in use: {hint}", err=True)
+    raise typer.Exit(EXIT_PORT)
+
+
+def _program() -> str:
+    """How to call this program again: `messageweave` when that is what PATH finds, else the
+    path it was started by (`.venv/bin/messageweave` from scripts/run.sh)."""
+    started = Path(sys.argv[0])
+    if started.name != "messageweave":
+        return "messageweave"
+    found = shutil.which("messageweave")
+    if found and Path(found).resolve() == started.resolve():
+        return "messageweave"
+    return shlex.quote(str(started))
+
+
+def _print_locations(directory: Path, embedded: EmbeddedRedis | None, key_from_env: bool,
+                     url: str) -> None:
+    """Where the data, the key and the Redis socket are, the command that checks them, and the
+    admin page."""
+    diagnose = f"{_program()} diagnose"
+    if directory != default_data_dir().resolve():
+        diagnose += f" --data-dir {shlex.quote(str(directory))}"
+    if embedded is None or key_from_env:
+        diagnose += " (with the same REDIS_URL / CONFIG_ENCRYPTION_KEY)"
+    lines = [
+        ("Data directory", str(directory)),
+        ("Key file", "CONFIG_ENCRYPTION_KEY (environment)" if key_from_env
+         else str(directory / KEY_FILE)),
+        ("Redis socket", "REDIS_URL (environment)" if embedded is None
+         else str(embedded.socket)),
+        ("Check it with", diagnose),
+        ("Admin page", url),
+    ]
+    for label, value in lines:
+        console.print(f"{label + ':':<16}{value}", markup=False, highlight=False, soft_wrap=True)
+
+
 def run(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int | None, typer.Option(help="Port (default: $PORT or 8080).")] = None,
@@ -59,9 +137,14 @@ def run(
     ] = None,
     debug: DebugOption = False,
 ) -> None:
-    """All-in-one start: embedded Redis and a generated key unless the environment has them."""
-    _handle_stop_signals()
+    """All-in-one start: embedded Redis and a generated key unless the environment has them.
+
+    Example: messageweave run --port 8090 --data-dir ~/.local/share/messageweave
+    """
     env = dict(os.environ)
+    bind_port = port if port is not None else from_env(env).port
+    _refuse_busy_port(host, bind_port)
+    _handle_stop_signals()
     directory = (data_dir or default_data_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     embedded: EmbeddedRedis | None = None
@@ -69,13 +152,12 @@ def run(
         embedded = EmbeddedRedis(directory / REDIS_DIR)
         add_secret_source(embedded.secrets)  # the password is in REDIS_URL: never logged
         env["REDIS_URL"] = embedded.start()
-        console.print(f"Embedded Redis running, data in [bold]{embedded.data_dir}[/]")
     created = False
-    if not env.get("CONFIG_ENCRYPTION_KEY", "").strip():
+    key_from_env = bool(env.get("CONFIG_ENCRYPTION_KEY", "").strip())
+    if not key_from_env:
         env["CONFIG_ENCRYPTION_KEY"], created = load_or_create_key(directory)
     try:
         settings = from_env(env, debug_flag=debug)
-        bind_port = port if port is not None else settings.port
         shown = "127.0.0.1" if host in (CONTAINER_HOST, "::") else host
         url = f"http://{shown}:{bind_port}/"
         if created:
@@ -83,7 +165,7 @@ def run(
                 "\n[bold]Admin key generated[/] (shown once; it is also the encryption key, "
                 f"stored in {directory / KEY_FILE}):\n\n  {env['CONFIG_ENCRYPTION_KEY']}\n"
             )
-        console.print(f"Admin page: [bold]{url}[/]")
+        _print_locations(directory, embedded, key_from_env, url)
         configure_logging()
         server.serve(create_app(settings), host, bind_port)
     finally:
@@ -95,7 +177,10 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to bind.")] = CONTAINER_HOST,
     debug: DebugOption = False,
 ) -> None:
-    """Container mode: only the environment; a missing variable serves setup mode."""
+    """Container mode: only the environment; a missing variable serves setup mode.
+
+    Example: messageweave serve --host 127.0.0.1 (REDIS_URL, CONFIG_ENCRYPTION_KEY set)
+    """
     _handle_stop_signals()
     settings = from_env(debug_flag=debug)
     configure_logging()

@@ -11,6 +11,7 @@ import dataclasses
 import ipaddress
 import re
 import secrets
+import ssl
 import zoneinfo
 from dataclasses import dataclass, field
 from functools import cache
@@ -51,7 +52,9 @@ FIRST_SAVE_FIELDS = (
 )
 # A full wire may leave out the timezone (it defaults) and every optional field.
 _WIRE_REQUIRED = tuple(f for f in FIRST_SAVE_FIELDS if f != "timezone")
-NULLABLE_FIELDS = frozenset({"account_id", "llm_api_key", "llm_base_url", "llm_model"})
+NULLABLE_FIELDS = frozenset({
+    "account_id", "llm_api_key", "llm_base_url", "llm_model", "jmap_ca_pem",
+})
 _STR = frozenset({
     "bot_token", "telegram_webhook_secret", "timezone", "jmap_session_url", "jmap_username",
     "jmap_password", "reconcile_token", "worker_token", "telegram_api_base_url",
@@ -71,6 +74,7 @@ REVISION_FIELD = "revision"
 MAX_URL_CHARS = 2048
 MAX_TOKEN_CHARS = 256  # Telegram's limit for a webhook secret; ample for the other tokens
 MAX_PASSWORD_CHARS = 1024  # the JMAP password and the LLM key (some providers issue long keys)
+MAX_CA_PEM_CHARS = 32_768  # a chain of a dozen certificates; one is about 2,000 characters
 MAX_CHARS = {
     "bot_token": MAX_TOKEN_CHARS,
     "jmap_session_url": MAX_URL_CHARS,
@@ -85,6 +89,7 @@ MAX_CHARS = {
     "llm_base_url": MAX_URL_CHARS,
     "llm_model": 200,
     "telegram_api_base_url": MAX_URL_CHARS,
+    "jmap_ca_pem": MAX_CA_PEM_CHARS,
 }
 MAX_ROLE_CHARS = 64
 MAX_ROLES = 16
@@ -100,6 +105,8 @@ GENERATED_SECRETS = ("telegram_webhook_secret", "reconcile_token", "worker_token
 GENERATED_TOKEN_BYTES = 24  # 32 url-safe characters
 # What Telegram's setWebhook accepts as `secret_token`.
 _TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+# One PEM block: its label and its base64 body.
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
 
 # The names the validation messages use for each field (the original's environment names).
 _MESSAGE_NAMES = {
@@ -108,7 +115,7 @@ _MESSAGE_NAMES = {
     "telegram_webhook_secret": "TG_WEBHOOK_SECRET", "reconcile_token": "RECONCILE_TOKEN",
     "worker_token": "WORKER_TOKEN", "timezone": "TIMEZONE", "account_id": "ACCOUNT_ID",
     "llm_api_key": "LLM_API_KEY", "llm_base_url": "LLM_BASE_URL", "llm_model": "LLM_MODEL",
-    "telegram_api_base_url": "TELEGRAM_API_BASE_URL",
+    "telegram_api_base_url": "TELEGRAM_API_BASE_URL", "jmap_ca_pem": "JMAP_CA_PEM",
 }
 
 
@@ -145,6 +152,8 @@ class BusinessConfig:
     degraded_reconcile_interval_s: int = DEFAULT_DEGRADED_RECONCILE_INTERVAL_S
     audit_interval_s: int = DEFAULT_AUDIT_INTERVAL_S
     audit_window_s: int = DEFAULT_AUDIT_WINDOW_S
+    # Not a secret (it is shown back), but a page of base64 has no place in a log line.
+    jmap_ca_pem: str | None = field(default=None, repr=False)
 
     def to_wire(self) -> dict[str, Any]:
         wire = dataclasses.asdict(self)
@@ -159,6 +168,12 @@ class BusinessConfig:
     def secrets_present(self) -> dict[str, bool]:
         wire = self.to_wire()
         return {name: bool((wire[name] or "").strip()) for name in SECRET_FIELDS}
+
+    @property
+    def jmap_extra_ca(self) -> str | None:
+        """The PEM certificates to trust for the JMAP server besides the default trust store,
+        None when there are none."""
+        return (self.jmap_ca_pem or "").strip() or None
 
     @property
     def llm_active(self) -> bool:
@@ -183,6 +198,7 @@ def empty_values() -> dict[str, Any]:
         "reconcile_interval_s": DEFAULT_RECONCILE_INTERVAL_S, "delivery_policy": "at_least_once",
         "degraded_reconcile_interval_s": DEFAULT_DEGRADED_RECONCILE_INTERVAL_S,
         "audit_interval_s": DEFAULT_AUDIT_INTERVAL_S, "audit_window_s": DEFAULT_AUDIT_WINDOW_S,
+        "jmap_ca_pem": None,
     }
 
 
@@ -336,6 +352,23 @@ def _chat_id(value: int) -> bool:
     return CHAT_ID_MIN <= value <= CHAT_ID_MAX
 
 
+def pem_certificates_only(text: str) -> bool:
+    """True when `text` holds one or more PEM certificates and nothing else but whitespace,
+    each one loadable by OpenSSL as a trust anchor (what `build_ssl_context` does with it).
+    A private key pasted by mistake is refused, not stored."""
+    blocks = list(_PEM_BLOCK.finditer(text))
+    if not blocks or _PEM_BLOCK.sub("", text).strip():
+        return False
+    for block in blocks:
+        if block.group(1) != "CERTIFICATE":
+            return False
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=block.group(0))
+        except ssl.SSLError:
+            return False
+    return True
+
+
 def _check_lengths(cfg: BusinessConfig) -> None:
     for attr, limit in MAX_CHARS.items():
         value = getattr(cfg, attr)
@@ -386,6 +419,9 @@ def validate(cfg: BusinessConfig, *, limits: bool = True) -> None:
         raise ConfigInvalid("JMAP_SESSION_URL must be a valid URL")
     if jmap.scheme != "https" or not _clean_origin(jmap):
         raise ConfigInvalid("JMAP_SESSION_URL must be HTTPS without credentials or query")
+    if cfg.jmap_extra_ca is not None and not pem_certificates_only(cfg.jmap_extra_ca):
+        raise ConfigInvalid("JMAP_CA_PEM must hold only PEM certificates "
+                            "(-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)")
     if cfg.llm_enabled:
         if _blank(cfg.llm_base_url):
             raise ConfigInvalid("LLM_BASE_URL required when LLM enabled")

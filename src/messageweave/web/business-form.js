@@ -3,10 +3,11 @@
 import { $ } from "./dom.js";
 import { t } from "./i18n.js";
 
-// kind: text | nullable (blank = null) | secret | int | intlist | strlist | bool | choice
+// kind: text | nullable (blank = null) | pem (nullable, line ends as a textarea keeps them) |
+// secret | int | intlist | strlist | bool | choice
 export const FIELDS = [
   ["jmap_session_url", "text"], ["jmap_username", "text"], ["jmap_password", "secret"],
-  ["account_id", "nullable"], ["notify_mailbox_roles", "strlist"],
+  ["account_id", "nullable"], ["jmap_ca_pem", "pem"], ["notify_mailbox_roles", "strlist"],
   ["reconcile_interval_s", "int"], ["bot_token", "secret"], ["telegram_chat_id", "int"],
   ["chat_allowlist", "intlist"], ["telegram_webhook_secret", "secret"],
   ["reconcile_token", "secret"], ["worker_token", "secret"],
@@ -35,6 +36,12 @@ function parseI64(raw) {
   return value < I64_MIN || value > I64_MAX ? null : value;
 }
 
+// A pasted certificate as the textarea holds it (LF line ends, no surrounding blank), or null.
+function pemValue(raw) {
+  const text = (raw || "").replace(/\r\n?/g, "\n").trim();
+  return text === "" ? null : text;
+}
+
 // The form as canonical values: strings for text, BigInt for integers, arrays for lists.
 function readField(name, kind) {
   const el = $("f-" + name);
@@ -60,6 +67,8 @@ function readField(name, kind) {
       return raw.split(/[\s,]+/).filter(Boolean);
     case "nullable":
       return raw.trim() === "" ? null : raw.trim();
+    case "pem":
+      return pemValue(raw);
     case "secret":
       return raw;
     default:
@@ -124,6 +133,7 @@ export function baselineFrom(values) {
     if (kind === "strlist") value = value || [];
     if (kind === "text") value = value || "";
     if (kind === "nullable") value = value === undefined || value === "" ? null : value;
+    if (kind === "pem") value = pemValue(value);
     base[name] = value;
   });
   return base;

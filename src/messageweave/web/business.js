@@ -5,7 +5,7 @@ import {
   baselineFrom, changedFields, checkLlm, checkTokens, FIELDS, FormError, fullWire, label,
   randomToken, readForm, TOKEN_FIELDS,
 } from "./business-form.js";
-import { $, fillList, say } from "./dom.js";
+import { $, say } from "./dom.js";
 import { t } from "./i18n.js";
 import { selectZone } from "./zones.js";
 
@@ -83,17 +83,73 @@ export function updateDirty() {
   $("cb-register").disabled = !(state.configured && !isDirty());
 }
 
-function warningLines(warnings) {
-  return (warnings || []).map(function (w) {
-    return t("biz.warning", { component: w.component, step: w.step, detail: w.detail });
+// `host:port` of the session URL in the form, for the openssl command of the hint.
+function serverAddress() {
+  try {
+    const url = new URL($("f-jmap_session_url").value.trim());
+    return url.hostname + ":" + (url.port || "443");
+  } catch (err) {
+    return "mail.example.com:443";
+  }
+}
+
+// A JMAP warning whose TLS verification failed (OpenSSL's reason code), in words; or null.
+function certificateHint(warnings) {
+  const failed = (warnings || []).find(function (w) {
+    return w.component === "jmap" && /CERTIFICATE_VERIFY_FAILED/.test(w.detail || "");
   });
+  if (!failed) return null;
+  return /self[- ]signed|local issuer/i.test(failed.detail)
+    ? t("biz.certSelfSigned", { host: serverAddress() }) : t("biz.certUntrusted");
+}
+
+// The warnings as red lines; a certificate failure adds its hint, which links to the field
+// and is repeated under it.
+function failureLines(warnings) {
+  const lines = (warnings || []).map(function (w) {
+    return { text: t("biz.warning", { component: w.component, step: w.step, detail: w.detail }),
+      kind: "error" };
+  });
+  const hint = certificateHint(warnings);
+  if (hint) {
+    lines.push({ text: hint, kind: "error", field: "jmap_ca_pem" });
+    say("cert-hint", hint, "error");
+  }
+  return lines;
+}
+
+// One item per line, each coloured by its own outcome ("ok", "error" or none), so a success
+// never shows in red beside a failure, nor a failure in green.
+function report(id, lines) {
+  const list = $(id);
+  list.replaceChildren();
+  lines.forEach(function (line) {
+    const li = document.createElement("li");
+    if (line.kind) li.classList.add(line.kind);
+    if (line.field) {
+      const link = document.createElement("a");
+      link.href = "#f-" + line.field;
+      link.textContent = line.text;
+      link.addEventListener("click", function (event) {
+        event.preventDefault();
+        $("f-" + line.field).focus();
+      });
+      li.appendChild(link);
+    } else {
+      li.textContent = line.text;
+    }
+    list.appendChild(li);
+  });
+}
+
+function clearResults() {
+  ["biz-error", "biz-msg", "preflight-result", "cert-hint"].forEach(function (id) { say(id, ""); });
+  ["biz-warnings", "preflight-issues"].forEach(function (id) { $(id).replaceChildren(); });
 }
 
 async function saveBusiness(event) {
   event.preventDefault();
-  ["biz-error", "biz-msg", "preflight-result"].forEach(function (id) { say(id, ""); });
-  $("biz-warnings").replaceChildren();
-  $("preflight-issues").replaceChildren();
+  clearResults();
   let body;
   try {
     const values = readForm();
@@ -120,8 +176,9 @@ async function saveBusiness(event) {
     if (result.runtime_applied) {
       say("biz-msg", t("biz.saved", { n: result.revision }), "ok");
     } else {
-      say("biz-msg", t("biz.savedNotApplied", { n: result.revision }), "error");
-      fillList("biz-warnings", warningLines(result.warnings));
+      say("biz-msg", t("biz.savedOnly", { n: result.revision }), "ok");
+      report("biz-warnings", [{ text: t("biz.notApplied"), kind: "error" }]
+        .concat(failureLines(result.warnings)));
     }
   } catch (err) {
     if (!session.token) return;
@@ -144,8 +201,7 @@ async function saveBusiness(event) {
 }
 
 async function testConnection() {
-  ["biz-error", "biz-msg"].forEach(function (id) { say(id, ""); });
-  $("preflight-issues").replaceChildren();
+  clearResults();
   let body;
   try {
     const values = readForm();
@@ -163,24 +219,26 @@ async function testConnection() {
     const lines = [];
     if (!result.validation || !result.validation.ok) {
       say("preflight-result", t("biz.testInvalid"), "error");
-      fillList("preflight-issues", (result.validation && result.validation.errors) || []);
+      report("preflight-issues", ((result.validation && result.validation.errors) || [])
+        .map(function (text) { return { text: text, kind: "error" }; }));
       return;
     }
     let allOk = true;
     ["jmap", "llm"].forEach(function (name) {
       const component = result.components && result.components[name];
       if (!component) {
-        lines.push(t("biz.componentSkipped", { component: name }));
+        lines.push({ text: t("biz.componentSkipped", { component: name }) });
       } else if (component.ok) {
-        lines.push(t("biz.componentOk", { component: name }));
+        lines.push({ text: t("biz.componentOk", { component: name }), kind: "ok" });
       } else {
         allOk = false;
-        lines.push(t("biz.componentFailed", { component: name }));
-        lines.push.apply(lines, warningLines(component.errors));
+        lines.push({ text: t("biz.componentFailed", { component: name }), kind: "error" });
+        lines.push.apply(lines, failureLines(component.errors));
       }
     });
-    say("preflight-result", t("biz.testOk"), allOk ? "ok" : "error");
-    fillList("preflight-issues", lines);
+    // The headline is the outcome: "passed" only when every probed peer answered.
+    say("preflight-result", t(allOk ? "biz.testOk" : "biz.testFailed"), allOk ? "ok" : "error");
+    report("preflight-issues", lines);
   } catch (err) {
     if (session.token) say("preflight-result", t("biz.failed", { reason: reasonOf(err) }), "error");
   } finally {
@@ -197,8 +255,8 @@ export function reset() {
   state.configured = false;
   state.revision = 0;
   state.baseline = null;
-  ["biz-msg", "biz-error", "preflight-result", "biz-state"].forEach(function (id) { say(id, ""); });
-  ["biz-warnings", "preflight-issues"].forEach(function (id) { $(id).replaceChildren(); });
+  clearResults();
+  say("biz-state", "");
 }
 
 export function wire() {
@@ -212,7 +270,7 @@ export function wire() {
     button.addEventListener("click", function () { generateSecret(name); });
   });
   $("biz-reload").addEventListener("click", function () {
-    ["biz-error", "biz-msg", "preflight-result"].forEach(function (id) { say(id, ""); });
+    clearResults();
     loadBusiness();
   });
 }

@@ -9,7 +9,8 @@ families (`MailMethods`, `PushMethods`).
 - Account selection: the configured account id must be one of `session.accounts`, otherwise the
   primary account for `urn:ietf:params:jmap:mail`.
 - HTTP Basic auth, HTTPS only unless `allow_insecure_http=True` (tests). TLS trust: an explicit
-  `ca_file`, else `SSL_CERT_FILE` / `SSL_CERT_DIR` from the environment, else certifi.
+  `ca_file`, else `SSL_CERT_FILE` / `SSL_CERT_DIR` from the environment, else certifi; plus the
+  PEM certificates of `ca_pem` (the business configuration's `jmap_ca_pem`) in every case.
 - One timeout (seconds) for every HTTP exchange, as a whole (connect + send + read).
 """
 
@@ -63,8 +64,13 @@ def _origin_text(url: str | httpx.URL) -> str:
     return f"{scheme}://{host}:{port}"
 
 
-def build_ssl_context(ca_file: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
-    """TLS trust: `ca_file` if given, else SSL_CERT_FILE / SSL_CERT_DIR, else certifi."""
+def build_ssl_context(
+    ca_file: str | os.PathLike[str] | None = None, *, ca_pem: str | None = None
+) -> ssl.SSLContext:
+    """TLS trust: `ca_file` if given, else SSL_CERT_FILE / SSL_CERT_DIR, else certifi; and
+    `ca_pem` (PEM certificates, e.g. a self-signed server's) trusted in addition.
+
+    The environment is read on every call, not once: a new runtime sees the current trust."""
     cafile: str | None
     capath: str | None
     if ca_file is not None:
@@ -77,9 +83,15 @@ def build_ssl_context(ca_file: str | os.PathLike[str] | None = None) -> ssl.SSLC
 
         cafile = certifi.where()
     try:
-        return ssl.create_default_context(cafile=cafile, capath=capath)
+        context = ssl.create_default_context(cafile=cafile, capath=capath)
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"cannot load the TLS trust store {cafile or capath}: {exc}") from None
+    if ca_pem:
+        try:
+            context.load_verify_locations(cadata=ca_pem)
+        except ssl.SSLError as exc:
+            raise ValueError(f"cannot load the JMAP CA certificates: {exc}") from None
+    return context
 
 
 class JmapClient(MailMethods, PushMethods, AsyncClosing):
@@ -94,6 +106,7 @@ class JmapClient(MailMethods, PushMethods, AsyncClosing):
         account_id: str | None = None,
         timeout: float = 15.0,
         ca_file: str | os.PathLike[str] | None = None,
+        ca_pem: str | None = None,
         verify: ssl.SSLContext | None = None,
         allow_insecure_http: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -115,7 +128,7 @@ class JmapClient(MailMethods, PushMethods, AsyncClosing):
         self._http = httpx.AsyncClient(
             auth=httpx.BasicAuth(username, password),
             timeout=httpx.Timeout(self._timeout),
-            verify=verify if verify is not None else build_ssl_context(ca_file),
+            verify=verify if verify is not None else build_ssl_context(ca_file, ca_pem=ca_pem),
             follow_redirects=False,
             transport=transport,
             headers={"User-Agent": user_agent, "Accept": "application/json"},
