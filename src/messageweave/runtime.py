@@ -10,6 +10,7 @@ they wire the same things the same way. Nothing below this module knows it exist
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -82,6 +83,10 @@ async def serving(svc: Services) -> AsyncIterator[None]:
     add_secret_source(svc.secrets)
     await svc.config.refresh()
     tasks = background(svc)
+    # What the imports and the set-up allocated for good leaves the collector's view: a full
+    # collection then scans only what the running service makes (shorter pauses on the push path).
+    gc.collect()
+    gc.freeze()
     try:
         yield
     finally:

@@ -266,8 +266,12 @@ class Worker:
 
     # --- maintenance --------------------------------------------------------------------
     async def _maintenance_loop(self) -> None:
+        ready = False
         while True:
             try:
+                if not ready:  # the read loop may not have made the groups yet (fresh Redis)
+                    await self.streams.ensure_groups()
+                    ready = True
                 await self.deliverer.release_orphans()
                 for entry in await self._recoverable(50):
                     await self.spawn(entry)

@@ -1,0 +1,39 @@
+"""A worker started on an empty Redis (a fresh install, or after the streams were deleted)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+import redis.asyncio as aioredis
+
+from messageweave import runtime
+from messageweave.aio import cancel
+from messageweave.pipeline.worker import Worker
+from tests.conftest import settings_for
+
+FAILED = "worker maintenance failed"
+
+
+async def test_the_first_maintenance_pass_on_an_empty_redis_logs_no_failure(
+    embedded_redis_url: str, redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bug caught: on a Redis without the streams, the maintenance pass could run before the
+    read loop had created the consumer group, and every start logged `worker maintenance
+    failed: ResponseError` (NOGROUP) for nothing."""
+    caplog.set_level(logging.WARNING, logger="messageweave.pipeline.worker")
+    svc = runtime.build_services(settings_for(embedded_redis_url))
+    worker = Worker(svc)
+    task = asyncio.create_task(worker._maintenance_loop())
+    deadline = time.monotonic() + 10
+    try:
+        while worker._passes < 1 and FAILED not in caplog.text:
+            assert time.monotonic() < deadline, "no maintenance pass ended"
+            await asyncio.sleep(0.01)
+    finally:
+        await cancel(task)
+        await runtime.close(svc)
+    assert FAILED not in caplog.text
+    assert await redis_client.xinfo_groups("stalwart:jmap")  # the pass made the group itself
