@@ -36,6 +36,10 @@ const ROUTE_TABLE = [
   // The gap audit: its last result, and a run now. Failover may run a slow audit twice; the
   // audit is idempotent (one atomic check-and-claim per mail), so that is harmless.
   ["/api/audit", "GET POST"],
+  // The chats the webhook refused lately, for the admin page to offer "add to allowlist".
+  ["/api/telegram/refused-chats", "GET"],
+  // "Where is my mail?": the trace card's read-only search (?q= passed on unchanged).
+  ["/api/trace", "GET"],
 ];
 
 // Answered by the gateway itself, never forwarded.

@@ -28,10 +28,12 @@ const EXPECTED = {
   "/api/logs/audit": "GET",
   "/api/push/status": "GET",
   "/api/audit": "GET, POST",
+  "/api/telegram/refused-chats": "GET",
+  "/api/trace": "GET",
 };
 
-test("the table forwards the 18 exact contract routes and the 7 operator routes, nothing else", () => {
-  assert.equal(ROUTES.size, 25);
+test("the table forwards the 18 exact contract routes and the 9 operator routes, nothing else", () => {
+  assert.equal(ROUTES.size, 27);
   const actual = Object.fromEntries([...ROUTES].map(([path, r]) => [path, r.allow]));
   assert.deepEqual(actual, EXPECTED);
 });
@@ -94,7 +96,7 @@ test("/healthz-worker is the gateway's own GET route", () => {
 // older backend serves.
 const PAGE_MODULES = ["main.js", "i18n.js", "api.js", "dom.js", "status.js", "session.js",
   "service.js", "business.js", "business-form.js", "zones.js", "callbacks.js", "delivery.js",
-  "gap-audit.js", "logs.js", "config.js"];
+  "gap-audit.js", "logs.js", "chats.js", "trace.js", "config.js"];
 
 test("every page module is forwarded as GET /assets/<name>.js, and only GET", () => {
   for (const name of PAGE_MODULES) {

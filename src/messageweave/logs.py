@@ -13,6 +13,16 @@ becomes `scheme://<credentials>@`, `/bot<token>` paths lose the token, and every
 returned by a registered secret source (the admin key, the debug token, the Redis password,
 each secret of the live business configuration) becomes `<secret>`.
 
+Only values are redacted, never names: the message and the exception text as a whole, and each
+value of `fields` (strings, and the strings inside lists and mappings) on its own; the keys
+of `fields` are written as given, so a field `telegram_webhook_secret` keeps its name whatever
+the secrets are. A placeholder already in the text is never redacted again (a secret `secret`
+does not turn `<secret>` into `<<secret>>`), so redacting twice changes nothing.
+
+A background loop's failure is logged through `RepeatLog`: its class, a redacted one-line
+reason and what to check (`failure_text`, the class→remedy table `REMEDIES`), at most once a
+minute per place and class with the count of the repeats, and one line when it recovers.
+
 Redaction runs on every line, so its cost is kept out of the common case without changing
 its result: the secret set is read once per record (`RedactionFilter` hands it to
 `JsonFormatter`), what `scrub` needs for one set is built once (`_scrubber`), and each rewrite
@@ -27,7 +37,8 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import IO, Any
@@ -43,6 +54,9 @@ _BOT_PATH = re.compile(r"/bot[^/\s]+")
 # A secret is replaced only as a whole value: never inside a longer name made of these.
 _NAME_CHAR = r"[A-Za-z0-9_\-]"
 MIN_SECRET_LEN = 4  # shorter values would turn ordinary words and addresses into "<secret>"
+# The words of the placeholders this module writes: a secret equal to one is not redacted
+# where it stands as that placeholder.
+_PLACEHOLDER_WORDS = frozenset({"secret", "credentials", "token"})
 
 
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
@@ -83,7 +97,31 @@ def _scrubber(secrets: tuple[str | None, ...]) -> _Scrubber:
 def _whole_value(secret: str) -> re.Pattern[str]:
     """`secret` where it stands on its own: not preceded or followed by a name character (so a
     secret `mail` never rewrites `mailhost`, nor `7` the `127` of `127.0.0.1`)."""
-    return re.compile(rf"(?<!{_NAME_CHAR}){re.escape(secret)}(?!{_NAME_CHAR})")
+    escaped = re.escape(secret)
+    # `<secret>` is what an earlier redaction wrote: never `<<secret>>` on a second pass.
+    placeholder = rf"(?!(?<=<){escaped}>)" if secret in _PLACEHOLDER_WORDS else ""
+    return re.compile(rf"(?<!{_NAME_CHAR}){placeholder}{escaped}(?!{_NAME_CHAR})")
+
+
+def scrub_values(value: Any, secrets: Iterable[str | None], *,
+                 drop: Container[str] = ()) -> Any:
+    """`value` (a JSON-like value: the `fields` of a log line, an audit record) with every
+    secret removed from its strings, at any depth. Mapping keys are kept exactly as given,
+    never rewritten (a key in `drop` is left out with its value); numbers, booleans and None
+    are kept; any other value becomes its redacted text."""
+    return _values(value, _scrubber(tuple(secrets)), drop)
+
+
+def _values(value: Any, scrubber: _Scrubber, drop: Container[str]) -> Any:
+    if isinstance(value, str):
+        return scrubber.scrub(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, dict):
+        return {k: _values(v, scrubber, drop) for k, v in value.items() if k not in drop}
+    if isinstance(value, list | tuple):
+        return [_values(v, scrubber, drop) for v in value]
+    return scrubber.scrub(str(value))
 
 
 SecretSource = Callable[[], Iterable[str | None]]
@@ -122,7 +160,7 @@ def _expanded(found: tuple[str | None, ...]) -> tuple[str, ...]:
     for value in found:
         if value and len(value.strip()) >= MIN_SECRET_LEN:
             values.add(value)
-            # as it appears inside a JSON line (`fields` are redacted after json.dumps)
+            # as it appears inside JSON text (a message or value that quotes a JSON body)
             values.add(json.dumps(value, ensure_ascii=False)[1:-1])
             values.add(json.dumps(value)[1:-1])
     return tuple(sorted(values, key=len, reverse=True))  # longest first: a token before its parts
@@ -169,7 +207,8 @@ class RedactionFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         # The filter's set, read an instant ago for this record, once: a formatter used without
-        # the filter, or a second handler's, reads the set in force itself.
+        # the filter, or a second handler's, reads the set in force itself. Values only: the
+        # keys of `fields` are names and are written as given.
         scrubber = record.__dict__.pop(_SCRUBBER_ATTR, None)
         if not isinstance(scrubber, _Scrubber):
             scrubber = _current_scrubber()
@@ -177,20 +216,19 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": scrubber.scrub(record.getMessage()),
         }
         rid = request_id_var.get()
         if rid is not None:
-            line["request_id"] = rid
+            line["request_id"] = scrubber.scrub(rid)
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
-            line.update(fields)
+            line.update(_values(fields, scrubber, ()))
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
-            line["exception"] = record.exc_text
-        # A second pass over the finished line: `fields` are redacted too.
-        return scrubber.scrub(json.dumps(line, ensure_ascii=False, default=str))
+            line["exception"] = scrubber.scrub(record.exc_text)
+        return json.dumps(line, ensure_ascii=False, default=str)
 
 
 def configure_logging(stream: IO[str] | None = None, level: int = logging.INFO) -> logging.Handler:
@@ -207,6 +245,114 @@ def configure_logging(stream: IO[str] | None = None, level: int = logging.INFO) 
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
     return handler
+
+
+# ---------------------------------------------------------------------------------- failures
+
+MAX_REASON_CHARS = 240  # a reason is one line: longer text is cut (after it was redacted)
+REPEAT_WINDOW_S = 60.0
+
+# What an operator should check, by exception class name: the first class of the exception's
+# MRO named here (so `redis.ConnectionError` finds `RedisError`). Names, not imports: this
+# bottom module knows none of the clients. One place for every loop's failure lines.
+REMEDIES: dict[str, str] = {
+    "JmapTransportError": "could not reach the JMAP server: check jmap_session_url and that "
+                          "the server is up",
+    "JmapAuthError": "the JMAP server refused the login: check jmap_username and jmap_password",
+    "JmapAccountError": "check account_id (empty = the primary mail account)",
+    "JmapProtocolError": "the URL does not answer JMAP: check jmap_session_url",
+    "NotConfigured": "no business configuration is live: save one on the admin page",
+    "TelegramSendError": "check bot_token and that the Telegram Bot API is reachable",
+    "LlmError": "check llm_base_url, llm_api_key and llm_model",
+    "RedisError": "check REDIS_URL (or the data dir's embedded Redis) and that Redis is up",
+    # `DeliveryFailure` classes of a Telegram send (`remedy_for("telegram " + class)`)
+    "telegram auth": "Telegram refused the bot token: check bot_token",
+    "telegram permission": "the bot may not write there: start it in the chat, check "
+                           "telegram_chat_id",
+    "telegram not_found": "check telegram_chat_id and chat_allowlist",
+}
+CERTIFICATE_REMEDY = ("the JMAP server's certificate is not trusted: paste it (or its CA) into "
+                      "jmap_ca_pem; `openssl s_client -showcerts -connect host:443` prints it")
+_CERTIFICATE_FAILURE = "certificate verify failed"  # ssl's text (CERTIFICATE_VERIFY_FAILED)
+
+
+def remedy_for(name: str) -> str | None:
+    return REMEDIES.get(name)
+
+
+def remedy(exc: BaseException) -> str | None:
+    """What to check for `exc` (None when there is nothing better than its reason)."""
+    names = [cls.__name__ for cls in type(exc).__mro__]
+    if any(n.startswith("Jmap") for n in names) and _CERTIFICATE_FAILURE in str(exc).lower():
+        return CERTIFICATE_REMEDY
+    return next((REMEDIES[n] for n in names if n in REMEDIES), None)
+
+
+def reason(exc: BaseException) -> str:
+    """`exc`'s message on one line, every secret removed, cut to `MAX_REASON_CHARS`. Redacted
+    before it is cut: a cut through a secret would leave a part no pattern recognises."""
+    text = redact(" ".join(str(exc).split()))
+    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 1] + "…"
+
+
+def failure_text(exc: BaseException) -> str:
+    """`Class: reason; hint: remedy`, the part of a failure line after "… failed: "."""
+    text = type(exc).__name__
+    why = reason(exc)
+    if why and why != text:
+        text = f"{text}: {why}"
+    return hinted(text, remedy(exc))
+
+
+def hinted(text: str, hint: str | None) -> str:
+    """`text; hint: hint`, the form of every failure line's remedy."""
+    return f"{text}; hint: {hint}" if hint else text
+
+
+@dataclass
+class _Run:
+    logged_at: float
+    unlogged: int = 0  # failures since `logged_at` that were only counted
+
+
+class RepeatLog:
+    """The failure lines of background loops: one per (place, error class) at once, then at
+    most one per `window_s`, which says how many there were (`… (N times in the last 60 s)`);
+    the first success of a place after failures logs `… recovered after N failure(s)` once.
+    `clock` (seconds, monotonic by default) is injectable: tests need not wait a minute."""
+
+    def __init__(self, log: logging.Logger, *, window_s: float = REPEAT_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = log
+        self._window_s = window_s
+        self._clock = clock
+        self._runs: dict[tuple[str, str], _Run] = {}
+        self._failures: dict[str, int] = {}  # per place, since its last success
+
+    def failed(self, place: str, exc: BaseException) -> None:
+        now = self._clock()
+        name = type(exc).__name__
+        self._failures[place] = self._failures.get(place, 0) + 1
+        run = self._runs.get((place, name))
+        if run is not None and now - run.logged_at < self._window_s:
+            run.unlogged += 1
+            return
+        repeats, counted = 1, ""
+        if run is not None and run.unlogged:
+            repeats = run.unlogged + 1
+            counted = f" ({repeats} times in the last {now - run.logged_at:.0f} s)"
+        self._runs[(place, name)] = _Run(now)
+        self._log.warning("%s failed: %s%s", place, failure_text(exc), counted, extra={"fields": {
+            "event": "failure", "place": place, "error": name, "repeats": repeats}})
+
+    def recovered(self, place: str) -> None:
+        failures = self._failures.pop(place, 0)
+        if not failures:
+            return
+        for key in [k for k in self._runs if k[0] == place]:
+            del self._runs[key]
+        self._log.info("%s recovered after %d failure(s)", place, failures, extra={"fields": {
+            "event": "recovered", "place": place, "failures": failures}})
 
 
 _request_log = logging.getLogger("messageweave.request")

@@ -189,7 +189,7 @@ def test_a_rejected_value_shows_the_servers_rule_next_to_the_form(
     page.click("#biz-save")
     expect(page.locator("#biz-error")).to_have_text(
         "The server rejected the configuration: "
-        "JMAP_SESSION_URL must be HTTPS without credentials or query")
+        "Session URL must be HTTPS without credentials or query")  # the page's label (#15)
 
 
 @pytest.fixture

@@ -19,6 +19,35 @@ async def test_healthz_and_status(client: httpx.AsyncClient) -> None:
     assert status.json()["mode"] == "configured"
 
 
+async def test_settings_saved_is_false_before_any_save_and_true_after(
+    client: httpx.AsyncClient,
+) -> None:
+    """Bug (issue #15): before anything was saved, the status said only `mode: configured`, so
+    the page claimed "The service is configured" while `/ready` answered 503."""
+    before = (await client.get("/api/status")).json()
+    assert before["mode"] == "configured" and before["settings_saved"] is False
+    assert set(before) == {"ready", "mode", "missing", "version", "settings_saved"}
+    save = await client.put("/api/business-config", json=sample_wire(),
+                            headers=await login(client))
+    assert save.status_code == 200, save.text
+    after = (await client.get("/api/status")).json()
+    assert after["settings_saved"] is True and after["mode"] == "configured"
+
+
+async def test_settings_saved_by_another_instance_shows_without_a_restart(
+    embedded_redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    """Bug: a status read from this instance's memory alone would stay "not configured" on
+    every instance but the one that took the save."""
+    settings = settings_for(embedded_redis_url)
+    async with running_client(settings) as reader, running_client(settings) as writer:
+        assert (await reader.get("/api/status")).json()["settings_saved"] is False
+        save = await writer.put("/api/business-config", json=sample_wire(),
+                                headers=await login(writer))
+        assert save.status_code == 200, save.text
+        assert (await reader.get("/api/status")).json()["settings_saved"] is True
+
+
 async def test_version_is_computed_once(client: httpx.AsyncClient) -> None:
     first = (await client.get("/api/status")).json()["version"]
     sha, built = first.split("+")

@@ -32,6 +32,7 @@ async def test_status_lists_the_missing_variables(setup_client: httpx.AsyncClien
     assert body["ready"] is False and body["mode"] == "configuration-setup"
     assert body["missing"] == ["REDIS_URL", "CONFIG_ENCRYPTION_KEY"]
     assert "+" in body["version"]
+    assert body["settings_saved"] is False  # nothing can be stored without Redis and a key
 
 
 async def test_healthz_ok_and_ready_always_503(setup_client: httpx.AsyncClient) -> None:

@@ -206,7 +206,7 @@ test("requests through the gateway reach both backends and carry x-lb-backend", 
     const res = await gw("/api/status");
     const body = await res.json();
     assert.equal(res.status, 200);
-    assert.deepEqual(Object.keys(body).sort(), ["missing", "mode", "ready", "version"]);
+    assert.deepEqual(Object.keys(body).sort(), ["missing", "mode", "ready", "settings_saved", "version"]);
     assert.equal(body.ready, true);
     assert.match(res.headers.get("x-request-id"), HEX32);
     seen.add(res.headers.get("x-lb-backend"));
@@ -371,6 +371,17 @@ test("the callbacks card's GET /api/push/status passes the gateway to a backend"
   assert.equal(status.status, 200);
   assert.equal((await status.json()).state, "off");
   await assertEnvelope(await gw("/api/push/status", { method: "POST", headers: bearer(session) }),
+    405, "method_not_allowed");
+});
+
+test("the trace card's GET /api/trace passes the gateway with its query string", async () => {
+  const anonymous = await gw("/api/trace?q=x");
+  assert.ok(anonymous.headers.get("x-lb-backend"), "the 401 comes from a backend");
+  await assertEnvelope(anonymous, 401, "unauthorized");
+  // An empty q reaches the backend's own check: the query string is passed on unchanged.
+  await assertEnvelope(await gw("/api/trace?q=", { headers: bearer(session) }), 400,
+    "invalid_request");
+  await assertEnvelope(await gw("/api/trace", { method: "POST", headers: bearer(session) }),
     405, "method_not_allowed");
 });
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
@@ -23,8 +25,11 @@ from messageweave.errors import (
 from messageweave.ops import audit
 from messageweave.pipeline import service
 from messageweave.pipeline.worker import MAX_BATCH, worker_for
+from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.oplog import valid_stream_id
+
+log = logging.getLogger(__name__)
 
 # `app.create_app` includes this router first and `/webhook/tg` is its first route, so the
 # busiest route is the first one tried (no other route's pattern matches these paths).
@@ -39,7 +44,8 @@ async def telegram_webhook(request: Request) -> Response:
     """401 for a wrong secret before anything else; then 503 while switched off, whatever the
     body; then 400/403 for the body; else 204, a redelivered update included. An accepted
     update costs one Redis round trip (`enqueue_update_if_enabled`): the switch is checked in
-    it, and read separately only to answer a body that is refused."""
+    it, and read separately only to answer a body that is refused. A refused chat costs one
+    more write: it is remembered for the admin page (`GET /api/telegram/refused-chats`)."""
     svc = services(request)
     cfg = svc.config.config
     expected = cfg.telegram_webhook_secret if cfg is not None else ""
@@ -51,9 +57,13 @@ async def telegram_webhook(request: Request) -> Response:
     except ApiError:  # the body itself: not JSON (400), too large (413)
         await require_enabled(request)  # switched off: 503, as if the body had not been read
         raise
-    except (service.InvalidUpdate, service.ChatNotAllowed) as exc:
+    except service.InvalidUpdate as exc:
         await require_enabled(request)
-        raise _refusal(exc) from exc
+        raise invalid_request() from exc
+    except service.ChatNotAllowed as exc:
+        await require_enabled(request)
+        await _remember(svc, exc)
+        raise ApiError(403, "forbidden") from exc
     try:
         await service.enqueue_update_if_enabled(svc.redis, update)
     except (service.SwitchedOff, RedisError) as exc:
@@ -61,10 +71,12 @@ async def telegram_webhook(request: Request) -> Response:
     return Response(status_code=204)
 
 
-def _refusal(exc: Exception) -> ApiError:
-    if isinstance(exc, service.ChatNotAllowed):
-        return ApiError(403, "forbidden")
-    return invalid_request()
+async def _remember(svc: Services, refusal: service.ChatNotAllowed) -> None:
+    """Keep the refused chat for the admin page; failing to, the answer is still the 403."""
+    try:
+        await service.remember_refused(svc.redis, refusal)
+    except RedisError:
+        log.warning("refused chat not recorded: Redis unavailable")
 
 
 def _batch(body: bytes) -> int:

@@ -27,13 +27,18 @@ router = APIRouter()
 READY_FAILED_HEADER = "x-ready-failed"
 
 
-def status_body(settings: Settings, version: str) -> dict[str, object]:
+def status_body(settings: Settings, version: str, *, settings_saved: bool = False
+                ) -> dict[str, object]:
+    """`mode` says whether the environment is complete (the contract's meaning);
+    `settings_saved` whether a business configuration has been stored, so the page can tell
+    "running, not configured yet" from "configured" (issue #15). Setup mode has none."""
     missing = settings.missing
     return {
         "ready": not missing,
         "mode": "configured" if not missing else "configuration-setup",
         "missing": missing,
         "version": version,
+        "settings_saved": settings_saved and not missing,
     }
 
 
@@ -44,8 +49,13 @@ async def healthz() -> PlainTextResponse:
 
 @router.get("/api/status")
 async def api_status(request: Request) -> JSONResponse:
+    """Always 200. `settings_saved` comes from the configuration revision after the same
+    shared refresh `/ready` runs (a burst costs one Redis round trip, not one per request); a
+    Redis failure leaves the last revision this instance saw."""
     svc = services(request)
-    return JSONResponse(status_body(svc.settings, svc.version))
+    await _ready_checks(request).local.get(None, lambda: _local_check(svc))
+    return JSONResponse(status_body(svc.settings, svc.version,
+                                    settings_saved=svc.config.revision > 0))
 
 
 class _ReadyChecks:

@@ -1,4 +1,5 @@
-"""`/api/telegram/register-webhook`: point the bot's webhook at this service."""
+"""`/api/telegram/register-webhook`: point the bot's webhook at this service;
+`/api/telegram/refused-chats`: the chats it refused lately, to find the id to allow."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import logging
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 
 from messageweave.api.services import require_admin, services
 from messageweave.chat.telegram import TelegramSendError
 from messageweave.chat.webhook_setup import register_webhook, webhook_url_of
 from messageweave.errors import ApiError, invalid_request, json_object, service_unavailable
 from messageweave.ops import audit
+from messageweave.pipeline import service
 
 log = logging.getLogger(__name__)
 
@@ -37,3 +40,18 @@ async def post_register_webhook(request: Request) -> JSONResponse:
         raise ApiError(502, "telegram_send_failed") from exc
     await audit.record_audit(svc, audit.WEBHOOK_REGISTERED, url=registered)
     return JSONResponse({"url": registered})
+
+
+@router.get("/api/telegram/refused-chats")
+async def get_refused_chats(request: Request) -> JSONResponse:
+    """Newest first; a chat allowlisted since its refusal is left out, so adding it to
+    `chat_allowlist` (`PUT /api/business-config`) takes it off the list."""
+    await require_admin(request)
+    svc = services(request)
+    await svc.config.refresh()  # another instance may have saved the allowlist
+    cfg = svc.config.config
+    try:
+        chats = await service.refused_chats(svc.redis, cfg.chat_allowlist if cfg else ())
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    return JSONResponse({"chats": [chat.to_json() for chat in chats]})

@@ -3,7 +3,8 @@
 - `serve`: `run` (all-in-one) and `serve` (container mode);
 - `ops`: `diagnose`, `test-notify`, `bootstrap`;
 - `pipeline`: `drain`, `dlq list`, `dlq replay`;
-- `mailbox`: `reconcile`, `audit`.
+- `mailbox`: `reconcile`, `audit`;
+- `trace`: `trace` (where is my mail?).
 
 What several of them need lives in `common`; the command modules import only that, never
 each other or this package.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from messageweave.cli import mailbox, ops, pipeline, serve
+from messageweave.cli import mailbox, ops, pipeline, serve, trace
 
 app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
 
@@ -21,6 +22,7 @@ serve.register(app)
 ops.register(app)
 pipeline.register(app)
 mailbox.register(app)
+trace.register(app)
 
 
 def main() -> None:

@@ -14,7 +14,9 @@ One audit:
    atomic script per batch (`messageweave.store.gaps.check_and_claim`).
 
 `run_audit` adds the reporting (metric, audit log, `audit:last`, a warning per missing mail);
-`run_auditor` is the periodic loop, once per `audit_interval_s` cluster-wide.
+`run_auditor` is the periodic loop, once per `audit_interval_s` cluster-wide. Its failures are
+logged through `logs.RepeatLog` (class, reason, what to check; once a minute with a count; one
+line when an audit completes again).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +34,7 @@ from redis.exceptions import RedisError
 from messageweave import observe
 from messageweave.aio import every, raise_if_cancelling
 from messageweave.config.service import NotConfigured
+from messageweave.logs import RepeatLog
 from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import (
     NEWEST_FIRST,
@@ -266,18 +269,36 @@ async def run_audit(svc: MailContext, trigger: str) -> AuditResult:
     return result
 
 
-async def run_auditor(svc: MailContext) -> None:
+PERIODIC = "periodic gap audit"  # the place of its failure lines
+
+
+async def run_auditor(svc: MailContext, *, clock: Callable[[], float] = time.monotonic) -> None:
     """Audit once per `audit_interval_s`, cluster-wide, until cancelled (started by the app
     lifespan). Nothing runs while the switch is off, no configuration is live or the interval
-    is 0."""
-    await every(POLL_S, lambda: _tick(svc), log, "periodic gap audit")
+    is 0. `clock` times the failure lines' once-a-minute (tests pass their own)."""
+    failures = RepeatLog(log, clock=clock)
+    await every(POLL_S, lambda: _logged_tick(svc, failures), log, PERIODIC)
 
 
-async def _tick(svc: MailContext) -> None:
+async def _logged_tick(svc: MailContext, failures: RepeatLog) -> None:
+    try:
+        audited = await _tick(svc)
+    except Exception as exc:  # Redis or the mail server down: counted, not logged each second
+        raise_if_cancelling()
+        failures.failed(PERIODIC, exc)
+        return
+    if audited:
+        failures.recovered(PERIODIC)
+
+
+async def _tick(svc: MailContext) -> bool:
+    """True when an audit ran to its end."""
     cfg = svc.config.config
     if cfg is None or not svc.live or cfg.audit_interval_s <= 0:
-        return
+        return False
     if not await svc.store.enabled():
-        return
+        return False
     if await claim_slot(svc.redis, keys.AUDIT_SCHEDULE, cfg.audit_interval_s):
         await run_audit(svc, TRIGGER_SCHEDULE)
+        return True
+    return False

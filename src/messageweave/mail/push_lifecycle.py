@@ -18,6 +18,7 @@ from typing import Literal
 
 from redis.exceptions import RedisError
 
+from messageweave.logs import RepeatLog
 from messageweave.mail.jmap import JmapClient, JmapError, JmapSetError, PushSubscription
 from messageweave.store import keys
 from messageweave.store import push as store
@@ -25,6 +26,12 @@ from messageweave.store.mailbox import Lock
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
+# The JMAP failures of maintenance passes: class, reason and what to check, at most once a
+# minute per step and class, and one line when the step works again.
+_failures = RepeatLog(log)
+CHECK = "push subscription check (PushSubscription/get)"
+RENEWAL = "push subscription renewal"
+RECREATION = "push subscription re-creation"
 
 PUSH_TYPES = ("Email",)
 
@@ -239,8 +246,9 @@ async def _maintain(
     try:
         lookup = await client.push_subscription_get([sub_id])
     except JmapError as exc:
-        log.warning("PushSubscription/get failed: %s", type(exc).__name__)
+        _failures.failed(CHECK, exc)
         return await _fail(redis, lc, "check_failed")
+    _failures.recovered(CHECK)
     sub = lookup.found.get(sub_id)
     if sub is None:
         log.warning("push subscription %s is gone from the server", sub_id)
@@ -260,8 +268,9 @@ async def _maintain(
         log.warning("push subscription %s renewal refused (%s): re-creating", sub_id, exc.type)
         return await _recreate(redis, client, lc, now, destroy_old=exc.type != "notFound")
     except JmapError as exc:
-        log.warning("push subscription %s renewal failed: %s", sub_id, type(exc).__name__)
+        _failures.failed(RENEWAL, exc)
         return await _fail(redis, lc, "renewal_failed")
+    _failures.recovered(RENEWAL)
     await store.update_lifecycle(redis, lc.registration, {
         "expires": _expiry_field(unix_of(granted) or unix_of(wanted)), "granted": str(int(now)),
         "failure": None,
@@ -281,8 +290,9 @@ async def _recreate(
     try:
         sub = await create_subscription(client, lc.url, now)
     except JmapError as exc:
-        log.warning("push subscription not re-created: %s", type(exc).__name__)
+        _failures.failed(RECREATION, exc)
         return await _fail(redis, lc, "recreate_failed")
+    _failures.recovered(RECREATION)
     new = store.Registration(old.url_digest, sub.id)
     try:
         replaced = await store.replace_subscription(

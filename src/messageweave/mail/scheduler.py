@@ -20,6 +20,10 @@ Every instance runs this loop; Redis decides which one acts:
 - `push:orphan:*` is swept every `ORPHAN_SWEEP_INTERVAL_S` the same way.
 Nothing runs while the service switch is off or no configuration is live. `clock` (Unix
 seconds) is what the push lifecycle calls "now"; tests pass their own.
+
+A failure (a pass, the push maintenance's JMAP client, the orphan sweep, a tick's Redis) is
+logged through `_Timers.failures` (`logs.RepeatLog`): class, reason and what to check, once a
+minute per place and class with a count, and one line on recovery.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from messageweave.aio import cancel, every
+from messageweave.aio import cancel, every, raise_if_cancelling
 from messageweave.config.service import NotConfigured
+from messageweave.logs import RepeatLog
 from messageweave.mail import push
 from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import JmapClient, JmapError
@@ -58,6 +63,10 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2
 SLOT_CHECK_S = 1.0
 RESUBSCRIBE_S = 1.0
+# The places of the failure lines (`RepeatLog`); a pass's is "<kind> reconcile".
+TICK = "scheduler tick"
+SWEEP = "orphan push subscription sweep"
+MAINTENANCE_CLIENT = "push maintenance's JMAP client"
 
 
 async def run_pass(
@@ -76,6 +85,7 @@ async def run_pass(
 @dataclass
 class _Timers:
     next_slot_check: float = 0.0
+    failures: RepeatLog = field(default_factory=lambda: RepeatLog(log))
 
 
 async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> None:
@@ -101,7 +111,13 @@ async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
         async with asyncio.timeout(POLL_S):
             await wake.wait()
     wake.clear()  # before the tick: an announcement during it wakes the next one
-    await _tick(svc, timers, clock)
+    try:
+        await _tick(svc, timers, clock)
+    except Exception as exc:  # Redis down: every POLL_S, so counted, not logged each time
+        raise_if_cancelling()
+        timers.failures.failed(TICK, exc)
+        return
+    timers.failures.recovered(TICK)
 
 
 async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
@@ -112,7 +128,7 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     if client is not None and client.session is not None:
         account = client.account_id
         if await take_catchup(svc.redis, account):
-            if not await _pass(svc, "catch-up"):
+            if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account)
             return
     now = time.monotonic()
@@ -122,7 +138,8 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     if await current_registration(svc.redis) is not None and await claim_slot(
         svc.redis, keys.PUSH_MAINTENANCE_SCHEDULE, keys.PUSH_MAINTENANCE_INTERVAL_S
     ):
-        outcome = await push.maintain(svc.redis, await _jmap_or_none(svc), now=clock())
+        outcome = await push.maintain(svc.redis, await _jmap_or_none(svc, timers),
+                                      now=clock())
         if outcome not in ("ok", "off"):
             log.info("push maintenance: %s", outcome)
     degraded = (await push.health(svc.redis, clock())).state == "degraded"
@@ -131,30 +148,39 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     backup = degraded and await claim_slot(
         svc.redis, keys.PUSH_DEGRADED_RECONCILE_SCHEDULE, cfg.degraded_reconcile_interval_s)
     if periodic or backup:
-        await _pass(svc, "periodic" if periodic else "degraded-push")
+        await _pass(svc, "periodic" if periodic else "degraded-push", timers)
     if await claim_slot(svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
-        cleaned = await push.sweep_orphans(svc.redis, await svc.jmap())
+        try:
+            cleaned = await push.sweep_orphans(svc.redis, await svc.jmap())
+        except (NotConfigured, JmapError) as exc:
+            timers.failures.failed(SWEEP, exc)
+            return
+        timers.failures.recovered(SWEEP)
         if cleaned:
             log.info("swept %d orphaned push subscription(s)", cleaned)
 
 
-async def _jmap_or_none(svc: MailContext) -> JmapClient | None:
+async def _jmap_or_none(svc: MailContext, timers: _Timers) -> JmapClient | None:
     try:
-        return await svc.jmap()
+        client = await svc.jmap()
     except (NotConfigured, JmapError) as exc:
-        log.warning("push maintenance without a JMAP client: %s", type(exc).__name__)
+        timers.failures.failed(MAINTENANCE_CLIENT, exc)
         return None
+    timers.failures.recovered(MAINTENANCE_CLIENT)
+    return client
 
 
-async def _pass(svc: MailContext, kind: str) -> bool:
+async def _pass(svc: MailContext, kind: str, timers: _Timers) -> bool:
     """Run one pass; False when it must be retried (another pass held the lock)."""
+    place = f"{kind} reconcile"
     try:
         result = await run_pass(svc)
     except ReconcileBusy:
         return False
     except (ReconcileError, JmapError, NotConfigured) as exc:
-        log.warning("%s reconcile failed: %s", kind, type(exc).__name__)
+        timers.failures.failed(place, exc)
         return True
+    timers.failures.recovered(place)
     if result.enqueued:
         log.info("%s reconcile enqueued %d new mail(s)", kind, result.enqueued)
     return True

@@ -3,7 +3,9 @@
 Call `record_audit(ctx, action, **fields)` (any `AuditContext`; `Services` is one) after an
 admin action succeeded. Field values are JSON values (names, counts, booleans, lists of
 names). A field named like a secret is dropped and every configured secret value is scrubbed
-from strings, so a careless call site still cannot write a credential. The request id of the
+from strings, so a careless call site still cannot write a credential. Names are never
+rewritten: keys are kept as given, and a secret inside a longer name that a value lists (the
+field names of `changed_fields`) is not a whole value, so it stays. The request id of the
 request being served is added. Recording never fails the action: a Redis error is logged and
 swallowed.
 """
@@ -16,7 +18,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from messageweave.config.model import SECRET_FIELDS
-from messageweave.logs import request_id_var, scrub
+from messageweave.logs import request_id_var, scrub_values
 from messageweave.store.oplog import audit_log
 from messageweave.store.redis import Redis
 
@@ -49,15 +51,9 @@ class AuditContext(Protocol):
 
 
 def _clean(value: Any, secrets: list[str | None]) -> Any:
-    if isinstance(value, str):
-        return scrub(value, secrets)
-    if isinstance(value, list | tuple):
-        return [_clean(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {k: _clean(v, secrets) for k, v in value.items() if k not in SECRET_FIELDS}
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return scrub(str(value), secrets)
+    """Secrets removed from the values only: a key (a field name, e.g.
+    `telegram_webhook_secret` while the JMAP password is `secret`) is kept as it is."""
+    return scrub_values(value, secrets, drop=SECRET_FIELDS)
 
 
 def audit_record(ctx: AuditContext, action: str, fields: dict[str, Any]) -> dict[str, Any]:

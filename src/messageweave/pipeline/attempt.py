@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from messageweave.aio import raise_if_cancelling
 from messageweave.chat.telegram import FailureClass, TelegramSendError, split_text
+from messageweave.logs import failure_text, hinted, remedy_for
 from messageweave.ops.sendlog import record_send
 from messageweave.pipeline.events import (
     DeliveryFailure,
@@ -112,7 +113,7 @@ class Deliverer:
         except RedisError as exc:
             raise_if_cancelling()
             log.warning("delivery of %s %s interrupted: %s", entry.stream, entry.id,
-                        type(exc).__name__)
+                        failure_text(exc))
             return "interrupted"
         finally:
             self.mail.forget(entry)  # not used (busy, terminal, cancelled): nothing kept
@@ -167,7 +168,7 @@ class Deliverer:
                     return  # not ours any more: the next fence check stops the attempt
             except RedisError as exc:
                 raise_if_cancelling()
-                log.warning("lease renewal failed: %s", type(exc).__name__)
+                log.warning("lease renewal failed: %s", failure_text(exc))
 
     async def _try(self, entry: Entry, attempt: _Attempt, begin: Begin,
                    after: asyncio.Future[None] | None,
@@ -291,7 +292,7 @@ class Deliverer:
             return "fenced", None
         if outcome.dead_lettered:
             log.warning("%s %s dead-lettered: %s", entry.stream, entry.id,
-                        failure.failure_class.value)
+                        _dead_letter_text(failure))
             await self._record(entry, attempt, "dead_letter", failure.failure_class.value)
             return "dead_letter", None
         await self._record(entry, attempt, "retry", failure.failure_class.value)
@@ -308,3 +309,11 @@ class Deliverer:
             message_ids=message_ids or [], latency_ms=attempt.latency_ms,
             end_to_end_s=max(0.0, now - entry.enqueued_ms / 1000),
         )
+
+
+def _dead_letter_text(failure: DeliveryFailure) -> str:
+    """`class: reason; hint: remedy` of the failure that dead-lettered an entry (the reason is
+    short and holds no mail content, `DeliveryFailure`)."""
+    kind = failure.failure_class.value
+    hint = remedy_for(f"telegram {kind}") if failure.reason.startswith("telegram") else None
+    return hinted(f"{kind}: {failure.reason}", hint)

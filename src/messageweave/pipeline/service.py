@@ -1,14 +1,17 @@
-"""What the delivery routes and the CLI call: ingress parsing, queue stats, DLQ list/replay."""
+"""What the delivery routes and the CLI call: ingress parsing, refused chats, queue stats,
+DLQ list/replay."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from messageweave.config.model import BusinessConfig
 from messageweave.pipeline.ledger import Ledger
-from messageweave.store import keys
+from messageweave.store import keys, refused
 from messageweave.store.redis import Redis
+from messageweave.store.refused import RefusedChat
 from messageweave.store.streams import DlqEntry, StreamStore
 from messageweave.store.streams import SwitchedOff as SwitchedOff  # for the webhook to catch
 
@@ -20,7 +23,13 @@ class InvalidUpdate(ValueError):
 
 
 class ChatNotAllowed(Exception):
-    """The update comes from a chat outside the allowlist."""
+    """The update comes from a chat outside the allowlist: its id and a short name (the chat's
+    title, else the sender's name), for the operator to recognize it (`remember_refused`)."""
+
+    def __init__(self, chat_id: int, name: str) -> None:
+        super().__init__(chat_id)
+        self.chat_id = chat_id
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -49,12 +58,35 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
         raise InvalidUpdate
     chat_id = int(chat["id"])
     if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
-        raise ChatNotAllowed
+        raise ChatNotAllowed(chat_id, _chat_name(chat, message.get("from")))
     fields["chat_id"] = str(chat_id)
     text = message.get("text")
     if isinstance(text, str):
         fields["text"] = text
     return Update(update_id, fields)
+
+
+def _chat_name(chat: dict[str, Any], sender: object) -> str:
+    """The group's title, else the person's first name and @username; never the message."""
+    title = chat.get("title")
+    if isinstance(title, str) and title.strip():
+        return refused.short_name(title)
+    person = sender if isinstance(sender, dict) else chat
+    first, username = person.get("first_name"), person.get("username")
+    parts = [first if isinstance(first, str) else "",
+             f"(@{username})" if isinstance(username, str) and username else ""]
+    return refused.short_name(" ".join(parts))
+
+
+async def remember_refused(redis: Redis, refusal: ChatNotAllowed) -> None:
+    """Note the refused chat for the admin page (`store.refused`): one Redis write."""
+    await refused.record(redis, refusal.chat_id, refusal.name)
+
+
+async def refused_chats(redis: Redis, allowlist: Iterable[int]) -> list[RefusedChat]:
+    """The chats refused lately, newest first, without those allowlisted since."""
+    allowed = set(allowlist)
+    return [chat for chat in await refused.recent(redis) if chat.chat_id not in allowed]
 
 
 async def enqueue_update(redis: Redis, update: Update) -> bool:

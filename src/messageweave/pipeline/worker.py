@@ -19,6 +19,9 @@ Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
   retried unless this process is working on them; entries idle past the reference's threshold
   on a live but stuck consumer are taken over with XAUTOCLAIM (the fallback);
 - streams are trimmed below what the group still needs.
+
+The loops' Redis failures are logged through `logs.RepeatLog` (`Worker.failures`): class,
+reason and what to check, once a minute per loop and class with a count, one line on recovery.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from redis.exceptions import RedisError
 
 from messageweave.aio import cancel, raise_if_cancelling
+from messageweave.logs import RepeatLog
 from messageweave.pipeline.attempt import Deliverer
 from messageweave.pipeline.events import lane_of
 from messageweave.pipeline.governor import Governor
@@ -51,6 +55,10 @@ OWN_IDLE_MS = 10_000
 TRIM_EVERY = 15  # maintenance passes
 MAX_BATCH = 10
 READ_BATCH_DIVISOR = 4  # the continuous worker reads once concurrency / 4 slots are free
+# The places of the failure lines (`RepeatLog`).
+READ = "worker read"
+MAINTENANCE = "worker maintenance"
+HEARTBEAT = "worker heartbeat"
 
 
 @dataclass
@@ -106,6 +114,7 @@ class Worker:
         self._running = 0
         self._freed = asyncio.Event()  # set each time an entry's task ends
         self._passes = 0
+        self.failures = RepeatLog(log)
 
     # --- continuous mode ----------------------------------------------------------------
     async def run(self) -> None:
@@ -130,11 +139,12 @@ class Worker:
                 entries = await self.streams.read_new(self.consumer, free, self.options.block_ms)
             except RedisError as exc:
                 raise_if_cancelling()
-                log.warning("worker read failed: %s", type(exc).__name__)
+                self.failures.failed(READ, exc)
                 ready = False
                 await asyncio.sleep(0.5)
                 continue
             raise_if_cancelling()
+            self.failures.recovered(READ)
             taken = self._take(entries)
             try:
                 while taken:
@@ -228,7 +238,9 @@ class Worker:
                 await self.streams.beat(self.consumer)
             except RedisError as exc:
                 raise_if_cancelling()
-                log.warning("worker heartbeat failed: %s", type(exc).__name__)
+                self.failures.failed(HEARTBEAT, exc)
+            else:
+                self.failures.recovered(HEARTBEAT)
             raise_if_cancelling()
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
@@ -281,7 +293,9 @@ class Worker:
                         await self.streams.trim(stream)
             except RedisError as exc:
                 raise_if_cancelling()
-                log.warning("worker maintenance failed: %s", type(exc).__name__)
+                self.failures.failed(MAINTENANCE, exc)
+            else:
+                self.failures.recovered(MAINTENANCE)
             raise_if_cancelling()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 

@@ -103,6 +103,16 @@ def governor_pause(bot_id: str, chat_id: int) -> str:
     return f"governor:pause:{bot_id}:{chat_id}"
 
 
+# --- chats the webhook refused (messageweave.store.refused) -------------------------------
+# Sorted set: member = chat id, score = its last refusal (Unix s); the hash holds
+# `{chat_id}:name` and `{chat_id}:count`. At most `REFUSED_CHATS_MAX` chats, each dropped
+# `REFUSED_CHATS_TTL_S` after its last refusal (both keys get that EX too), so updates from
+# strangers cannot grow Redis.
+REFUSED_CHATS = "telegram:refused"
+REFUSED_CHATS_INFO = "telegram:refused:info"
+REFUSED_CHATS_MAX = 20
+REFUSED_CHATS_TTL_S = 604_800
+
 # --- idempotency and rate limits -----------------------------------------------------------
 DEDUP_TTL_S = 86_400
 # `dedup:jmap:*` holds the id of the stream entry it enqueued and outlives the gap auditor's

@@ -86,6 +86,26 @@ class OpLog:
                 return Page(out, None)
         return Page(out, cursor)
 
+    async def since(self, start_ms: int, keep: Callable[[dict[str, Any]], bool],
+                    limit: int = MAX_PAGE) -> list[dict[str, Any]]:
+        """Oldest first from `start_ms` on, the records `keep` accepts (at most `limit`,
+        looking through at most `_SCAN_LIMIT` entries): what followed one event."""
+        out: list[dict[str, Any]] = []
+        lower = f"{max(start_ms, 0)}-0"
+        scanned = 0
+        while len(out) < limit and scanned < _SCAN_LIMIT:
+            entries = await self.redis.xrange(self.key, min=lower, max="+",
+                                              count=_SCAN_BATCH) or []
+            for raw_id, fields in entries:
+                scanned += 1
+                lower = f"({raw_id!s}"
+                record = _decode(str(raw_id), fields or {})
+                if keep(record):
+                    out.append(record)
+            if len(entries) < _SCAN_BATCH:
+                break
+        return out[:limit]
+
 
 def _decode(entry_id: str, fields: dict[Any, Any]) -> dict[str, Any]:
     try:

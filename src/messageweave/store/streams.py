@@ -295,6 +295,39 @@ class StreamStore:
         return {"length": int(length), "pending": pending,
                 "dlq": int(await self.redis.xlen(keys.dlq(stream)))}
 
+    # --- trace (read only: `pipeline.trace`) ----------------------------------------------
+    async def entry(self, stream: str, entry_id: str) -> Entry | None:
+        """The entry, while it is still in `stream` (None once trimmed or deleted)."""
+        rows = await self._raw.xrange(stream, entry_id, entry_id)
+        found = _entries(stream, rows)
+        return found[0] if found else None
+
+    async def pending_entry(self, stream: str, entry_id: str) -> tuple[str, int, int] | None:
+        """(consumer, idle ms, deliveries) while the group holds `entry_id` unacked."""
+        try:
+            rows = await self.redis.xpending_range(stream, keys.CONSUMER_GROUP, min=entry_id,
+                                                   max=entry_id, count=1)
+        except ResponseError:
+            return None
+        if not rows:
+            return None
+        row = rows[0]
+        return (str(row["consumer"]), int(row["time_since_delivered"]),
+                int(row["times_delivered"]))
+
+    async def dlq_entry(self, stream: str, dlq_id: str) -> DlqEntry | None:
+        """One DLQ entry, None when it is gone (replayed or discarded)."""
+        rows = await self._raw.xrange(keys.dlq(stream), dlq_id, dlq_id)
+        return _dlq_entry(stream, *rows[0]) if rows else None
+
+    async def replay_of(self, stream: str, source_id: str, since_ms: int,
+                        scan: int = 2000) -> str | None:
+        """The id of the entry that replayed `source_id` (its `replay_of`), looking through at
+        most `scan` entries added from `since_ms` on (None: not found there)."""
+        rows = await self._raw.xrange(stream, f"{since_ms}-0", "+", count=scan)
+        return next((str(entry_id) for entry_id, fields in rows
+                     if fields and fields.get(REPLAY_OF) == source_id), None)
+
 
 def _pairs(flat: Any) -> dict[str, str]:
     if isinstance(flat, dict):

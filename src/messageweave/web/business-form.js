@@ -21,11 +21,64 @@ const REQUIRED = ["bot_token", "telegram_chat_id", "chat_allowlist", "telegram_w
   "timezone", "jmap_session_url", "jmap_username", "jmap_password", "llm_enabled",
   "llm_allow_net", "reconcile_token", "worker_token"];
 
+// `fields`: every field the message names (the first gets the focus).
 export class FormError extends Error {
-  constructor(message, field) { super(message); this.field = field; }
+  constructor(message, fields) {
+    super(message);
+    this.fields = [].concat(fields || []);
+  }
 }
 
 export function label(name) { return t("field." + name); }
+
+// The server's messages name settings as the original's environment did (`JMAP_SESSION_URL
+// must be…`, `jmap_timeout_ms must be…`); the page shows its own label instead, in its own
+// language. `labelKey(name)` is the i18n key of that label, or undefined for another word.
+const SETTING_NAME = /\b(?:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*|[a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b/g;
+const SERVER_NAMES = { TG_WEBHOOK_SECRET: "telegram_webhook_secret" };
+export function withLabels(message, labelKey) {
+  return String(message).replace(SETTING_NAME, function (word) {
+    const key = labelKey(word);
+    return key ? t(key) : word;
+  });
+}
+
+// The label key of a business setting named as the server's messages do.
+export function businessLabelKey(word) {
+  if (word !== word.toUpperCase()) return undefined;
+  const name = SERVER_NAMES[word] || word.toLowerCase();
+  return FIELDS.some(function (pair) { return pair[0] === name; }) ? "field." + name : undefined;
+}
+
+// A one-line help (`help.<name>`) under the field `el`, which names it in aria-describedby.
+// A field alone in its grid cell is wrapped so that the line sits under it.
+export function addHelp(el, name) {
+  const help = document.createElement("span");
+  help.className = "hint help";
+  help.id = "h-" + name;
+  help.dataset.i18n = "help." + name;
+  help.textContent = t(help.dataset.i18n);
+  const row = el.closest(".secret, .switch-row");
+  if (row && row.classList.contains("switch-row")) {
+    row.after(help);
+  } else if (row) {
+    row.appendChild(help);
+  } else {
+    const box = document.createElement("div");
+    box.className = "field";
+    el.replaceWith(box);
+    box.append(el, help);
+  }
+  const described = el.getAttribute("aria-describedby");
+  el.setAttribute("aria-describedby", described ? described + " " + help.id : help.id);
+}
+
+// Every business field gets its help line, but one that has its own in the page.
+export function addFieldHelp() {
+  FIELDS.forEach(function (pair) {
+    if (!$("h-" + pair[0])) addHelp($("f-" + pair[0]), pair[0]);
+  });
+}
 
 const I64_MIN = -(2n ** 63n);
 const I64_MAX = 2n ** 63n - 1n;
@@ -88,20 +141,26 @@ function comparable(kind, value) {
   return value === null ? "\u0000null" : String(value);
 }
 
-// The full wire for a first save: every required field must be filled.
+// The full wire for a first save: every required field must be filled, and every one left
+// empty is named at once (the server's own message names only the first).
 export function fullWire(values) {
   const wire = {};
+  const missing = [];
   FIELDS.forEach(function (pair) {
     const name = pair[0], kind = pair[1];
     let value = values[name];
     if (kind === "secret" && value.trim() === "") value = name === "llm_api_key" ? null : "";
     if (REQUIRED.indexOf(name) >= 0 &&
         (value === null || value === "" || (kind === "intlist" && value.length === 0))) {
-      throw new FormError(t("biz.required", { field: label(name) }), name);
+      missing.push(name);
     }
     if (value === null && kind === "int") return;  // optional: the server default applies
     wire[name] = value;
   });
+  if (missing.length > 0) {
+    throw new FormError(t("biz.required", { field: missing.map(label).join(t("biz.listSep")) }),
+      missing);
+  }
   return wire;
 }
 

@@ -2,33 +2,58 @@
 // (first full, then changes with the revision), test connection, and the generate buttons.
 import { api, reasonOf, session } from "./api.js";
 import {
-  baselineFrom, changedFields, checkLlm, checkTokens, FIELDS, FormError, fullWire, label,
-  randomToken, readForm, TOKEN_FIELDS,
+  addFieldHelp, baselineFrom, businessLabelKey, changedFields, checkLlm, checkTokens, FIELDS,
+  FormError, fullWire, label, randomToken, readForm, TOKEN_FIELDS, withLabels,
 } from "./business-form.js";
 import { $, say } from "./dom.js";
 import { t } from "./i18n.js";
+import { loadStatus } from "./status.js";
 import { selectZone } from "./zones.js";
 
-const state = { configured: false, revision: 0, baseline: null, secretsPresent: {} };
+const state = {
+  configured: false, revision: 0, baseline: null, secretsPresent: {}, generated: new Set(),
+};
+const SECRETS = FIELDS.filter(function (pair) { return pair[1] === "secret"; })
+  .map(function (pair) { return pair[0]; });
 
 export function savedState() {
   return { configured: state.configured, revision: state.revision };
+}
+
+// The marker under a secret follows its field: "Set" / "Not set" while it is empty, nothing
+// once a value is typed (that value will be saved), "Generated…" for a generated one.
+function updateMarker(name) {
+  if (!state.baseline) return;  // before the readback nothing is known
+  const typed = $("f-" + name).value.trim() !== "";
+  if (!typed) state.generated.delete(name);
+  const present = state.secretsPresent[name] === true;
+  const marker = $("m-" + name);
+  if (typed) marker.textContent = state.generated.has(name) ? t("marker.generated") : "";
+  else marker.textContent = t(present ? "marker.set" : "marker.notSet");
+  marker.classList.toggle("ok", !typed && present);
 }
 
 function generateSecret(name) {
   const el = $("f-" + name);
   el.type = "text";  // visible so it can be copied before saving; prefill hides it again
   el.value = randomToken();
-  const marker = $("m-" + name);
-  marker.textContent = t("marker.generated");
-  marker.classList.remove("ok");
+  state.generated.add(name);
+  updateMarker(name);
   updateDirty();
 }
 
+// The page's own check failed: the message, and every field it names marked and the first
+// focused.
 function formError(err) {
   if (!(err instanceof FormError)) throw err;
   say("biz-error", err.message, "error");
-  if (err.field) $("f-" + err.field).focus();
+  err.fields.forEach(function (name) { $("f-" + name).setAttribute("aria-invalid", "true"); });
+  if (err.fields.length > 0) $("f-" + err.fields[0]).focus();
+}
+
+// A server message with the page's labels instead of the setting names.
+function serverText(message) {
+  return withLabels(message, businessLabelKey);
 }
 
 function prefill(body) {
@@ -44,9 +69,7 @@ function prefill(body) {
       el.value = "";
       el.type = "password";
       el.required = !state.configured && name !== "llm_api_key";
-      const marker = $("m-" + name);
-      marker.textContent = t(state.secretsPresent[name] ? "marker.set" : "marker.notSet");
-      marker.classList.toggle("ok", state.secretsPresent[name] === true);
+      updateMarker(name);
     } else if (kind === "bool") {
       el.checked = value === true;
     } else if (kind === "intlist" || kind === "strlist") {
@@ -145,6 +168,9 @@ function report(id, lines) {
 function clearResults() {
   ["biz-error", "biz-msg", "preflight-result", "cert-hint"].forEach(function (id) { say(id, ""); });
   ["biz-warnings", "preflight-issues"].forEach(function (id) { $(id).replaceChildren(); });
+  document.querySelectorAll("#biz-form [aria-invalid]").forEach(function (el) {
+    el.removeAttribute("aria-invalid");
+  });
 }
 
 async function saveBusiness(event) {
@@ -173,6 +199,7 @@ async function saveBusiness(event) {
   try {
     const result = await api("PUT", "/api/business-config", body, true);
     await loadBusiness();
+    loadStatus();  // the status card now says "configured"
     if (result.runtime_applied) {
       say("biz-msg", t("biz.saved", { n: result.revision }), "ok");
     } else {
@@ -186,8 +213,9 @@ async function saveBusiness(event) {
       await loadBusiness();
       say("biz-error", t("biz.conflict"), "error");
     } else if (err.status === 422) {
-      say("biz-error", err.configError ? t("biz.rejected", { reason: err.configError })
-        : t("biz.rejectedGeneric"), "error");
+      const reason = err.configError && serverText(err.configError);
+      say("biz-error", reason ? t("biz.rejected", { reason: reason }) : t("biz.rejectedGeneric"),
+        "error");
     } else if (err.status === 400) {
       say("biz-error", t("biz.badRequest"), "error");
     } else if (err.status === 503) {
@@ -220,7 +248,7 @@ async function testConnection() {
     if (!result.validation || !result.validation.ok) {
       say("preflight-result", t("biz.testInvalid"), "error");
       report("preflight-issues", ((result.validation && result.validation.errors) || [])
-        .map(function (text) { return { text: text, kind: "error" }; }));
+        .map(function (text) { return { text: serverText(text), kind: "error" }; }));
       return;
     }
     let allOk = true;
@@ -255,13 +283,20 @@ export function reset() {
   state.configured = false;
   state.revision = 0;
   state.baseline = null;
+  state.generated.clear();
+  SECRETS.forEach(function (name) { say("m-" + name, ""); });
   clearResults();
   say("biz-state", "");
 }
 
 export function wire() {
+  addFieldHelp();
   $("biz-form").addEventListener("submit", saveBusiness);
-  $("biz-form").addEventListener("input", updateDirty);
+  $("biz-form").addEventListener("input", function (event) {
+    const name = event.target.id.replace(/^f-/, "");
+    if (SECRETS.indexOf(name) >= 0) updateMarker(name);
+    updateDirty();
+  });
   $("biz-form").addEventListener("change", updateDirty);
   $("biz-test").addEventListener("click", testConnection);
   document.querySelectorAll("[data-generate]").forEach(function (button) {

@@ -3,6 +3,7 @@
 // no cookies. One module per card; api.js, dom.js and i18n.js are shared.
 import * as business from "./business.js";
 import * as callbacks from "./callbacks.js";
+import * as chats from "./chats.js";
 import * as delivery from "./delivery.js";
 import * as gapAudit from "./gap-audit.js";
 import { applyI18n, lang, MESSAGES, missing } from "./i18n.js";
@@ -10,10 +11,11 @@ import * as logs from "./logs.js";
 import * as service from "./service.js";
 import * as session from "./session.js";
 import * as status from "./status.js";
+import * as trace from "./trace.js";
 import * as zones from "./zones.js";
 
 // The cards behind sign-in, in the order they load after it.
-const CARDS = [service, business, callbacks, delivery, gapAudit, logs];
+const CARDS = [service, business, callbacks, chats, delivery, gapAudit, logs, trace];
 session.manage(CARDS);
 
 // What the browser tests read: the language, the message tables, the zones and the state.

@@ -1,6 +1,7 @@
 // Card "Service": the business-processing switch (`/api/enabled`) and the four runtime
 // parameters (`/api/config`).
 import { api, reasonOf, session } from "./api.js";
+import { addHelp, withLabels } from "./business-form.js";
 import { $, say } from "./dom.js";
 import { t } from "./i18n.js";
 
@@ -36,6 +37,10 @@ async function toggleEnabled() {
 }
 
 const RUNTIME_FIELDS = ["jmap_timeout_ms", "telegram_timeout_ms", "llm_timeout_ms", "max_retries"];
+// The label of each parameter, for the server's messages (`max_retries must be at most 5`).
+const RUNTIME_LABELS = { jmap_timeout_ms: "runtime.jmapTimeout",
+  telegram_timeout_ms: "runtime.telegramTimeout", llm_timeout_ms: "runtime.llmTimeout",
+  max_retries: "runtime.maxRetries" };
 const RUNTIME_DEFAULTS = { jmap_timeout_ms: 15000, telegram_timeout_ms: 10000, llm_timeout_ms: 30000, max_retries: 3 };
 
 function fillRuntime(values) {
@@ -73,7 +78,10 @@ async function saveRuntime(event) {
   } catch (err) {
     if (!session.token) return;
     if (err.status >= 500) $("runtime-save").disabled = true;
-    say("runtime-msg", err.configError ? t("biz.rejected", { reason: err.configError })
+    const reason = err.configError && withLabels(err.configError, function (word) {
+      return RUNTIME_LABELS[word];
+    });
+    say("runtime-msg", reason ? t("biz.rejected", { reason: reason })
       : t("runtime.failed", { reason: reasonOf(err) }), "error");
   }
 }
@@ -89,6 +97,7 @@ export function reset() {
 }
 
 export function wire() {
+  RUNTIME_FIELDS.forEach(function (name) { addHelp($("rt-" + name), name); });
   $("enabled").addEventListener("change", toggleEnabled);
   $("runtime-form").addEventListener("submit", saveRuntime);
   $("runtime-reload").addEventListener("click", loadRuntime);

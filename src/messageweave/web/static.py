@@ -29,7 +29,7 @@ _JS = "text/javascript; charset=utf-8"
 SCRIPTS = (
     "main.js", "i18n.js", "api.js", "dom.js", "status.js", "session.js", "service.js",
     "business.js", "business-form.js", "zones.js", "callbacks.js", "delivery.js",
-    "gap-audit.js", "logs.js",
+    "gap-audit.js", "logs.js", "chats.js", "trace.js",
 )
 # Every file served under /assets/, with its media type.
 ASSETS: dict[str, str] = {**dict.fromkeys(SCRIPTS, _JS), "styles.css": "text/css; charset=utf-8"}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -128,12 +130,17 @@ async def test_diagnose_shows_push_ok_then_degraded_with_a_remedy(
     verification = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
                     "verificationCode": push_server.responder.codes[sub_id]}
     assert (await client.post("/push/jmap", json=verification)).status_code == 204
+    pushed = time.time()
     assert (await client.post("/push/jmap", json={
         "@type": "StateChange", "changed": {"u1": {"Email": "s2"}}})).status_code == 204
     code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
     assert code == 0, out
     assert f"ok   jmap push: ok (subscription {sub_id}, expires " in out, out
-    assert "last StateChange 0 s ago" in out or "last StateChange 1 s ago" in out, out
+    # The age is the real one: at most the time since the push (a loaded machine starts the
+    # CLI slowly, so the bound is measured, not assumed).
+    age = re.search(r"last StateChange (\d+) s ago", out)
+    assert age is not None, out
+    assert 0 <= int(age.group(1)) <= math.ceil(time.time() - pushed), out
 
     push_server.responder.restart()
     push_server.responder.refuse_creates = True

@@ -1,0 +1,135 @@
+"""`messageweave trace <email id | subject words>`: where a mail is, step by step, from what
+the dedup claim, the ledger, the send log and the audit log hold (`pipeline.trace`).
+
+Exit 0 when the system saw a matching mail, 3 when nothing matches (or the matches were never
+seen: the output says why), 1 on a failure (no configuration, Redis down, or a subject search
+while the mailbox does not answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+import typer
+from redis.exceptions import RedisError
+
+from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
+from messageweave.config.service import NotConfigured, StoredConfigInvalid, StoreUnavailable
+from messageweave.mail.jmap import JmapError
+from messageweave.pipeline.trace import MAX_QUERY, InvalidQuery, trace
+from messageweave.settings import Settings
+
+EXIT_NOT_FOUND = 3
+
+_REASONS = {
+    "not_in_mailbox": "not seen: the mailbox has no mail with this id",
+    "outside_notify_mailboxes": "not notified: it is outside the notify mailboxes",
+    "older_than_dedup_window": "not seen: older than the dedup window (7 days)",
+    "before_first_reconcile": "not seen: received before the first reconcile (never notified)",
+    "not_seen_yet": "not seen by the reconcile yet",
+}
+_STATUS = {
+    "delivered": "delivered", "dead_letter": "dead letter", "unknown": "outcome unknown",
+    "skipped": "muted by a rule", "in_flight": "sending now", "retry_due": "waiting to retry",
+    "queued": "queued", "lost": "lost (the gap audit re-enqueues it)", "seen": "seen",
+    "not_notified": "not notified", "not_seen": "not seen",
+}
+
+
+def _step_text(step: dict[str, Any]) -> str:
+    name = step["step"]
+    if name == "received":
+        return "received by the mailbox"
+    if name == "seen":
+        via = {"gap_audit": "the gap audit", "push": "the reconcile, after a push"}.get(
+            str(step.get("via")), "the reconcile")
+        return f"seen by {via}" + ("" if step.get("notified") else " (not to notify)")
+    if name == "audit_missing":
+        return f"found missing by the gap audit ({step.get('trigger')})"
+    if name == "enqueued":
+        return f"enqueued on {step['stream']} as {step['entry_id']}"
+    if name == "attempt":
+        parts = [str(step.get("outcome"))]
+        if step.get("failure_class"):
+            parts.append(str(step["failure_class"]))
+        parts.append(f"{step.get('latency_ms')} ms")
+        ids = step.get("message_ids") or []
+        tail = f", Telegram message {' '.join(map(str, ids))}" if ids else ""
+        return f"attempt: {', '.join(parts)}{tail}"
+    if name == "delivered":
+        ids = " ".join(map(str, step.get("message_ids") or [])) or "—"
+        return f"delivered: Telegram message {ids}"
+    if name == "dead_letter":
+        where = f"in the DLQ as {step['dlq_id']}" if step.get("in_dlq") else "no longer in the DLQ"
+        reason = f": {step['reason']}" if step.get("reason") else ""
+        return (f"dead letter after {step.get('attempts')} attempt(s), "
+                f"{step.get('failure_class')}, {where}{reason}")
+    if name == "replayed":
+        return f"replayed from the DLQ as {step['new_entry_id']}"
+    if name == "unknown_after_send":
+        return f"flagged unknown after send ({step.get('resolution')})"
+    if name == "retry_due":
+        return f"next attempt due (after {step.get('attempts')} attempt(s))"
+    if name == "in_flight":
+        return f"being sent by {step.get('consumer')}"
+    if name == "queued":
+        return "queued, read by a worker" if step.get("read") else "queued, not read yet"
+    others = {"unknown": "outcome unknown: not resent", "skipped": "muted by a rule",
+              "lost": "entry gone without a terminal record"}
+    return others.get(str(name), str(name))
+
+
+def _print(answer: dict[str, Any]) -> None:
+    if not answer["mails"]:
+        console.print(f"[yellow]not found[/] no mail with the subject {answer['query']!r}",
+                      highlight=False)
+    if answer["jmap"] != "ok":
+        console.print(f"[yellow]warn[/] the mailbox did not answer ({answer['jmap']}): "
+                      "from Redis only", highlight=False)
+    for mail in answer["mails"]:
+        subject = f" {mail['subject']!r}" if mail.get("subject") is not None else ""
+        console.print(f"[bold]{mail['email_id']}[/]{subject}: "
+                      f"{_STATUS.get(mail['status'], mail['status'])}", highlight=False)
+        for step in mail["steps"]:
+            at = (step["at"] or "").replace("T", " ").removesuffix("Z") or "now"
+            console.print(f"  {at:<23}  {_step_text(step)}", highlight=False)
+        if mail.get("reason") in _REASONS:
+            console.print(f"  {_REASONS[mail['reason']]}", highlight=False)
+
+
+async def _trace(settings: Settings, query: str) -> dict[str, Any]:
+    async with stored_services(settings) as svc:
+        return await trace(svc, query)
+
+
+def trace_command(
+    query: Annotated[list[str], typer.Argument(help="An email id, or words of its subject.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the trace as JSON.")] = False,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Where is my mail? Every step of a mail with its time: seen, enqueued, each attempt,
+    the Telegram message id, the DLQ. Exit 0: found; 3: nothing matches; 1: failure.
+
+    Example: messageweave trace "Invoice March" --data-dir .messageweave
+    """
+    text = " ".join(query)
+    if not text.strip() or len(text) > MAX_QUERY:
+        fail(f"query: give an email id or subject words (at most {MAX_QUERY} characters)")
+    settings = load_settings(data_dir)
+    try:
+        answer = asyncio.run(_trace(settings, text))
+    except (InvalidQuery, JmapError, RedisError, RuntimeError, NotConfigured, StoreUnavailable,
+            StoredConfigInvalid, OSError) as exc:
+        fail(f"{type(exc).__name__}: {exc}", highlight=False)
+    if as_json:
+        typer.echo(json.dumps(answer, ensure_ascii=False))
+    else:
+        _print(answer)
+    if not answer["found"]:
+        raise typer.Exit(EXIT_NOT_FOUND)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("trace")(trace_command)
