@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import re
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +17,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.conftest import ADMIN_KEY, closed_port, console_script, login
+from tests.conftest import (
+    ADMIN_KEY,
+    closed_port,
+    console_script,
+    free_port,
+    login,
+)
 from tests.integration.mailbox.push_server import PushServer
 from tests.integration.test_ready_with_peers import peer_wire_for
 from tests.peers.cyrus import CyrusServer
@@ -154,3 +162,71 @@ async def test_diagnose_shows_push_ok_then_degraded_with_a_remedy(
     assert "warn jmap push: degraded: subscription lost, re-create failed" in out, out
     assert "new mail waits for the reconcile every 30 s" in out
     assert "answers PushSubscription/get and /set" in out
+
+
+async def _healthy(url: str, proc: asyncio.subprocess.Process) -> None:
+    """Until `url/healthz` answers 200 (fails when `proc` exits first or 20 s pass)."""
+    deadline = time.monotonic() + 20
+    async with httpx.AsyncClient(timeout=1) as client:
+        while True:
+            assert proc.returncode is None, "messageweave run exited early"
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url + "/healthz")).status_code == 200:
+                    return
+            assert time.monotonic() < deadline, "messageweave run never became healthy"
+            await asyncio.sleep(0.1)
+
+
+async def test_diagnose_with_no_arguments_is_all_ok_next_to_the_instance_run_started(
+    tmp_path: Path, push_server: PushServer, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator,
+) -> None:
+    """Bug caught (issue #15, "done when"): a new user who started `messageweave run` and set
+    it up on the page ran `messageweave diagnose` in the same directory and got "missing
+    REDIS_URL, CONFIG_ENCRYPTION_KEY"; with no argument and no environment it must find the
+    embedded instance and pass every check. The mail server's certificate is trusted through
+    `jmap_ca_pem` alone (no SSL_CERT_FILE anywhere)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "PORT", "DEBUG_ENABLED",
+                        "DEBUG_TOKEN", "SSL_CERT_FILE", "SSL_CERT_DIR", "XDG_DATA_HOME")}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = await asyncio.create_subprocess_exec(
+        console_script("messageweave"), "run", "--port", str(port), cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        await _healthy(url, proc)
+        key = (tmp_path / ".messageweave" / "encryption.key").read_text().strip()
+        wire = peer_wire_for(push_server.url, telegram_emulator,
+                             jmap_ca_pem=cyrus.ca_file.read_text())
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            login_ = await client.post("/api/admin/session",
+                                       headers={"Authorization": f"Bearer {key}"})
+            assert login_.status_code == 200, login_.text
+            session = {"Authorization": f"Bearer {login_.json()['session']}"}
+            saved = await client.put("/api/business-config", headers=session, json=wire)
+            assert saved.status_code == 200 and saved.json()["runtime_applied"], saved.text
+            assert (await client.put("/api/enabled", headers=session,
+                                     json={"enabled": True})).status_code == 200
+            hooked = await client.post("/api/telegram/register-webhook", headers=session,
+                                       json={"callback_url": "https://bot.example.org/webhook/tg"})
+            assert hooked.status_code == 200, hooked.text
+            registered = await client.post("/api/push/register", headers=session,
+                                           json={"callback_url": "https://bot.example.org/push/jmap"})
+            assert registered.status_code == 200, registered.text
+            sub_id = registered.json()["push_subscription_id"]
+            verified = await client.post("/push/jmap", json={
+                "@type": "PushVerification", "pushSubscriptionId": sub_id,
+                "verificationCode": push_server.responder.codes[sub_id]})
+            assert verified.status_code == 204, verified.text
+        done = await asyncio.create_subprocess_exec(
+            console_script("messageweave"), "diagnose", cwd=tmp_path,
+            env={**env, "COLUMNS": "200"}, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        out = (await asyncio.wait_for(done.communicate(), 60))[0].decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 20)
+    assert done.returncode == 0, out
+    assert "all checks passed" in out, out
+    assert not [line for line in out.splitlines() if line.startswith(("warn", "fail"))], out
