@@ -12,6 +12,7 @@ import secrets
 import weakref
 from dataclasses import dataclass
 
+from messageweave.aio import raise_if_cancelling
 from messageweave.store import keys, scripts
 from messageweave.store.redis import Redis, int_of, text_of
 
@@ -188,7 +189,9 @@ async def take_catchup(redis: Redis, account_id: str) -> bool:
 # found by it. Weak, so a closed instance (a test's second one) leaves nothing behind.
 _local_wakes: weakref.WeakKeyDictionary[Redis, weakref.WeakSet[asyncio.Event]] = (
     weakref.WeakKeyDictionary())
-CATCHUP_LISTEN_S = 5.0  # reads end this often, so the client's health-check PING still goes out
+# Reads end this often: the client's health-check PING still goes out, and a stop that redis-py
+# swallowed inside a read is seen within this time (`raise_if_cancelling` after each read).
+CATCHUP_LISTEN_S = 1.0
 
 
 def watch_catchups(redis: Redis, wake: asyncio.Event) -> None:
@@ -213,6 +216,8 @@ async def relay_catchup_announcements(redis: Redis, wake: asyncio.Event) -> None
         await sub.subscribe(keys.CATCHUP_WAKE_CHANNEL)
         wake.set()
         while True:
-            if await sub.get_message(ignore_subscribe_messages=True,
-                                     timeout=CATCHUP_LISTEN_S) is not None:
+            message = await sub.get_message(ignore_subscribe_messages=True,
+                                            timeout=CATCHUP_LISTEN_S)
+            raise_if_cancelling()
+            if message is not None:
                 wake.set()

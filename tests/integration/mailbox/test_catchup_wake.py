@@ -22,7 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave import runtime
-from messageweave.aio import cancel
+from messageweave.aio import GRACE_S, cancel
 from messageweave.mail import scheduler
 from messageweave.mail.context import MailContext
 from messageweave.mail.reconcile import Progress
@@ -223,3 +223,18 @@ async def test_a_stopped_scheduler_closes_its_wake_subscription(
 
 async def _unsubscribed(redis: aioredis.Redis) -> bool:
     return await subscribers(redis) == 0
+
+
+async def test_the_app_stops_without_waiting_out_the_grace(
+    embedded_redis_url: str, redis_client: aioredis.Redis,
+) -> None:
+    """Bug caught: redis-py swallowed the stop that landed inside the wake subscription's
+    `get_message(timeout=…)`; the relay went on listening, and most stops of the app (SIGTERM,
+    every test's teardown) waited out `aio.cancel`'s 5 s grace before the repeat took (the
+    suite took twice as long). Several stops, since where the cancellation lands varies; each
+    must end well inside the grace (the worker's own blocking read takes up to 1 s)."""
+    for _ in range(6):
+        async with running_client(settings_for(embedded_redis_url)) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            stopping = time.monotonic()
+        assert time.monotonic() - stopping < GRACE_S / 2, "the stop waited out the grace"
