@@ -31,6 +31,7 @@ from messageweave.config.model import (
     TIMEOUT_MIN_MS,
 )
 from messageweave.pipeline.service import MAX_DLQ_LIMIT
+from messageweave.pipeline.trace import MAX_QUERY
 from messageweave.store import keys
 
 router = APIRouter()
@@ -154,6 +155,9 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "additionalProperties": False,
     })},
     ("get", "/api/logs/audit"): {"parameters": _LOG_QUERY},
+    ("get", "/api/trace"): {"parameters": [
+        {**_query("q", {"type": "string", "minLength": 1, "maxLength": MAX_QUERY}),
+         "required": True}]},
     ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"})]},
     ("post", "/api/telegram/register-webhook"): {"requestBody": _body(_CALLBACK)},
     ("post", "/api/push/register"): {"requestBody": _body(_CALLBACK)},
