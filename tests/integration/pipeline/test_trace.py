@@ -7,10 +7,8 @@ import json
 import secrets
 from typing import Any
 
-import pytest
-
 from messageweave.store import keys
-from messageweave.store.mailbox import enqueue_new_mail
+from messageweave.store.mailbox import enqueue_new_mail, reconcile_lock
 from tests.conftest import ADMIN_KEY, CYRUS_USER
 from tests.integration.ops.test_diagnose_cli import run_cli
 from tests.integration.pipeline.conftest import eventually
@@ -114,12 +112,18 @@ async def test_a_mail_the_system_never_saw_says_so(pipeline: ServedApp) -> None:
     assert mail["status"] == "not_seen" and mail["reason"] == "not_in_mailbox"
     assert mail["steps"] == []
 
-    pipeline.cyrus.append(subject="Still unread by the reconcile")
-    await pipeline.redis.set(keys.RECONCILE_BASELINE, 0)
-    email_id = pipeline.append("Never reconciled")
-    [fresh] = (await _trace(pipeline, email_id))["mails"]
-    if fresh["seen"]:  # a periodic reconcile of the shared mailbox got there first
-        pytest.skip("the mail was reconciled meanwhile")
+    # Held for the rest of the test, so no reconcile pass (the app's periodic one included)
+    # can reach the mail before it is traced.
+    holder = reconcile_lock(pipeline.redis)
+    assert await holder.acquire()
+    try:
+        pipeline.cyrus.append(subject="Still unread by the reconcile")
+        await pipeline.redis.set(keys.RECONCILE_BASELINE, 0)
+        email_id = pipeline.append("Never reconciled")
+        [fresh] = (await _trace(pipeline, email_id))["mails"]
+    finally:
+        await holder.release()
+    assert fresh["seen"] is False, fresh
     assert fresh["reason"] == "not_seen_yet" and [s["step"] for s in fresh["steps"]] == \
         ["received"]
 
