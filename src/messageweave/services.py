@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from messageweave.chat.telegram import TelegramClient
-from messageweave.config.model import BusinessConfig, OutboundConfig
+from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import OutboundConfig
 from messageweave.config.service import ConfigService, NotConfigured, Warning
 from messageweave.logs import redis_url_password, scrub
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError

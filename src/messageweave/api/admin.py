@@ -24,9 +24,8 @@ from messageweave.config.model import (
     WireError,
     empty_values,
     fill_generated_secrets,
-    parse_outbound,
-    validate_outbound,
 )
+from messageweave.config.outbound import parse_outbound, validate_outbound
 from messageweave.config.service import SaveResult, StoredConfigInvalid, StoreUnavailable
 from messageweave.errors import (
     ApiError,

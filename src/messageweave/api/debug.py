@@ -23,7 +23,8 @@ from redis.exceptions import (
 
 from messageweave.api.services import bearer, constant_time_eq, services
 from messageweave.chat.telegram import TelegramSendError
-from messageweave.config.model import BusinessConfig, OutboundConfig
+from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import OutboundConfig
 from messageweave.errors import ApiError, invalid_request, service_unavailable, unauthorized
 from messageweave.ops.metrics import observe_call
 from messageweave.probes import probe_jmap_session, probe_telegram_get_me

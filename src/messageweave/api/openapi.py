@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
+from messageweave.config import features
 from messageweave.config.model import (
     CHAT_ID_MAX,
     CHAT_ID_MIN,
@@ -21,11 +22,13 @@ from messageweave.config.model import (
     GENERATED_SECRETS,
     MAX_ALLOWLIST,
     MAX_CHARS,
-    MAX_RETRIES_CAP,
     MAX_ROLE_CHARS,
     MAX_ROLES,
     MIN_TOKEN_CHARS,
     NULLABLE_FIELDS,
+)
+from messageweave.config.outbound import (
+    MAX_RETRIES_CAP,
     OUTBOUND_FIELDS,
     TIMEOUT_MAX_MS,
     TIMEOUT_MIN_MS,
@@ -49,6 +52,22 @@ _ERROR_RESPONSE = {
 
 
 
+_CLOCK = {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
+_RULE: dict[str, Any] = {
+    "type": "object", "required": ["name"], "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": features.MAX_RULE_NAME_CHARS},
+        "from": {"type": "string", "maxLength": features.MAX_RULE_FROM_CHARS},
+        "subject": {"type": "string", "maxLength": features.MAX_RULE_SUBJECT_CHARS},
+        "mailbox_role": {"type": "string", "maxLength": features.MAX_RULE_ROLE_CHARS},
+        "action": {"type": "string", "enum": list(features.RULE_ACTIONS)},
+        "chat_id": {"type": "integer", "minimum": CHAT_ID_MIN, "maximum": CHAT_ID_MAX},
+        "thread_id": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+        "silent": {"type": "boolean"},
+    },
+}
+
+
 def _wire_field(name: str) -> dict[str, Any]:
     """One business configuration field as the validation rules bound it (reference §5.2)."""
     if name in MAX_CHARS:
@@ -70,6 +89,13 @@ def _wire_field(name: str) -> dict[str, Any]:
         "delivery_policy": {"type": "string", "enum": list(DELIVERY_POLICIES)},
         "llm_enabled": {"type": "boolean"},
         "llm_allow_net": {"type": "boolean"},
+        "notify_rules": {"type": "array", "maxItems": features.MAX_RULES, "items": _RULE},
+        "quiet_hours": {"oneOf": [{"type": "null"}, {
+            "type": "object", "required": ["start", "end"], "additionalProperties": False,
+            "properties": {"start": _CLOCK, "end": _CLOCK}}]},
+        "digest_threshold": {"type": "integer", "minimum": 0,
+                             "maximum": features.DIGEST_THRESHOLD_MAX},
+        "bot_language": {"type": "string", "enum": list(features.BOT_LANGUAGES)},
     }
     return others.get(name, {"type": "integer"})
 

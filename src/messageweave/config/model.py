@@ -18,6 +18,16 @@ from functools import cache
 from typing import Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
+from messageweave.config.features import (
+    DEFAULT_BOT_LANGUAGE,
+    PARSERS,
+    BotLanguage,
+    FeatureInvalid,
+    NotifyRule,
+    QuietHours,
+    check_rule_chats,
+)
+
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 DEFAULT_TELEGRAM_API = "https://api.telegram.org"
 DEFAULT_NOTIFY_ROLES = ("inbox",)
@@ -154,11 +164,18 @@ class BusinessConfig:
     audit_window_s: int = DEFAULT_AUDIT_WINDOW_S
     # Not a secret (it is shown back), but a page of base64 has no place in a log line.
     jmap_ca_pem: str | None = field(default=None, repr=False)
+    # Issue #16 (config/features.py): rules, quiet hours, the backlog digest, the bot's language.
+    notify_rules: tuple[NotifyRule, ...] = ()
+    quiet_hours: QuietHours | None = None
+    digest_threshold: int = 0
+    bot_language: BotLanguage = DEFAULT_BOT_LANGUAGE
 
     def to_wire(self) -> dict[str, Any]:
         wire = dataclasses.asdict(self)
         wire["chat_allowlist"] = list(self.chat_allowlist)
         wire["notify_mailbox_roles"] = list(self.notify_mailbox_roles)
+        wire["notify_rules"] = [rule.to_wire() for rule in self.notify_rules]
+        wire["quiet_hours"] = None if self.quiet_hours is None else self.quiet_hours.to_wire()
         return wire
 
     def values(self) -> dict[str, Any]:
@@ -198,15 +215,21 @@ def empty_values() -> dict[str, Any]:
         "reconcile_interval_s": DEFAULT_RECONCILE_INTERVAL_S, "delivery_policy": "at_least_once",
         "degraded_reconcile_interval_s": DEFAULT_DEGRADED_RECONCILE_INTERVAL_S,
         "audit_interval_s": DEFAULT_AUDIT_INTERVAL_S, "audit_window_s": DEFAULT_AUDIT_WINDOW_S,
-        "jmap_ca_pem": None,
+        "jmap_ca_pem": None, "notify_rules": [], "quiet_hours": None, "digest_threshold": 0,
+        "bot_language": DEFAULT_BOT_LANGUAGE,
     }
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_field(name: str, value: object, *, patch: bool) -> object:
+    if name in PARSERS:  # each names its field in a `ConfigInvalid` (422), not a bare 400
+        try:
+            return PARSERS[name](value)
+        except FeatureInvalid as exc:
+            raise ConfigInvalid(str(exc)) from None
     if value is None:
         if name in NULLABLE_FIELDS:
             return None
@@ -225,11 +248,11 @@ def _check_field(name: str, value: object, *, patch: bool) -> object:
                 return int(value.strip())
             except ValueError as exc:
                 raise WireError("telegram_chat_id must be an integer") from exc
-        if not _is_int(value):
+        if not is_int(value):
             raise WireError(f"{name} must be an integer")
         return value
     if name in _INT_LIST:
-        if not isinstance(value, list) or not all(_is_int(v) for v in value):
+        if not isinstance(value, list) or not all(is_int(v) for v in value):
             raise WireError(f"{name} must be a list of integers")
         return tuple(value)
     if name in _STR_LIST:
@@ -264,7 +287,7 @@ def parse_patch(obj: object) -> tuple[dict[str, object], int | None]:
     changes: dict[str, object] = {}
     for name, value in obj.items():
         if name == REVISION_FIELD:
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise WireError("revision must be a non-negative integer")
             revision = value
         elif name in FIELD_NAMES:
@@ -453,43 +476,7 @@ def validate(cfg: BusinessConfig, *, limits: bool = True) -> None:
         raise ConfigInvalid("AUDIT_INTERVAL_S must be 0 or between 60 and 86400")
     if not 3600 <= cfg.audit_window_s <= AUDIT_WINDOW_MAX_S:
         raise ConfigInvalid(f"AUDIT_WINDOW_S must be between 3600 and {AUDIT_WINDOW_MAX_S}")
-
-
-# --- outbound / runtime parameters (`/api/config`) -----------------------------------------
-
-TIMEOUT_MIN_MS = 100
-TIMEOUT_MAX_MS = 300_000
-MAX_RETRIES_CAP = 5
-
-
-@dataclass(frozen=True)
-class OutboundConfig:
-    jmap_timeout_ms: int = 15_000
-    telegram_timeout_ms: int = 10_000
-    llm_timeout_ms: int = 30_000
-    max_retries: int = 3
-
-    def to_json(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
-
-
-OUTBOUND_FIELDS = tuple(f.name for f in dataclasses.fields(OutboundConfig))
-
-
-def parse_outbound(obj: object) -> OutboundConfig:
-    """All four fields, integers (max_retries 0..255): else `WireError` (→ 400)."""
-    if not isinstance(obj, dict) or set(obj) != set(OUTBOUND_FIELDS):
-        raise WireError("outbound config needs exactly its four fields")
-    if not all(_is_int(obj[name]) and obj[name] >= 0 for name in OUTBOUND_FIELDS):
-        raise WireError("outbound config fields must be non-negative integers")
-    if obj["max_retries"] > 255:
-        raise WireError("max_retries out of range")
-    return OutboundConfig(**obj)
-
-
-def validate_outbound(cfg: OutboundConfig) -> None:
-    for name in ("jmap_timeout_ms", "telegram_timeout_ms", "llm_timeout_ms"):
-        if not TIMEOUT_MIN_MS <= getattr(cfg, name) <= TIMEOUT_MAX_MS:
-            raise ConfigInvalid(f"{name} must be between {TIMEOUT_MIN_MS} and {TIMEOUT_MAX_MS}")
-    if cfg.max_retries > MAX_RETRIES_CAP:
-        raise ConfigInvalid(f"max_retries must be at most {MAX_RETRIES_CAP}")
+    try:
+        check_rule_chats(cfg.notify_rules, cfg.chat_allowlist)
+    except FeatureInvalid as exc:
+        raise ConfigInvalid(str(exc)) from None

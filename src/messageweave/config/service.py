@@ -24,13 +24,13 @@ from messageweave.config import crypto
 from messageweave.config.model import (
     BusinessConfig,
     ConfigInvalid,
-    OutboundConfig,
     WireError,
     merge,
     parse_patch,
     parse_wire,
     validate,
 )
+from messageweave.config.outbound import OutboundConfig
 from messageweave.errors import ApiError, parse_json
 from messageweave.store.state import (
     AlreadyConfigured,
@@ -262,6 +262,8 @@ class ConfigService:
             cfg = await self._preflight_config(obj)
         except WireError:
             return failed("JSON 不是有效的业务配置对象")
+        except ConfigInvalid as exc:  # a feature field names itself (config/features.py)
+            return failed(str(exc))
         try:
             validate(cfg)
         except ConfigInvalid as exc:

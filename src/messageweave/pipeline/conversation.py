@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from messageweave.chat import consent, intents, replies
-from messageweave.config.model import BusinessConfig, OutboundConfig
+from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import search, summarize
 from messageweave.store.redis import Redis

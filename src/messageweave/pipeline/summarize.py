@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 
 from messageweave.chat import replies
-from messageweave.config.model import BusinessConfig, OutboundConfig
+from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import EmailMeta, JmapClient
 from messageweave.store import consent
 from messageweave.store.redis import Redis

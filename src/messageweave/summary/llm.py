@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
-from messageweave.config.model import MAX_RETRIES_CAP, BusinessConfig, OutboundConfig
+from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import MAX_RETRIES_CAP, OutboundConfig
 
 MAX_INPUT_CHARS = 8000
 MAX_SUMMARY_CHARS = 300

@@ -17,7 +17,8 @@ import redis.asyncio as aioredis
 import uvicorn
 
 from messageweave.app import create_app
-from messageweave.config.model import BusinessConfig, OutboundConfig, parse_wire
+from messageweave.config.model import BusinessConfig, parse_wire
+from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline.conversation import ConversationContext, IncomingMessage, reply_to_update
 from tests.conftest import (

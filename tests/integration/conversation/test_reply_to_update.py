@@ -11,7 +11,8 @@ import time
 import pytest
 
 from messageweave.chat.replies import HELP
-from messageweave.config.model import OutboundConfig, parse_wire
+from messageweave.config.model import parse_wire
+from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.store import keys
 from messageweave.summary import llm
