@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from messageweave.aio import raise_if_cancelling
-from messageweave.chat.telegram import FailureClass, TelegramSendError, split_text
+from messageweave.chat.telegram import FailureClass, SendOptions, TelegramSendError, split_text
 from messageweave.logs import failure_text, hinted, remedy_for
 from messageweave.ops.sendlog import record_send
 from messageweave.pipeline.events import (
@@ -76,6 +76,11 @@ class _MaybeSent(Exception):
         super().__init__(failure.reason)
         self.failure = failure
 
+
+
+def bare_options(options: SendOptions) -> SendOptions:
+    """The options of a chunk before a message's last: its topic and silence, no keyboard."""
+    return SendOptions(options.thread_id, options.silent)
 
 
 class Deliverer:
@@ -240,6 +245,7 @@ class Deliverer:
         each call the fence (`Ledger.gate`, which also waits for the governor) checks the lease
         and marks the intent."""
         chunks = split_text(message.text)
+        last = len(chunks) - 1
         if not chunks:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD,
                                   "telegram -: message text is empty")
@@ -253,7 +259,9 @@ class Deliverer:
                 raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
             started = time.monotonic()
             try:
-                ids += await runtime.telegram.send_text(message.chat_id, chunks[number])
+                ids += await runtime.telegram.send_text(
+                    message.chat_id, chunks[number],
+                    options=message.options if number == last else bare_options(message.options))
             except TelegramSendError as exc:
                 attempt.telegram_s += time.monotonic() - started
                 await self._telegram_failed(attempt, bot, message, Progress(index, number), exc)

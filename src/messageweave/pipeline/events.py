@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from messageweave.chat.telegram import FailureClass
+from messageweave.chat.telegram import PLAIN, FailureClass, SendOptions
 from messageweave.config.service import NotConfigured
 from messageweave.mail.jmap import EmailMeta, JmapAuthError, JmapError
 from messageweave.pipeline.conversation import (
@@ -24,6 +24,7 @@ from messageweave.store.streams import Entry
 class Outgoing:
     chat_id: int
     text: str
+    options: SendOptions = PLAIN  # topic, silent, inline keyboard (issue #16)
 
 
 class DeliveryFailure(Exception):

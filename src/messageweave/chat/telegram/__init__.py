@@ -30,16 +30,19 @@ from messageweave.chat.telegram.client import (
 )
 from messageweave.chat.telegram.errors import FailureClass, TelegramSendError, classify
 from messageweave.chat.telegram.split import MAX_MESSAGE_UTF16, split_text, utf16_len
-from messageweave.chat.telegram.transport import UNKNOWN_MESSAGE_ID
+from messageweave.chat.telegram.transport import PLAIN, UNKNOWN_MESSAGE_ID, Keyboard, SendOptions
 
 __all__ = [
     "DEFAULT_API_BASE_URL",
     "DEFAULT_TIMEOUT_S",
     "MAX_MESSAGE_UTF16",
+    "PLAIN",
     "PROBE_TIMEOUT_S",
     "UNKNOWN_MESSAGE_ID",
     "BotIdentity",
     "FailureClass",
+    "Keyboard",
+    "SendOptions",
     "TelegramClient",
     "TelegramSendError",
     "classify",

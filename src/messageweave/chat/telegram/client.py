@@ -14,7 +14,7 @@ from messageweave.aio import AsyncClosing
 from messageweave.chat.telegram.errors import FailureClass, TelegramSendError
 from messageweave.chat.telegram.redaction import REDACTOR
 from messageweave.chat.telegram.split import split_text
-from messageweave.chat.telegram.transport import EXCHANGE, Exchange
+from messageweave.chat.telegram.transport import EXCHANGE, PLAIN, Exchange, Keyboard, SendOptions
 
 if TYPE_CHECKING:
     from messageweave.chat.telegram.ptb import PtbBot
@@ -89,6 +89,7 @@ class TelegramClient(AsyncClosing):
         *,
         start_chunk: int = 0,
         disable_link_preview: bool = True,
+        options: SendOptions = PLAIN,
     ) -> list[int]:
         """Send `text` as plain text, split to Telegram's limit; return the message ids.
 
@@ -96,26 +97,32 @@ class TelegramClient(AsyncClosing):
         the ids sent so far. `start_chunk` skips chunks already delivered by an earlier attempt.
         One id per chunk sent, taken from Telegram's raw answer: an `ok: true` answer is a
         delivery even when PTB cannot build its `Message` from it, and one without a readable
-        `message_id` counts as `UNKNOWN_MESSAGE_ID` (0).
+        `message_id` counts as `UNKNOWN_MESSAGE_ID` (0). Every chunk goes to `options`' topic
+        with its `silent`; only the last carries the keyboard.
         """
         chunks = split_text(text)
         if not chunks:
             raise TelegramSendError(FailureClass.INVALID_PAYLOAD, None, "message text is empty")
         sent: list[int] = []
-        for chunk in chunks[start_chunk:]:
+        last = len(chunks) - 1
+        bare = SendOptions(options.thread_id, options.silent)
+        for number in range(start_chunk, len(chunks)):
+            chunk = chunks[number]
             try:
-                sent.append(await self._send_chunk(chat_id, chunk, disable_link_preview))
+                sent.append(await self._send_chunk(
+                    chat_id, chunk, disable_link_preview, options if number == last else bare))
             except TelegramSendError as exc:
                 exc.sent_message_ids = tuple(sent)
                 raise
         return sent
 
-    async def _send_chunk(self, chat_id: int | str, chunk: str, disable_link_preview: bool) -> int:
+    async def _send_chunk(self, chat_id: int | str, chunk: str, disable_link_preview: bool,
+                          options: SendOptions = PLAIN) -> int:
         exchange = Exchange()
         try:
             await self._call(
                 lambda bot: bot.send_message(
-                    chat_id, chunk, disable_link_preview=disable_link_preview
+                    chat_id, chunk, disable_link_preview=disable_link_preview, options=options
                 ),
                 exchange=exchange,
             )
@@ -129,6 +136,16 @@ class TelegramClient(AsyncClosing):
                 exchange.message_id,
             )
         return exchange.message_id
+
+    async def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> None:
+        """Answer a button press (Telegram shows `text` as a short notice; the spinner stops)."""
+        await self._call(lambda bot: bot.answer_callback_query(callback_query_id, text))
+
+    async def edit_message_reply_markup(
+        self, chat_id: int | str, message_id: int, keyboard: Keyboard | None
+    ) -> None:
+        """Replace the inline keyboard under a message the bot sent (None removes it)."""
+        await self._call(lambda bot: bot.edit_message_reply_markup(chat_id, message_id, keyboard))
 
     async def get_me(self, timeout_s: float = PROBE_TIMEOUT_S) -> BotIdentity:
         """Readiness probe: who the token belongs to, answered within `timeout_s`."""

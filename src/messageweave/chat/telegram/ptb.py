@@ -17,13 +17,22 @@ from http import HTTPStatus
 from typing import Any
 
 import httpx
-from telegram import Bot, BotCommand, LinkPreviewOptions, Message, User, WebhookInfo
+from telegram import (
+    Bot,
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    LinkPreviewOptions,
+    Message,
+    User,
+    WebhookInfo,
+)
 from telegram.error import NetworkError, TelegramError
 from telegram.request import HTTPXRequest
 
 from messageweave.chat.telegram.errors import FailureClass, TelegramSendError, classify
 from messageweave.chat.telegram.redaction import REDACTOR
-from messageweave.chat.telegram.transport import EXCHANGE, Exchange
+from messageweave.chat.telegram.transport import EXCHANGE, PLAIN, Exchange, Keyboard, SendOptions
 
 _MAX_DESCRIPTION = 300
 
@@ -107,6 +116,15 @@ class BotApiRequest(HTTPXRequest):
         return status, payload
 
 
+def _markup(keyboard: Keyboard | None) -> InlineKeyboardMarkup | None:
+    if not keyboard:
+        return None
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(text, callback_data=data) for text, data in row]
+         for row in keyboard]
+    )
+
+
 class PtbBot:
     """One bot's `telegram.Bot` on its own `BotApiRequest`, every call bounded by `timeout_s`."""
 
@@ -127,10 +145,26 @@ class PtbBot:
         await self._request.shutdown()
 
     def send_message(
-        self, chat_id: int | str, text: str, *, disable_link_preview: bool
+        self, chat_id: int | str, text: str, *, disable_link_preview: bool,
+        options: SendOptions = PLAIN,
     ) -> Awaitable[Message]:
         preview = LinkPreviewOptions(is_disabled=True) if disable_link_preview else None
-        return self._bot.send_message(chat_id=chat_id, text=text, link_preview_options=preview)
+        return self._bot.send_message(
+            chat_id=chat_id, text=text, link_preview_options=preview,
+            message_thread_id=options.thread_id,
+            disable_notification=True if options.silent else None,
+            reply_markup=_markup(options.keyboard),
+        )
+
+    def answer_callback_query(self, callback_query_id: str, text: str | None) -> Awaitable[bool]:
+        return self._bot.answer_callback_query(callback_query_id, text=text)
+
+    def edit_message_reply_markup(
+        self, chat_id: int | str, message_id: int, keyboard: Keyboard | None
+    ) -> Awaitable[Message | bool]:
+        return self._bot.edit_message_reply_markup(
+            chat_id=chat_id, message_id=message_id, reply_markup=_markup(keyboard)
+        )
 
     def get_me(self, timeout_s: float) -> Awaitable[User]:
         return self._bot.get_me(

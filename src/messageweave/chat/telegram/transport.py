@@ -12,6 +12,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# An inline keyboard: rows of (button text, callback_data) pairs.
+Keyboard = tuple[tuple[tuple[str, str], ...], ...]
+
+
+@dataclass(frozen=True)
+class SendOptions:
+    """How one message is sent besides its text (issue #16): the forum topic
+    (`message_thread_id`), `disable_notification`, and the inline keyboard under it."""
+
+    thread_id: int | None = None
+    silent: bool = False
+    keyboard: Keyboard | None = None
+
+
+PLAIN = SendOptions()
+
 UNKNOWN_MESSAGE_ID = 0
 """Stands in `send_text`'s result for a chunk Telegram accepted (`ok: true`) without a readable
 `message_id` in its answer. Telegram numbers messages from 1, so no real message has id 0."""
