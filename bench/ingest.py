@@ -1,20 +1,24 @@
-"""Benchmark (not a test): `POST /webhook/tg` throughput of the real service, against a bare ASGI
-endpoint served the same way.
+"""Benchmark (not a test): `POST /webhook/tg` throughput of the real service, against bare ASGI
+endpoints served the same way.
 
     .venv/bin/python -m bench.ingest --seconds 5 --rounds 2 --connections 32
     .venv/bin/python -m bench.ingest --client raw --client httpx   # both load generators
 
-Starts an embedded Redis and two servers, each a subprocess on a local port with the same uvicorn
-settings (`messageweave.server.serve`: the same protocol class, loop and read limits):
+Starts an embedded Redis and three servers, each a subprocess on a local port with the same
+uvicorn settings (`messageweave.server.serve`: the same protocol class, loop and read limits):
 
 - the real service (`messageweave serve`), configured through its API with a webhook secret and an
   allowlisted chat, and switched on; its worker runs as in production;
-- a bare ASGI app that answers every request 204 without reading anything.
+- `bare`: a bare ASGI app that answers every request 204 without reading anything
+  (`bench.bare`);
+- `bare+redis`: a bare ASGI app that reads the body and makes one Redis round trip (an `XADD` on
+  the same Redis) before its 204 (`bench.bare --redis`): the least a webhook that queues its
+  update must do, so `service / bare+redis` is what the service's own layers cost.
 
 A load generator (`--connections` tasks, each sending one request at a time; every request a
 new `update_id`, a message without text from the allowlisted chat, so the worker acknowledges it
 without calling Telegram) loads each server for `--seconds`, alternating for `--rounds` rounds so
-that a busy machine weighs on both alike. Every answer must be 204. `--client` picks it, and may
+that a busy machine weighs on all alike. Every answer must be 204. `--client` picks it, and may
 be given more than once (the servers are then started once for all):
 
 - `raw` (the default): one keep-alive HTTP/1.1 connection per task, requests written as bytes
@@ -22,7 +26,7 @@ be given more than once (the servers are then started once for all):
 - `httpx`: one `httpx.AsyncClient` pool of `--connections` connections shared by the tasks, as
   issue #14 first measured it (the client then takes a large share of the CPU itself).
 
-Each client ends with one summary line: req/s of each server and their ratio.
+Each client ends with one summary line: req/s of each server and the two ratios.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from starlette.types import Receive, Scope, Send
 from tests.conftest import ADMIN_KEY, console_script, free_port, login, sample_wire, wait_healthy
 
 from messageweave.api.delivery import SECRET_HEADER
@@ -52,21 +55,7 @@ CHAT = int(WIRE["chat_allowlist"][0])
 CLIENTS = ("raw", "httpx")
 
 
-async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The floor: an answer with no routing, no middleware, no body read."""
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    await send({"type": "http.response.start", "status": 204, "headers": []})
-    await send({"type": "http.response.body", "body": b""})
-
-
-def _serve_bare(port: int) -> None:
-    from messageweave import server
-
-    server.serve(bare_app, "127.0.0.1", port)
+TARGETS = ("service", "bare", "bare+redis")
 
 
 def _request(update_id: int, secret: str) -> bytes:
@@ -165,35 +154,39 @@ def _wait_listening(url: str, proc: subprocess.Popen[str]) -> None:
 
 
 @contextmanager
-def _servers(data: Path) -> Iterator[tuple[int, int]]:
+def _servers(data: Path) -> Iterator[dict[str, int]]:
+    """The three servers, started once; their ports by target."""
     redis_server = EmbeddedRedis(data / "redis")
     redis_url = redis_server.start()
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
-    service_port, bare_port = free_port(), free_port()
-    env.update(REDIS_URL=redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(service_port))
+    ports = {target: free_port() for target in TARGETS}
+    env.update(REDIS_URL=redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(ports["service"]))
+    bare = [sys.executable, "-m", "bench.bare"]
     try:
         with _process([console_script("messageweave"), "serve", "--host", "127.0.0.1"], env,
-                      data / "service.log", service_port, wait_healthy) as url, \
-             _process([sys.executable, "-m", "bench.ingest", "--bare", str(bare_port)], env,
-                      data / "bare.log", bare_port, _wait_listening):
+                      data / "service.log", ports["service"], wait_healthy) as url, \
+             _process([*bare, str(ports["bare"])], env, data / "bare.log", ports["bare"],
+                      _wait_listening), \
+             _process([*bare, str(ports["bare+redis"]), "--redis"], env,
+                      data / "bare-redis.log", ports["bare+redis"], _wait_listening):
             asyncio.run(_configure(url))
-            yield service_port, bare_port
+            yield ports
     finally:
         redis_server.stop()
 
 
-async def _compare(service_port: int, bare_port: int, ids: Iterator[int], seconds: float,
-                   rounds: int, connections: int, client: str) -> tuple[float, float]:
-    await _load(service_port, ids, 1.0, connections, client)  # warm-up: connections, caches
-    await _load(bare_port, ids, 1.0, connections, client)
-    service: list[float] = []
-    bare: list[float] = []
+async def _compare(ports: dict[str, int], ids: Iterator[int], seconds: float, rounds: int,
+                   connections: int, client: str) -> dict[str, float]:
+    """Mean req/s of each target, loaded in turn for `rounds` rounds after a 1 s warm-up."""
+    for target in TARGETS:  # warm-up: connections, caches
+        await _load(ports[target], ids, 1.0, connections, client)
+    rates: dict[str, list[float]] = {target: [] for target in TARGETS}
     for n in range(rounds):
-        service.append(await _load(service_port, ids, seconds, connections, client))
-        bare.append(await _load(bare_port, ids, seconds, connections, client))
-        print(f"{client} round {n + 1}: service {service[-1]:.0f} req/s, "
-              f"bare {bare[-1]:.0f} req/s", flush=True)
-    return sum(service) / rounds, sum(bare) / rounds
+        for target in TARGETS:
+            rates[target].append(await _load(ports[target], ids, seconds, connections, client))
+        print(f"{client} round {n + 1}: " + ", ".join(
+            f"{target} {rates[target][-1]:.0f} req/s" for target in TARGETS), flush=True)
+    return {target: sum(r) / rounds for target, r in rates.items()}
 
 
 def main() -> None:
@@ -203,26 +196,23 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--client", action="append", choices=CLIENTS,
                         help="load generator, may be repeated (default: raw)")
-    parser.add_argument("--bare", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.bare:
-        _serve_bare(args.bare)
-        return
     clients: list[str] = list(dict.fromkeys(args.client or ["raw"]))
-    results: dict[str, tuple[float, float]] = {}
+    results: dict[str, dict[str, float]] = {}
     ids = itertools.count(1)
     data = Path(tempfile.mkdtemp(prefix="mwi", dir="/tmp"))
     try:
-        with _servers(data) as (service_port, bare_port):
+        with _servers(data) as ports:
             for client in clients:
-                results[client] = asyncio.run(_compare(service_port, bare_port, ids,
-                                                       args.seconds, args.rounds,
+                results[client] = asyncio.run(_compare(ports, ids, args.seconds, args.rounds,
                                                        args.connections, client))
     finally:
         shutil.rmtree(data, ignore_errors=True)
-    for client, (service, bare) in results.items():
-        print(f"ingest /webhook/tg [{client} client]: service {service:.0f} req/s, "
-              f"bare ASGI {bare:.0f} req/s, ratio {service / bare:.2f} "
+    for client, rate in results.items():
+        print(f"ingest /webhook/tg [{client} client]: service {rate['service']:.0f} req/s, "
+              f"bare ASGI {rate['bare']:.0f} req/s (ratio {rate['service'] / rate['bare']:.2f}), "
+              f"bare + one Redis round trip {rate['bare+redis']:.0f} req/s "
+              f"(ratio {rate['service'] / rate['bare+redis']:.2f}) "
               f"({args.connections} connections, {args.rounds}×{args.seconds:g} s each)")
 
 

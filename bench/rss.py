@@ -1,42 +1,49 @@
 """Benchmark (not a test): the resident memory of an idle `messageweave serve`.
 
-    .venv/bin/python -m bench.rss --settle-s 5
+    .venv/bin/python -m bench.rss --runs 3
+    .venv/bin/python -m bench.rss --runs 3 --trust certifi --with-run
 
-Starts the real peers (embedded Redis, Cyrus, the Bot API emulator), a real `messageweave serve`
-process on that Redis, configures it for Cyrus and the emulator over its own admin API and
-switches it on. Then, with no traffic, it waits `--settle-s` and samples the process's VmRSS
-(`/proc/{pid}/status`) every 100 ms for `--sample-s`; prints one line with the last and the
-highest sample.
+Starts the real peers (embedded Redis, Cyrus, the Bot API emulator) in this process. Each run
+starts a fresh `messageweave serve` on that Redis (the console script, which replaces itself
+with `messageweave.cli.serving`: same pid), configures it for Cyrus and the emulator over its
+own admin API and switches it on. Then, with no traffic, it waits `--settle-s` and samples the
+process's VmRSS (`/proc/<pid>/status`) every 100 ms for `--sample-s`. Only that process is
+measured: the peers (and the embedded Redis `messageweave run` would start) are others.
+
+Measured in the same run, for comparison (one line each, after the runs):
+
+- `bare`: `bench.bare`'s 204 endpoint under the same HTTP server, idle: the floor that uvicorn,
+  uvloop, httptools and redis-py make without the app;
+- `run` (with `--with-run`): `messageweave run`, configured the same way; REDIS_URL and the key
+  come from the environment, so it starts no Redis. It serves in the process that parsed its
+  options, so it keeps Typer (see `messageweave.cli.serving`);
+- `baseline` (with `--baseline-src DIR`): `messageweave serve` importing the package from DIR
+  (put first on PYTHONPATH), e.g. an older tree unpacked with
+  `git archive COMMIT src | tar -x -C /tmp/mw-base` and `--baseline-src /tmp/mw-base/src`.
+
+`--trust env` (default) trusts Cyrus's CA through SSL_CERT_FILE, as the tests do: the JMAP
+client then loads one certificate (and SSL_CERT_DIR, when set, is only read on demand).
+`--trust certifi` unsets both and gives that CA as `jmap_ca_pem`, so the client loads certifi's
+bundle besides it, as a deployment whose JMAP server has a publicly trusted certificate does
+(the container image sets neither variable).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-from bench.peers import started_peers
-from tests.conftest import serve_process
+from bench.peers import Peers, started_peers
+from tests.conftest import ADMIN_KEY, console_script, free_port
 from tests.served import configure, peer_wire
-
-
-def serve_pid() -> int:
-    """Our child `messageweave serve` (`serve_process` does not expose its pid)."""
-    me = str(os.getpid())
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if ppid == me and b"serve" in argv:
-            return int(entry.name)
-    raise RuntimeError("no `messageweave serve` child found")
 
 
 def rss_kib(pid: int) -> int:
@@ -44,29 +51,111 @@ def rss_kib(pid: int) -> int:
     return int(status.split("VmRSS:")[1].split()[0])
 
 
-async def run(settle_s: float, sample_s: float) -> None:
-    with started_peers("mwr") as peers:
-        async with serve_process(peers.redis_url) as served:
-            pid = serve_pid()
-            async with httpx.AsyncClient(base_url=served.url) as http:
-                await configure(http, peer_wire(peers.cyrus, peers.emulator))
-            await asyncio.sleep(settle_s)
-            samples: list[int] = []
-            end = time.monotonic() + sample_s
-            while time.monotonic() < end:
-                samples.append(rss_kib(pid))
+@contextlib.asynccontextmanager
+async def _started(argv: list[str], env: dict[str, str], port: int,
+                   health: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`argv` as a child, until `GET health` on `port` answers (any status); stopped after."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.returncode is None, f"{argv} exited early"
+                with contextlib.suppress(httpx.HTTPError):
+                    await http.get(health, timeout=1)
+                    break
+                assert time.monotonic() < deadline, f"{argv} did not start"
                 await asyncio.sleep(0.1)
-            print(f"idle messageweave serve (configured, enabled, no traffic): "
-                  f"RSS {samples[-1] / 1024:.1f} MB, highest {max(samples) / 1024:.1f} MB "
-                  f"over {sample_s:.0f} s after {settle_s:.0f} s")
+        yield proc
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 20)
+
+
+async def _idle_rss(pid: int, settle_s: float, sample_s: float) -> tuple[float, float]:
+    """The last and the highest VmRSS (MB) sampled every 100 ms after `settle_s`."""
+    await asyncio.sleep(settle_s)
+    samples: list[int] = []
+    end = time.monotonic() + sample_s
+    while time.monotonic() < end:
+        samples.append(rss_kib(pid))
+        await asyncio.sleep(0.1)
+    return samples[-1] / 1024, max(samples) / 1024
+
+
+def _env(peers: Peers, port: int, trust: str, src: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
+    env.update(REDIS_URL=peers.redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port))
+    if trust == "certifi":
+        env.pop("SSL_CERT_FILE", None)
+        env.pop("SSL_CERT_DIR", None)  # a hashed directory is read lazily, certifi's file is not
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    return env
+
+
+async def _service(peers: Peers, command: str, trust: str, settle_s: float, sample_s: float,
+                   src: str | None = None) -> tuple[float, float]:
+    """One fresh `messageweave serve` (or `run`), configured and switched on, then idle."""
+    port = free_port()
+    argv = [console_script("messageweave"), command, "--host", "127.0.0.1"]
+    with tempfile.TemporaryDirectory(prefix="mwr-run") as data_dir:
+        if command == "run":
+            argv += ["--port", str(port), "--data-dir", data_dir]
+        async with _started(argv, _env(peers, port, trust, src), port, "/healthz") as proc:
+            extra = {"jmap_ca_pem": peers.cyrus.ca_file.read_text()} if trust == "certifi" else {}
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                await configure(http, peer_wire(peers.cyrus, peers.emulator, **extra))
+            return await _idle_rss(proc.pid, settle_s, sample_s)
+
+
+async def _bare(peers: Peers, settle_s: float, sample_s: float) -> tuple[float, float]:
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.bare", str(port)]
+    async with _started(argv, _env(peers, port, "env"), port, "/") as proc:
+        return await _idle_rss(proc.pid, settle_s, sample_s)
+
+
+def _line(label: str, rss: tuple[float, float], settle_s: float, sample_s: float) -> str:
+    return (f"{label}: RSS {rss[0]:.1f} MB, highest {rss[1]:.1f} MB over {sample_s:.0f} s "
+            f"after {settle_s:.0f} s")
+
+
+async def run(args: argparse.Namespace) -> None:
+    with started_peers("mwr") as peers:
+        serves = []
+        for n in range(args.runs):
+            serves.append(await _service(peers, "serve", args.trust, args.settle_s,
+                                         args.sample_s))
+            print(_line(f"serve run {n + 1} (trust {args.trust})", serves[-1], args.settle_s,
+                        args.sample_s), flush=True)
+        bare = await _bare(peers, args.settle_s, args.sample_s)
+        print(_line("bare (bench.bare, same server)", bare, args.settle_s, args.sample_s))
+        if args.baseline_src:
+            base = await _service(peers, "serve", args.trust, args.settle_s, args.sample_s,
+                                  src=args.baseline_src)
+            print(_line(f"baseline serve from {args.baseline_src} (trust {args.trust})", base,
+                        args.settle_s, args.sample_s))
+        if args.with_run:
+            ran = await _service(peers, "run", args.trust, args.settle_s, args.sample_s)
+            print(_line(f"messageweave run (trust {args.trust})", ran, args.settle_s,
+                        args.sample_s))
+        last = [s[0] for s in serves]
+        print(f"idle messageweave serve (configured, enabled, no traffic, trust {args.trust}): "
+              f"RSS {' / '.join(f'{v:.1f}' for v in last)} MB over {args.runs} runs; "
+              f"bare server {bare[0]:.1f} MB")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=1, help="fresh serve processes, one by one")
     parser.add_argument("--settle-s", type=float, default=5.0)
     parser.add_argument("--sample-s", type=float, default=3.0)
-    args = parser.parse_args()
-    asyncio.run(run(args.settle_s, args.sample_s))
+    parser.add_argument("--trust", choices=("env", "certifi"), default="env")
+    parser.add_argument("--with-run", action="store_true", help="also measure `messageweave run`")
+    parser.add_argument("--baseline-src", help="also measure `serve` with this package tree")
+    asyncio.run(run(parser.parse_args()))
 
 
 if __name__ == "__main__":

@@ -7,24 +7,44 @@
 - `trace`: `trace` (where is my mail?).
 
 What several of them need lives in `common`; the command modules import only that, never
-each other or this package.
+each other or this package. `serving` is what `run` and `serve` do once their options are
+parsed (the process `serve` becomes); only `serve` imports it.
 """
 
 from __future__ import annotations
 
-import typer
+import functools
+from typing import TYPE_CHECKING
 
-from messageweave.cli import mailbox, ops, pipeline, serve, trace
+if TYPE_CHECKING:
+    import typer
 
-app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
 
-serve.register(app)
-ops.register(app)
-pipeline.register(app)
-mailbox.register(app)
-trace.register(app)
+@functools.cache
+def build_app() -> typer.Typer:
+    """The Typer app with every group's commands, built once, on first use: importing this
+    package loads no Typer, so the serving process (`messageweave.cli.serving`, which
+    `messageweave serve` becomes) does not carry it (issue #14)."""
+    import typer
+
+    from messageweave.cli import mailbox, ops, pipeline, serve, trace
+
+    app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
+    serve.register(app)
+    ops.register(app)
+    pipeline.register(app)
+    mailbox.register(app)
+    trace.register(app)
+    return app
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`messageweave.cli.app` (tests drive it with Typer's `CliRunner`): `build_app()`."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """The console script `messageweave` (and `python -m messageweave.cli`)."""
-    app()
+    build_app()()

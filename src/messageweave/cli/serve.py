@@ -1,4 +1,5 @@
-"""`messageweave run` (all-in-one) and `messageweave serve` (container mode).
+"""`messageweave run` (all-in-one) and `messageweave serve` (container mode); both serve through
+`messageweave.cli.serving`, which `serve` replaces its process with.
 
 `run` checks its port before anything else (nothing printed, no Redis started when it is taken)
 and then prints where its state lives and the command that checks it; never the Redis password,
@@ -12,19 +13,16 @@ import os
 import secrets
 import shlex
 import shutil
-import signal
 import socket
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
-from messageweave import server
-from messageweave.app import create_app
 from messageweave.cli.common import console
-from messageweave.logs import add_secret_source, configure_logging
+from messageweave.cli.serving import exec_serve, handle_stop_signals, serve_app
+from messageweave.logs import add_secret_source
 from messageweave.settings import KEY_FILE, REDIS_DIR, default_data_dir, from_env
 from messageweave.store.redis import EmbeddedRedis
 
@@ -34,17 +32,6 @@ PORT_SEARCH = 100  # ports tried above a busy one for the `try --port` hint
 EXIT_PORT = 1
 
 DebugOption = Annotated[bool, typer.Option("--debug", help="Mount /debug/* (needs DEBUG_TOKEN).")]
-
-
-def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(0)
-
-
-def _handle_stop_signals() -> None:
-    """uvicorn shuts down gracefully, then re-raises the signal it caught to the handler that
-    was there before it: this one, so `finally` blocks (the embedded Redis) still run."""
-    signal.signal(signal.SIGTERM, _exit_cleanly)
-    signal.signal(signal.SIGINT, _exit_cleanly)
 
 
 def load_or_create_key(data_dir: Path) -> tuple[str, bool]:
@@ -144,7 +131,7 @@ def run(
     env = dict(os.environ)
     bind_port = port if port is not None else from_env(env).port
     _refuse_busy_port(host, bind_port)
-    _handle_stop_signals()
+    handle_stop_signals()
     directory = (data_dir or default_data_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     embedded: EmbeddedRedis | None = None
@@ -166,8 +153,7 @@ def run(
                 f"stored in {directory / KEY_FILE}):\n\n  {env['CONFIG_ENCRYPTION_KEY']}\n"
             )
         _print_locations(directory, embedded, key_from_env, url)
-        configure_logging()
-        server.serve(create_app(settings), host, bind_port)
+        serve_app(settings, host, bind_port)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -181,10 +167,7 @@ def serve(
 
     Example: messageweave serve --host 127.0.0.1 (REDIS_URL, CONFIG_ENCRYPTION_KEY set)
     """
-    _handle_stop_signals()
-    settings = from_env(debug_flag=debug)
-    configure_logging()
-    server.serve(create_app(settings), host, settings.port)
+    exec_serve(host, debug)  # the serving process carries no Typer (`messageweave.cli.serving`)
 
 
 def register(app: typer.Typer) -> None:

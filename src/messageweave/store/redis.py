@@ -21,7 +21,7 @@ requires a password generated on first start. Both are found from the data direc
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import os
 import secrets
 import shutil
@@ -30,6 +30,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -91,10 +92,20 @@ def redis_server_binary() -> str:
     return found
 
 
+@functools.cache
+def _prctl() -> Callable[..., int]:
+    """libc's `prctl`, through ctypes imported on first use: only a process that starts a child
+    needs it, and `serve` never does (issue #14: idle RSS)."""
+    import ctypes
+
+    prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    return prctl
+
+
 def die_with_parent() -> None:
-    """`preexec_fn` for child processes: SIGTERM them when this process dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """`preexec_fn` for child processes: SIGTERM them when this process dies. Call `_prctl()`
+    before forking, so the child only makes the call (no import or dlopen between fork and exec)."""
+    _prctl()(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _private_child() -> None:
@@ -278,6 +289,7 @@ class EmbeddedRedis:
             "--pidfile", str(self.pidfile),
             "--logfile", str(self.data_dir / "redis.log"),
         ]
+        _prctl()  # resolved here, in the parent (see `die_with_parent`)
         self.proc = subprocess.Popen(
             # stdout only ever gets "Reading config from stdin": the log file has the rest
             cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, preexec_fn=_private_child

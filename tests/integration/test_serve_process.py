@@ -1,0 +1,46 @@
+"""`messageweave serve` replaces its process with the lean serving interpreter
+(`messageweave.cli.serving`), keeping its pid, environment and options."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import ADMIN_KEY, console_script, free_port, wait_healthy
+
+DEBUG_TOKEN = "debug-token-for-the-exec-test-0123456789"
+
+
+def test_serve_serves_from_the_serving_interpreter_with_its_pid_and_options(
+    embedded_redis_url: str,
+) -> None:
+    """Bug (issue #14): `serve` served from the process that parsed its options, which kept
+    Typer and every command module (~1.8 MB of idle RSS). The exec must keep what a container
+    relies on: the pid its signals go to, the environment, `--host` and `--debug`, exit 0 on
+    SIGTERM; and `-P`, so the working directory does not shadow the installed package."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
+    env.update(REDIS_URL=embedded_redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port),
+               DEBUG_TOKEN=DEBUG_TOKEN)
+    proc = subprocess.Popen(
+        [console_script("messageweave"), "serve", "--host", "127.0.0.1", "--debug"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        assert argv[1:] == ["-P", "-m", "messageweave.cli.serving", "serve", "--host",
+                            "127.0.0.1", "--debug"]
+        debug = httpx.get(url + "/debug/ping", timeout=5,
+                          headers={"Authorization": f"Bearer {DEBUG_TOKEN}"})
+        assert debug.status_code == 200, debug.text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=20)[0]
+    assert proc.returncode == 0, output
+    assert '"message": "GET /healthz 200"' in output  # the child's own JSON log lines
