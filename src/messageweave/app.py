@@ -16,6 +16,7 @@ from messageweave.api import auditor as auditor_api
 from messageweave.api import logs as logs_api
 from messageweave.api import metrics as metrics_api
 from messageweave.api import openapi as openapi_api
+from messageweave.api import rules as rules_api
 from messageweave.api import trace as trace_api
 from messageweave.api.headers import SecurityHeaders
 from messageweave.api.throttle import ClientAddressPolicy
@@ -98,7 +99,7 @@ def create_app(settings: Settings) -> ASGIApp:
     # the one Telegram calls for every message (issue #14).
     routers = [delivery.router, ops.router, admin.router, mailbox.router, telegram_admin.router,
                logs_api.router, metrics_api.router, auditor_api.router, openapi_api.router,
-               trace_api.router, static.router]
+               trace_api.router, rules_api.router, static.router]
     if settings.debug_enabled:
         routers.append(debug.router)
     _include(app, routers)

@@ -236,3 +236,29 @@ async def test_warnings_never_contain_credentials(client: httpx.AsyncClient) -> 
     response = await first_save(client, jmap_session_url="https://127.0.0.1:1/x")
     text = json.dumps(response.json()["warnings"])
     assert "jmap-password-SECRET" not in text
+
+
+async def test_a_rule_error_names_its_field_and_never_echoes_a_line_break(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis
+) -> None:
+    """Catches a rule's unknown key echoed into the `x-config-error` header: a key holding a
+    line break would split the header (header injection), and one in Chinese would drop it."""
+    await first_save(client)
+    before = await snapshot(redis_client)
+    for key in ("x\r\nSet-Cookie: a=b", "x\nX-Evil: 1", "名字"):
+        response = await client.put(
+            "/api/business-config", headers=await login(client),
+            json={"notify_rules": [{"name": "n", key: 1}]})
+        assert_envelope(response, 422, "invalid_configuration")
+        header = response.headers["x-config-error"]
+        assert header == "NOTIFY_RULES[0] has an unknown field", header
+        assert "set-cookie" not in response.headers and "x-evil" not in response.headers
+    response = await client.put(
+        "/api/business-config", headers=await login(client),
+        json={"notify_rules": [{"name": "n", "colour": "red"}]})
+    assert response.headers["x-config-error"] == "NOTIFY_RULES[0] has an unknown field: colour"
+    response = await client.put(
+        "/api/business-config", headers=await login(client),
+        json={"notify_rules": [{"name": "n", "chat_id": 999}]})
+    assert response.headers["x-config-error"] == "NOTIFY_RULES[0].chat_id must be in CHAT_ALLOWLIST"
+    assert await snapshot(redis_client) == before

@@ -69,6 +69,18 @@ class Delivery:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Pressed:
+    """What happened to a simulated button press (a `callback_query` update): like `Delivery`,
+    with the query's id, which the bot must answer (answerCallbackQuery)."""
+
+    update_id: int
+    callback_id: str
+    queued: bool
+    status: int | None = None
+    error: str | None = None
+
+
 class TelegramEmulator:
     """A running emulator process and its control API. Create with `TelegramEmulator.start()`."""
 
@@ -199,6 +211,48 @@ class TelegramEmulator:
             status=None if delivery is None else delivery.get("status"),
             error=None if delivery is None else delivery.get("error"),
         )
+
+    async def press_button(
+        self,
+        token: str,
+        chat_id: int,
+        message_id: int | None,
+        data: str,
+        *,
+        from_id: int | None = None,
+    ) -> Pressed:
+        """Play the human pressing a button under the bot's message `message_id` in `chat_id`
+        (None: a press without a message). `data` is sent as is, as a modified client could,
+        so a test can forge one. Returns after the webhook answered, like `send_user_message`.
+        """
+        body: dict[str, Any] = {"token": token, "chat_id": chat_id, "data": data}
+        if message_id is not None:
+            body["message_id"] = message_id
+        if from_id is not None:
+            body["from_id"] = from_id
+        result = await self._control("/control/callback", body)
+        delivery = result["delivery"]
+        return Pressed(
+            update_id=int(result["update_id"]),
+            callback_id=str(result["callback_id"]),
+            queued=delivery is None,
+            status=None if delivery is None else delivery.get("status"),
+            error=None if delivery is None else delivery.get("error"),
+        )
+
+    async def callback_answers(self, token: str) -> list[dict[str, Any]]:
+        """The bot's answerCallbackQuery calls: callback_query_id, text (or None), show_alert."""
+        return list(await self._control("/control/callbackAnswers", {"token": token}))
+
+    async def wait_for_answers(self, token: str, count: int = 1,
+                               timeout_s: float = 8.0) -> list[dict[str, Any]]:
+        """Poll until the bot answered at least `count` presses; return every answer."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answers = await self.callback_answers(token)
+            if len(answers) >= count or time.monotonic() >= deadline:
+                return answers
+            await asyncio.sleep(0.05)
 
     async def fail(
         self,

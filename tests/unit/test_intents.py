@@ -1,8 +1,14 @@
-"""`parse_intent`: every example of inventory §5.1/§5.2, the documented quirks, and SPEC C.6."""
+"""`parse_intent`: every example of inventory §5.1/§5.2, the documented quirks, SPEC C.6, and the
+English consent phrases of issue #16."""
 
 import pytest
 
 from messageweave.chat.intents import (
+    LABEL_ONE_HOUR,
+    LABEL_ONE_HOUR_TEMPORARY,
+    LABEL_SEVEN_DAYS,
+    LABEL_TODAY,
+    LABEL_UNTIL_REVOKED,
     GrantConsent,
     Help,
     Intent,
@@ -14,11 +20,11 @@ from messageweave.chat.intents import (
     parse_intent,
 )
 
-HOUR_TEMP = GrantConsent(3600, "临时1小时")
-HOUR = GrantConsent(3600, "1小时")
-TODAY = GrantConsent(86400, "今天")
-WEEK = GrantConsent(604800, "7天")
-UNTIL_REVOKED = GrantConsent(31536000, "直到撤销（最长365天）")
+HOUR_TEMP = GrantConsent(3600, LABEL_ONE_HOUR_TEMPORARY)
+HOUR = GrantConsent(3600, LABEL_ONE_HOUR)
+TODAY = GrantConsent(86400, LABEL_TODAY)
+WEEK = GrantConsent(604800, LABEL_SEVEN_DAYS)
+UNTIL_REVOKED = GrantConsent(31536000, LABEL_UNTIL_REVOKED)
 
 CASES: list[tuple[str, Intent]] = [
     # 1. help: exact slash/word forms (ASCII case-insensitive, trimmed), or 帮助 / 怎么用 anywhere
@@ -102,7 +108,49 @@ CASES: list[tuple[str, Intent]] = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), CASES)
+# Issue #16: the English phrases, whatever bot_language says; the whole message only, any case,
+# any run of whitespace.
+ENGLISH: list[tuple[str, Intent]] = [
+    ("once", HOUR_TEMP),
+    ("Just once", HOUR_TEMP),
+    ("temporary", HOUR_TEMP),
+    ("1 hour", HOUR),
+    ("  One   Hour ", HOUR),
+    ("enable AI", HOUR),
+    ("allow ai", HOUR),
+    ("allow summaries", HOUR),
+    ("today", TODAY),
+    ("TODAY", TODAY),
+    ("7 days", WEEK),
+    ("seven\tdays", WEEK),
+    ("1 week", WEEK),
+    ("one week", WEEK),
+    ("until I revoke", UNTIL_REVOKED),
+    ("Until revoked", UNTIL_REVOKED),
+    ("long term", UNTIL_REVOKED),
+    ("long-term", UNTIL_REVOKED),
+    ("revoke", RevokeConsent()),
+    ("Revoke consent", RevokeConsent()),
+    ("stop summaries", RevokeConsent()),
+    ("disable AI", RevokeConsent()),
+    ("turn off ai", RevokeConsent()),
+    # Not a grant: an English phrase inside a sentence or a word (an accidental grant would send
+    # mail text to the model).
+    ("concept", Unknown()),
+    ("once upon a time", Unknown()),
+    ("what did i get today?", Unknown()),
+    ("today.", Unknown()),
+    ("1 hours", Unknown()),
+    ("/summary today", Summary("today")),  # a command first: "today" is its email id
+    ("please revoke", Unknown()),
+    ("irrevocable", Unknown()),
+    # the Chinese phrases keep their substring rules next to the English ones
+    ("today 今天", TODAY),
+    ("revoke 撤销授权", RevokeConsent()),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES + ENGLISH)
 def test_parse_intent(text: str, expected: Intent) -> None:
     assert parse_intent(text) == expected
 

@@ -49,7 +49,9 @@ CONFIG_ERROR_HEADER = "x-config-error"
 
 
 def invalid_configuration(message: str | None = None) -> ApiError:
-    headers = {CONFIG_ERROR_HEADER: message} if message and message.isascii() else None
+    # Printable ASCII only: a header value must hold no control character (no CR/LF).
+    safe = message is not None and message.isascii() and message.isprintable()
+    headers = {CONFIG_ERROR_HEADER: message} if message and safe else None
     return ApiError(422, "invalid_configuration", headers=headers)
 
 

@@ -42,7 +42,8 @@ DEFAULT_DLQ_LIMIT = 50
 @router.post("/webhook/tg")
 async def telegram_webhook(request: Request) -> Response:
     """401 for a wrong secret before anything else; then 503 while switched off, whatever the
-    body; then 400/403 for the body; else 204, a redelivered update included. An accepted
+    body; then 400/403 for the body; else 204, a redelivered update included. A message and a
+    button press (`callback_query`, issue #16) take the same way to the worker. An accepted
     update costs one Redis round trip (`enqueue_update_if_enabled`): the switch is checked in
     it, and read separately only to answer a body that is refused. A refused chat costs one
     more write: it is remembered for the admin page (`GET /api/telegram/refused-chats`)."""

@@ -166,7 +166,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
             "type": "object",
             "required": ["update_id"],
             "properties": {"update_id": {"type": "integer", "minimum": 0},
-                           "message": {"type": "object"}},
+                           "message": {"type": "object"},
+                           "callback_query": {"type": "object"}},
         }),
     },
     ("post", "/worker"): {"requestBody": _body(
@@ -185,6 +186,11 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         {**_query("q", {"type": "string", "minLength": 1, "maxLength": MAX_QUERY}),
          "required": True}]},
     ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"})]},
+    ("post", "/api/rules/dry-run"): {"requestBody": _body({
+        "type": "object",
+        "properties": {name: _wire_field(name) for name in ("notify_rules", "quiet_hours")},
+        "additionalProperties": False,
+    }, required=False)},
     ("post", "/api/telegram/register-webhook"): {"requestBody": _body(_CALLBACK)},
     ("post", "/api/push/register"): {"requestBody": _body(_CALLBACK)},
     ("post", "/api/push/disable"): {"requestBody": _body(_CALLBACK)},

@@ -33,7 +33,8 @@ async def post_register_webhook(request: Request) -> JSONResponse:
         raise service_unavailable()
     try:
         registered = await register_webhook(
-            runtime.telegram, url, runtime.config.telegram_webhook_secret
+            runtime.telegram, url, runtime.config.telegram_webhook_secret,
+            runtime.config.bot_language,
         )
     except TelegramSendError as exc:
         log.warning("webhook registration refused: %s", exc.failure_class)

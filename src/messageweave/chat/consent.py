@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from messageweave.chat import replies
 from messageweave.chat.intents import GrantConsent
+from messageweave.config.features import BotLanguage
 from messageweave.store import consent
 from messageweave.store.redis import Redis
 
 
-async def grant(redis: Redis, chat_id: int, intent: GrantConsent, now: float) -> str:
+async def grant(
+    redis: Redis, chat_id: int, intent: GrantConsent, now: float, language: BotLanguage
+) -> str:
     expires_at = await consent.grant(redis, chat_id, intent.ttl_s, now)
-    return replies.consent_granted(intent.label, expires_at)
+    return replies.consent_granted(language, intent.label_key, expires_at)
 
 
-async def revoke(redis: Redis, chat_id: int) -> str:
+async def revoke(redis: Redis, chat_id: int, language: BotLanguage) -> str:
     await consent.revoke(redis, chat_id)
-    return replies.CONSENT_REVOKED
+    return replies.texts(language)["consent_revoked"]

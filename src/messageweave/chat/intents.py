@@ -4,6 +4,10 @@ The order and the triggers are the contract, quirks included: consent phrases ar
 (`今天的邮件摘要 e1` grants consent for today), 搜索/查找/检索 only count as a prefix, and
 `/search` must be followed by whitespace or nothing. The one correction: a `/summary` email id
 keeps its case (JMAP ids are case-sensitive).
+
+The English consent phrases (issue #16) are accepted whatever `bot_language` says, but only as
+the whole message: as substrings they would hide in ordinary words (`once` in `concept`) and
+sentences (`today's mail`), and an accidental grant sends mail text to the model.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ class Search:
 @dataclass(frozen=True)
 class GrantConsent:
     ttl_s: int
-    label: str
+    label_key: str  # the duration's name in `chat.replies` (`label_today`, ...)
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,11 @@ class Unknown:
 
 Intent = Help | Search | GrantConsent | RevokeConsent | Summary | MissingEmailId | Unknown
 
-LABEL_ONE_HOUR_TEMPORARY = "临时1小时"
-LABEL_ONE_HOUR = "1小时"
-LABEL_TODAY = "今天"
-LABEL_SEVEN_DAYS = "7天"
-LABEL_UNTIL_REVOKED = "直到撤销（最长365天）"
+LABEL_ONE_HOUR_TEMPORARY = "label_one_hour_temporary"
+LABEL_ONE_HOUR = "label_one_hour"
+LABEL_TODAY = "label_today"
+LABEL_SEVEN_DAYS = "label_seven_days"
+LABEL_UNTIL_REVOKED = "label_until_revoked"
 
 # (substrings of the lowercased text, TTL, label), checked in this order (rule 4).
 _CONSENT_PHRASES: tuple[tuple[tuple[str, ...], int, str], ...] = (
@@ -68,6 +72,21 @@ _AI_ON_EXACT = ("/ai on", "/ai yes")
 _AI_ON_PHRASES = ("开启 ai", "同意摘要", "允许 ai")
 _AI_OFF_EXACT = ("/ai off",)
 _AI_OFF_PHRASES = ("关闭 ai", "撤销授权", "停止摘要")
+# English, the whole message (lowercased, runs of whitespace as one space); the same durations
+# and labels as the Chinese phrases they translate.
+_EN_CONSENT: dict[str, tuple[int, str]] = {
+    **dict.fromkeys(("once", "just once", "temporary"),
+                    (keys.CONSENT_AI_TTL_HOUR_S, LABEL_ONE_HOUR_TEMPORARY)),
+    **dict.fromkeys(("1 hour", "one hour", "enable ai", "allow ai", "allow summaries"),
+                    (keys.CONSENT_AI_TTL_HOUR_S, LABEL_ONE_HOUR)),
+    "today": (keys.CONSENT_AI_TTL_DAY_S, LABEL_TODAY),
+    **dict.fromkeys(("7 days", "seven days", "1 week", "one week"),
+                    (keys.CONSENT_AI_TTL_WEEK_S, LABEL_SEVEN_DAYS)),
+    **dict.fromkeys(("until i revoke", "until revoked", "long term", "long-term"),
+                    (keys.CONSENT_AI_TTL_MAX_S, LABEL_UNTIL_REVOKED)),
+}
+_EN_REVOKE = frozenset(("revoke", "revoke consent", "stop summaries", "disable ai",
+                        "turn off ai"))
 _HELP_EXACT = ("/help", "help")
 _HELP_PHRASES = ("帮助", "怎么用")
 _SEARCH_COMMAND = "/search"
@@ -113,6 +132,11 @@ def parse_intent(text: str) -> Intent:
     for prefix in _SEARCH_PREFIXES:
         if raw.startswith(prefix):
             return Search(raw[len(prefix):].strip())
+    english = " ".join(t.split())
+    if english in _EN_CONSENT:
+        return GrantConsent(*_EN_CONSENT[english])
+    if english in _EN_REVOKE:
+        return RevokeConsent()
     for phrases, ttl_s, label in _CONSENT_PHRASES:
         if _contains_any(t, phrases):
             return GrantConsent(ttl_s, label)

@@ -1,52 +1,183 @@
-"""Every user-visible string the bot sends, in one place (inventory §5.2)."""
+"""Every user-visible string the bot sends, one table per language (inventory §5.2, issue #16).
+
+`ZH` is the contract's text byte for byte; `EN` says the same in English. Both tables have the
+same keys and the same `{placeholders}` (tests/unit/test_replies.py checks it), so a reply is
+`texts(cfg.bot_language)[key].format(...)` wherever it is sent. Plain dicts, so a feature's
+strings can be folded in as more keys.
+"""
 
 from __future__ import annotations
 
-HELP = (
-    "使用说明：\n"
-    "邮件到达后会先发送发件人、主题和时间等元数据通知。\n"
-    "\n"
-    "授权示例（请按原文中文输入，不支持英文别名）：\n"
-    "1小时：/ai on、临时一次、临时、一次\n"
-    "今天：今天\n"
-    "7天：7天\n"
-    "直到我撤销（最长365天）：直到我撤销、长期\n"
-    "撤销授权：/ai off、关闭 ai、撤销授权、停止摘要\n"
-    "/summary <email_id>：请求指定邮件摘要；未授权或授权到期时只返回元数据并提示重新授权。\n"
-    "/search <关键词>：搜索邮件主题与正文，返回带高亮片段的匹配列表（最多 10 条）。\n"
-    "/help（或 help）：显示本说明。\n"
-    "\n"
-    "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
-    "正文和 AI 结果不会持久化，也不会写入日志。\n"
-    "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。"
-)
+from collections.abc import Mapping
 
-CONSENT_GRANTED = (
-    "AI摘要授权已开启：{label}，到期时间 Unix {expires_at}；仍需使用 /summary <email_id> 请求"
-)
-CONSENT_REVOKED = "AI摘要授权已撤销"
-MISSING_EMAIL_ID = "请提供邮件 ID，例如：摘要 e-123"
-SUMMARY_WITHOUT_CONSENT = (
-    "{sender} — {subject}\n授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
-)
-# Not in the original (it sent an empty message, which Telegram refuses): mail without text.
-SUMMARY_NO_TEXT = "（这封邮件没有文本正文）"
+from messageweave.config.features import BotLanguage
 
-SEARCH_EMPTY_QUERY = "请提供搜索关键词，例如：/search 发票"
-SEARCH_QUERY_TOO_LONG = "搜索关键词太长了（最多 {limit} 个字符），请缩短后再试。"
-SEARCH_NO_HITS = "没有找到匹配「{query}」的邮件。"
-SEARCH_HEADER = "搜索「{query}」：共 {count} 封匹配邮件"
-SEARCH_NO_SNIPPETS = "（高亮片段暂不可用，以下为匹配的邮件 ID）"
-SEARCH_NO_SUBJECT = "（无主题）"
-SEARCH_ID_LINE = "- {email_id}"
-SEARCH_HIT_LINE = "- {subject}（{email_id}）"
-SEARCH_PREVIEW_LINE = "  {preview}"
+# The same in every language: what `truncate` appends to a cut subject or preview.
 ELLIPSIS = "…"
 
+ZH: dict[str, str] = {
+    "help": (
+        "使用说明：\n"
+        "邮件到达后会先发送发件人、主题和时间等元数据通知。\n"
+        "\n"
+        "授权示例（请按原文中文输入，不支持英文别名）：\n"
+        "1小时：/ai on、临时一次、临时、一次\n"
+        "今天：今天\n"
+        "7天：7天\n"
+        "直到我撤销（最长365天）：直到我撤销、长期\n"
+        "撤销授权：/ai off、关闭 ai、撤销授权、停止摘要\n"
+        "/summary <email_id>：请求指定邮件摘要；未授权或授权到期时只返回元数据并提示重新授权。\n"
+        "/search <关键词>：搜索邮件主题与正文，返回带高亮片段的匹配列表（最多 10 条）。\n"
+        "/help（或 help）：显示本说明。\n"
+        "\n"
+        "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
+        "正文和 AI 结果不会持久化，也不会写入日志。\n"
+        "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。"
+    ),
+    "consent_granted": (
+        "AI摘要授权已开启：{label}，到期时间 Unix {expires_at}；仍需使用 /summary <email_id> 请求"
+    ),
+    "consent_revoked": "AI摘要授权已撤销",
+    # The labels of `chat.intents.GrantConsent.label_key`.
+    "label_one_hour_temporary": "临时1小时",
+    "label_one_hour": "1小时",
+    "label_today": "今天",
+    "label_seven_days": "7天",
+    "label_until_revoked": "直到撤销（最长365天）",
+    "missing_email_id": "请提供邮件 ID，例如：摘要 e-123",
+    "summary_without_consent": (
+        "{sender} — {subject}\n授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+    ),
+    # Not in the original (it sent an empty message, which Telegram refuses): mail without text.
+    "summary_no_text": "（这封邮件没有文本正文）",
+    "search_empty_query": "请提供搜索关键词，例如：/search 发票",
+    "search_query_too_long": "搜索关键词太长了（最多 {limit} 个字符），请缩短后再试。",
+    "search_no_hits": "没有找到匹配「{query}」的邮件。",
+    "search_header": "搜索「{query}」：共 {count} 封匹配邮件",
+    "search_no_snippets": "（高亮片段暂不可用，以下为匹配的邮件 ID）",
+    "search_no_subject": "（无主题）",
+    "search_id_line": "- {email_id}",
+    "search_hit_line": "- {subject}（{email_id}）",
+    "search_preview_line": "  {preview}",
+    # The command menu (setMyCommands, `chat.webhook_setup`).
+    "command_help": "使用说明",
+    "command_search": "搜索邮件：/search <关键词>",
+    "command_summary": "邮件摘要：/summary <email_id>",
+    "command_ai": "AI 摘要授权：/ai on 或 /ai off",
+    # The buttons under a notification and the notices of a press (`pipeline.buttons`).
+    "button_summary": "摘要",
+    "button_read": "标为已读",
+    "button_archive": "归档",
+    "button_read_done": "✓ 已读",
+    "button_archive_done": "✓ 已归档",
+    "notice_read": "已标为已读",
+    "notice_archive": "已归档",
+    "notice_already": "已经处理过了",
+    "notice_busy": "正在处理，请稍候",
+    "notice_invalid": "这个按钮已失效",
+    "notice_gone": "邮箱里已没有这封邮件",
+    "notice_failed": "邮件服务器拒绝了这个操作",
+    "notice_retry": "暂时连不上邮件服务器，稍后会自动重试",
+    # The backlog digest (`pipeline.digest`).
+    "digest_header": "新邮件汇总：共 {count} 封",
+    "digest_line": "{sender} — {subject}",
+    "digest_more": "……还有 {count} 封",
+    "digest_unknown_sender": "（未知发件人）",
+    "digest_no_subject": "（无主题）",
+    "digest_gone": "一封新邮件已不在邮箱中：{email_id}",
+}
 
-def consent_granted(label: str, expires_at: int) -> str:
-    return CONSENT_GRANTED.format(label=label, expires_at=expires_at)
+EN: dict[str, str] = {
+    "help": (
+        "How to use:\n"
+        "When a mail arrives, you first get a notification with its sender, subject and time.\n"
+        "\n"
+        "Consent for AI summaries (type one of these; the Chinese phrases work too):\n"
+        "1 hour: /ai on, once, 1 hour\n"
+        "Today: today\n"
+        "7 days: 7 days\n"
+        "Until I revoke (at most 365 days): until I revoke, long term\n"
+        "Revoke: /ai off, revoke, stop summaries\n"
+        "/summary <email_id>: summarize one mail; without valid consent you get only its "
+        "sender and subject and a hint to consent again.\n"
+        "/search <words>: search the subject and body of your mail; lists up to 10 matches "
+        "with highlighted snippets.\n"
+        "/help (or help): show this text.\n"
+        "\n"
+        "Privacy: AI is off by default; a mail's text is sent to the model only after you turn "
+        "it on; consent expires and is never renewed by itself; mail text and AI results are "
+        "never stored or logged.\n"
+        "Without an AI model, or when it fails, you get the beginning of the mail instead."
+    ),
+    "consent_granted": (
+        "AI summaries are on: {label}, until Unix {expires_at}. "
+        "Ask for each one with /summary <email_id>"
+    ),
+    "consent_revoked": "AI summary consent revoked",
+    "label_one_hour_temporary": "1 hour (one-off)",
+    "label_one_hour": "1 hour",
+    "label_today": "today",
+    "label_seven_days": "7 days",
+    "label_until_revoked": "until revoked (at most 365 days)",
+    "missing_email_id": "Please give an email id, e.g. /summary e-123",
+    "summary_without_consent": (
+        "{sender} — {subject}\nNo valid consent (expired or never given); for an AI summary, "
+        "choose a consent period again."
+    ),
+    "summary_no_text": "(This mail has no text body)",
+    "search_empty_query": "Please give search words, e.g. /search invoice",
+    "search_query_too_long": (
+        "The search is too long (at most {limit} characters); please shorten it."
+    ),
+    "search_no_hits": "No mail matches \"{query}\".",
+    "search_header": "Search \"{query}\": {count} matching mail(s)",
+    "search_no_snippets": "(Highlighted snippets are not available; the matching email ids:)",
+    "search_no_subject": "(no subject)",
+    "search_id_line": "- {email_id}",
+    "search_hit_line": "- {subject} ({email_id})",
+    "search_preview_line": "  {preview}",
+    "command_help": "How to use",
+    "command_search": "Search mail: /search <words>",
+    "command_summary": "Summarize a mail: /summary <email_id>",
+    "command_ai": "AI summary consent: /ai on or /ai off",
+    # The buttons under a notification and the notices of a press (`pipeline.buttons`).
+    "button_summary": "Summary",
+    "button_read": "Mark read",
+    "button_archive": "Archive",
+    "button_read_done": "✓ Read",
+    "button_archive_done": "✓ Archived",
+    "notice_read": "Marked as read",
+    "notice_archive": "Archived",
+    "notice_already": "Already done",
+    "notice_busy": "Working on it",
+    "notice_invalid": "This button is no longer valid",
+    "notice_gone": "This mail is no longer in the mailbox",
+    "notice_failed": "The mail server refused this",
+    "notice_retry": "The mail server is unreachable; this will be retried",
+    # The backlog digest (`pipeline.digest`).
+    "digest_header": "New mail digest: {count} mails",
+    "digest_line": "{sender} — {subject}",
+    "digest_more": "… and {count} more",
+    "digest_unknown_sender": "(unknown sender)",
+    "digest_no_subject": "(no subject)",
+    "digest_gone": "A new mail is no longer in the mailbox: {email_id}",
+}
+
+TEXTS: dict[BotLanguage, dict[str, str]] = {"zh": ZH, "en": EN}
 
 
-def summary_without_consent(sender: str | None, subject: str | None) -> str:
-    return SUMMARY_WITHOUT_CONSENT.format(sender=sender or "", subject=subject or "")
+def texts(language: BotLanguage) -> Mapping[str, str]:
+    """The table of `bot_language`."""
+    return TEXTS[language]
+
+
+def consent_granted(language: BotLanguage, label_key: str, expires_at: int) -> str:
+    table = texts(language)
+    return table["consent_granted"].format(label=table[label_key], expires_at=expires_at)
+
+
+def summary_without_consent(
+    language: BotLanguage, sender: str | None, subject: str | None
+) -> str:
+    return texts(language)["summary_without_consent"].format(
+        sender=sender or "", subject=subject or "")

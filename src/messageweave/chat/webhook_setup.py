@@ -5,15 +5,20 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from messageweave.chat import replies
 from messageweave.chat.telegram import TelegramClient
+from messageweave.config.features import BotLanguage
 
-ALLOWED_UPDATES = ("message",)
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("help", "使用说明"),
-    ("search", "搜索邮件：/search <关键词>"),
-    ("summary", "邮件摘要：/summary <email_id>"),
-    ("ai", "AI 摘要授权：/ai on 或 /ai off"),
-)
+# Messages, and the presses of the buttons under notifications (issue #16).
+ALLOWED_UPDATES = ("message", "callback_query")
+# The menu's commands; their descriptions are `command_<name>` in `chat.replies`.
+COMMANDS: tuple[str, ...] = ("help", "search", "summary", "ai")
+
+
+def commands(language: BotLanguage) -> tuple[tuple[str, str], ...]:
+    """The command menu in `bot_language`."""
+    table = replies.texts(language)
+    return tuple((name, table[f"command_{name}"]) for name in COMMANDS)
 
 
 def webhook_url_of(body: dict[str, Any]) -> str | None:
@@ -31,11 +36,14 @@ def webhook_url_of(body: dict[str, Any]) -> str | None:
     return url if valid else None
 
 
-async def register_webhook(telegram: TelegramClient, url: str, secret: str) -> str:
-    """setWebhook + setMyCommands; returns the URL Telegram now has (getWebhookInfo).
+async def register_webhook(
+    telegram: TelegramClient, url: str, secret: str, language: BotLanguage
+) -> str:
+    """setWebhook + setMyCommands (the menu in `language`); returns the URL Telegram now has
+    (getWebhookInfo).
 
     Raises `TelegramSendError` when Telegram refuses any of the three calls.
     """
     await telegram.set_webhook(url, secret_token=secret, allowed_updates=ALLOWED_UPDATES)
-    await telegram.set_my_commands(COMMANDS)
+    await telegram.set_my_commands(commands(language))
     return await telegram.get_webhook_info()

@@ -44,7 +44,8 @@ async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> 
         total = Progress()
         for _ in range(1 if once else max_passes):
             result = await reconcile(svc.redis, client, cfg.notify_mailbox_roles,
-                                     budget=Budget(), on_progress=show)
+                                     budget=Budget(), on_progress=show,
+                                     digest_threshold=cfg.digest_threshold)
             total.emails += result.emails
             total.enqueued += result.enqueued
             total.pages += result.pages

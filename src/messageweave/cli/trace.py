@@ -35,6 +35,7 @@ _STATUS = {
     "skipped": "muted by a rule", "in_flight": "sending now", "retry_due": "waiting to retry",
     "queued": "queued", "lost": "lost (the gap audit re-enqueues it)", "seen": "seen",
     "not_notified": "not notified", "not_seen": "not seen",
+    "left_out": "left out of its digest (no longer in the mailbox)",
 }
 
 
@@ -60,6 +61,12 @@ def _step_text(step: dict[str, Any]) -> str:
         return f"attempt: {', '.join(parts)}{tail}"
     if name == "delivered":
         ids = " ".join(map(str, step.get("message_ids") or [])) or "—"
+        digest = step.get("digest")
+        if isinstance(digest, dict):  # a backlog digest entry (issue #16)
+            what = (f"a digest of {digest['mails']} mails" if digest.get("summary")
+                    else "its own notification")
+            return (f"delivered in digest entry {step['entry_id']}, message "
+                    f"{digest['message']} of {digest['of']} ({what}): Telegram message {ids}")
         return f"delivered: Telegram message {ids}"
     if name == "dead_letter":
         where = f"in the DLQ as {step['dlq_id']}" if step.get("in_dlq") else "no longer in the DLQ"
@@ -76,6 +83,10 @@ def _step_text(step: dict[str, Any]) -> str:
         return f"being sent by {step.get('consumer')}"
     if name == "queued":
         return "queued, read by a worker" if step.get("read") else "queued, not read yet"
+    if name == "skipped" and step.get("rule"):
+        return f"muted by rule {step['rule']}"
+    if name == "left_out":
+        return f"left out of digest entry {step['entry_id']}: no longer in the mailbox"
     others = {"unknown": "outcome unknown: not resent", "skipped": "muted by a rule",
               "lost": "entry gone without a terminal record"}
     return others.get(str(name), str(name))

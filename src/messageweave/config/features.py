@@ -32,6 +32,7 @@ DIGEST_SUGGESTED = 10
 _RULE_KEYS = frozenset({"name", "from", "subject", "mailbox_role", "action", "chat_id",
                         "thread_id", "silent"})
 _CLOCK = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_]{1,40}")
 _ADDRESS = re.compile(r"<([^<>]*)>\s*$")
 
 
@@ -156,7 +157,9 @@ def _rule(index: int, obj: object) -> NotifyRule:
         raise FeatureInvalid(f"{where} must be an object")
     unknown = sorted(set(obj) - _RULE_KEYS)
     if unknown:
-        raise FeatureInvalid(f"{where} has an unknown field: {unknown[0][:40]}")
+        # Echoed (into a header too) only when it is a plain identifier: never a line break.
+        shown = unknown[0] if _IDENTIFIER.fullmatch(unknown[0]) else None
+        raise FeatureInvalid(f"{where} has an unknown field" + (f": {shown}" if shown else ""))
     if "name" not in obj:
         raise FeatureInvalid(f"{where}.name is required")
     name = _text(f"{where}.name", obj["name"], MAX_RULE_NAME_CHARS)

@@ -19,6 +19,16 @@ the lock: a lost lease aborts the pass without moving the cursor. A page is enqu
 round trip (`enqueue_new_mails`: per mail the atomic dedup claim + XADD), so a page replayed
 after a crash enqueues nothing twice.
 
+**Backlog digest** (`digest_threshold` > 0, issue #16): the pass holds the ids of its new mails
+instead of enqueuing them page by page, and holds back the cursor with them (never saved past a
+mail not enqueued yet: a crash replays those pages). At the end of the pass (or when a budget
+cuts it), more than `digest_threshold` held mails go out as digest entries
+(`enqueue_digest`: one entry, each mail's claim naming it, in one script), fewer one entry per
+mail as without the digest; then the cursor is saved. A pass holds at most
+2 × `DIGEST_MAX_IDS` ids: beyond that it enqueues a full digest entry and goes on, and it ends
+by splitting what it holds in two, so every entry of a split pass holds more than
+`DIGEST_THRESHOLD_MAX` mails. The worker then groups each entry's mails by chat (`pipeline.digest`).
+
 A pass holds one page at a time (one request: Email/changes with the Email/get of its `created`
 ids, only `mailboxIds`), never a list of the whole mailbox, so a catch-up over 100,000 mails
 runs in the memory of one page.
@@ -54,7 +64,9 @@ from messageweave.mail.jmap import (
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.mailbox import (
+    DIGEST_MAX_IDS,
     Lock,
+    enqueue_digest,
     enqueue_new_mails,
     mark_not_notified,
     read_cursor,
@@ -150,6 +162,7 @@ class Progress:
     pages: int = 0
     emails: int = 0
     enqueued: int = 0
+    digests: int = 0  # digest entries enqueued (their mails are counted in `enqueued`)
     rebaselined: bool = False
     complete: bool = False
     cursor: str | None = None
@@ -198,6 +211,7 @@ class Reconciler:
         budget: Budget | None = None,
         on_progress: ProgressCallback | None = None,
         lease: _Lease | None = None,
+        digest_threshold: int = 0,
     ) -> None:
         self.redis = redis
         self.client = client
@@ -210,6 +224,12 @@ class Reconciler:
         self._deadline = 0.0
         self._notify: frozenset[str] = frozenset()
         self._excluded: frozenset[str] = frozenset()
+        self.digest_threshold = max(0, digest_threshold)
+        # With the digest on: the new mails of this pass not enqueued yet, the cursor (and
+        # watermark) held back with them, whether a digest entry of this pass went out already.
+        self._held: list[str] = []
+        self._held_cursor: tuple[str, int | None] | None = None
+        self._digested = False
 
     async def run(self) -> Progress:
         started = time.time()
@@ -231,11 +251,14 @@ class Reconciler:
         if isinstance(parsed, Walk):
             walked = await self._walk(parsed, watermark)
             if walked is None:
+                await self._release()
                 return self.progress
             state = walked
         else:
             state = parsed.state
-        if await self._replay(state, watermark, int(started) - WATERMARK_SKEW_S):
+        caught_up = await self._replay(state, watermark, int(started) - WATERMARK_SKEW_S)
+        await self._release()
+        if caught_up:
             self._report("done", complete=True)
         return self.progress
 
@@ -338,11 +361,46 @@ class Reconciler:
         notify = [e.id for e in emails if self._notifies(e)]
         quiet = [e.id for e in emails if not self._notifies(e)]
         self.progress.emails += len(emails)
-        self.progress.enqueued += await enqueue_new_mails(self.redis, account, notify)
+        if self.digest_threshold:
+            self._held += notify
+            while len(self._held) >= 2 * DIGEST_MAX_IDS:
+                await self._digest(self._held[:DIGEST_MAX_IDS])
+                del self._held[:DIGEST_MAX_IDS]
+        else:
+            self.progress.enqueued += await enqueue_new_mails(self.redis, account, notify)
         await mark_not_notified(self.redis, account, quiet)
+
+    async def _release(self) -> None:
+        """Enqueue the mails the pass holds (digest on): more than `digest_threshold` (or any
+        after a digest entry of this pass) as digest entries, else one entry each; then save
+        the cursor held back with them."""
+        held, self._held = self._held, []
+        if len(held) > DIGEST_MAX_IDS:  # a split pass: two halves, each above any threshold
+            half = (len(held) + 1) // 2
+            await self._digest(held[:half])
+            await self._digest(held[half:])
+        elif held and (len(held) > self.digest_threshold or self._digested):
+            await self._digest(held)
+        elif held:
+            self.progress.enqueued += await enqueue_new_mails(
+                self.redis, self.client.account_id, held)
+        if self._held_cursor is not None:
+            cursor, watermark = self._held_cursor
+            self._held_cursor = None
+            await self._save(cursor, watermark)
+
+    async def _digest(self, email_ids: list[str]) -> None:
+        entry, count = await enqueue_digest(self.redis, self.client.account_id, email_ids)
+        self._digested = True
+        self.progress.enqueued += count
+        self.progress.digests += entry is not None
 
     async def _save(self, cursor: str, watermark: int | None = None) -> None:
         self._check_lease()
+        if self._held:  # not past mails not enqueued yet: `_release` saves it after them
+            earlier = self._held_cursor[1] if self._held_cursor is not None else None
+            self._held_cursor = (cursor, watermark if watermark is not None else earlier)
+            return
         if not await _save_cursor(self.redis, self.lock, cursor, watermark):
             raise LeaseLost("lock:reconcile was lost; cursor not moved")
         self.progress.cursor = cursor
@@ -375,8 +433,10 @@ async def reconcile(
     budget: Budget | None = None,
     on_progress: ProgressCallback | None = None,
     renew_every_s: float = keys.RECONCILE_LOCK_RENEW_S,
+    digest_threshold: int = 0,
 ) -> Progress:
-    """One pass under `lock:reconcile` (ReconcileBusy when another pass holds it).
+    """One pass under `lock:reconcile` (ReconcileBusy when another pass holds it);
+    `digest_threshold` > 0 turns the backlog digest on (module docstring).
 
     JMAP and Redis errors propagate (the cursor keeps its last checkpoint)."""
     lock = reconcile_lock(redis)
@@ -388,7 +448,8 @@ async def reconcile(
     try:
         await client.get_session()
         result = await Reconciler(redis, client, lock, roles, budget=budget,
-                                  on_progress=on_progress, lease=lease).run()
+                                  on_progress=on_progress, lease=lease,
+                                  digest_threshold=digest_threshold).run()
         ok = True
         return result
     finally:

@@ -79,7 +79,7 @@ async def run_pass(
         raise NotConfigured
     client = await svc.jmap()
     return await reconcile(svc.redis, client, cfg.notify_mailbox_roles, budget=budget,
-                           on_progress=on_progress)
+                           on_progress=on_progress, digest_threshold=cfg.digest_threshold)
 
 
 @dataclass

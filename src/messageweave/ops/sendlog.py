@@ -21,6 +21,7 @@ from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
 
+# `skipped`: a `mute` rule matched (issue #16): nothing was sent, on purpose; not a failure.
 OUTCOMES = ("delivered", "retry", "dead_letter", "skipped", "unknown")
 
 
@@ -36,14 +37,18 @@ async def record_send(
     latency_ms: float = 0.0,
     message_ids: Sequence[int] = (),
     end_to_end_s: float | None = None,
+    rule: str | None = None,
 ) -> None:
     """`outcome` is one of `OUTCOMES` by convention; `latency_ms` is this attempt's duration,
-    `end_to_end_s` (when known) the time since the event entered its stream."""
+    `end_to_end_s` (when known) the time since the event entered its stream; `rule` names the
+    rule that muted a `skipped` mail (the record has the field only then)."""
     record: dict[str, Any] = {
         "stream": stream, "event_id": event_id, "kind": kind, "chat_id": chat_id,
         "outcome": outcome, "failure_class": failure_class,
         "latency_ms": round(latency_ms, 1), "message_ids": [int(i) for i in message_ids],
     }
+    if rule is not None:
+        record["rule"] = rule
     observe_delivery(outcome, failure_class,
                      end_to_end_s if end_to_end_s is not None else latency_ms / 1000)
     log.info("delivery %s %s %s", stream, event_id, outcome,

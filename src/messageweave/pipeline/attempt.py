@@ -25,6 +25,7 @@ from messageweave.ops.sendlog import record_send
 from messageweave.pipeline.events import (
     DeliveryFailure,
     MailPrefetch,
+    Muted,
     Outgoing,
     kind_of,
     lane_of,
@@ -33,6 +34,7 @@ from messageweave.pipeline.events import (
 from messageweave.pipeline.governor import Governor, bot_id, lanes_of, wait_before
 from messageweave.pipeline.ledger import (
     DELIVERED,
+    SKIPPED,
     UNKNOWN,
     Begin,
     Lease,
@@ -42,6 +44,7 @@ from messageweave.pipeline.ledger import (
     terminal_record,
 )
 from messageweave.services import Services
+from messageweave.store import keys
 from messageweave.store.streams import Entry, dlq_payload
 
 log = logging.getLogger(__name__)
@@ -59,10 +62,12 @@ def backoff_s(attempt: int) -> float:
 
 @dataclass
 class _Attempt:
-    """One try at an entry: its lease and how long its Telegram calls took."""
+    """One try at an entry: its lease, how long its Telegram calls took, and the chat they went
+    to (a rule may route a notification away from its lane's chat)."""
 
     lease: Lease
     telegram_s: float = 0.0
+    chat_id: int | None = None
 
     @property
     def latency_ms(self) -> float:
@@ -101,7 +106,8 @@ class Deliverer:
 
     async def process(self, entry: Entry, after: asyncio.Future[None] | None = None,
                       sent: asyncio.Future[None] | None = None) -> str:
-        """Deliver one entry through the ledger; returns the outcome (`delivered`, `skipped`,
+        """Deliver one entry through the ledger; returns the outcome (`delivered`, `muted` (a
+        rule said so: nothing sent, the entry ends `skipped`), `skipped` (finished already),
         `busy`, `fenced`, `retry`, `dead_letter`, `unknown`, `interrupted`).
 
         `after` is the chat lane's turn to wait for; `sent` (this entry's place in the lane) is
@@ -191,6 +197,10 @@ class Deliverer:
             return await self._failed(entry, attempt, maybe.failure)
         except DeliveryFailure as failure:
             return await self._failed(entry, attempt, failure)
+        except Muted as muted:
+            await self.ledger.commit(attempt.lease, terminal_record(SKIPPED, rule=muted.rule))
+            await self._record(entry, attempt, SKIPPED, rule=muted.rule)
+            return "muted", None
         if sent is not None and not sent.done():
             sent.set_result(None)  # the chat's next entry may send while this one commits
         await self.ledger.commit(attempt.lease, terminal_record(DELIVERED, message_ids=ids))
@@ -216,7 +226,7 @@ class Deliverer:
                                   after: asyncio.Future[None] | None) -> list[int]:
         try:
             return await self._deliver(entry, attempt, progress, after)
-        except (DeliveryFailure, _MaybeSent, LeaseLost, RedisError):
+        except (DeliveryFailure, Muted, _MaybeSent, LeaseLost, RedisError):
             raise
         except Exception as exc:  # a bug must not leave the entry retrying forever
             log.exception("delivery of %s %s failed unexpectedly", entry.stream, entry.id)
@@ -224,8 +234,14 @@ class Deliverer:
 
     async def _deliver(self, entry: Entry, attempt: _Attempt, progress: Progress,
                        after: asyncio.Future[None] | None) -> list[int]:
+        # A reply is worked out only in its turn: the message before it in the chat may change
+        # what it says (a grant or revoke of consent before a /summary). A notification
+        # depends on nothing of the chat, so its mail is read while the lane is still busy.
+        ordered = entry.stream != keys.STREAM_JMAP
+        if ordered and after is not None:
+            await asyncio.shield(after)
         outgoing = await outgoing_for(entry, self.svc, self.mail)
-        if after is not None:
+        if not ordered and after is not None:
             await asyncio.shield(after)  # our turn in the chat lane
         runtime = self.svc.runtime
         if runtime is None:
@@ -257,6 +273,7 @@ class Deliverer:
             runtime = self.svc.runtime
             if runtime is None:
                 raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+            attempt.chat_id = message.chat_id
             started = time.monotonic()
             try:
                 ids += await runtime.telegram.send_text(
@@ -308,14 +325,14 @@ class Deliverer:
 
     async def _record(self, entry: Entry, attempt: _Attempt, outcome: str,
                       failure_class: str | None = None,
-                      message_ids: list[int] | None = None) -> None:
+                      message_ids: list[int] | None = None, rule: str | None = None) -> None:
         now = time.time()
-        chat = lane_of(entry, self.svc) or None
+        chat = attempt.chat_id if attempt.chat_id is not None else lane_of(entry, self.svc)
         await record_send(
             self.svc.redis, stream=entry.stream, event_id=entry.id, kind=kind_of(entry.stream),
-            chat_id=chat, outcome=outcome, failure_class=failure_class,
+            chat_id=chat or None, outcome=outcome, failure_class=failure_class,
             message_ids=message_ids or [], latency_ms=attempt.latency_ms,
-            end_to_end_s=max(0.0, now - entry.enqueued_ms / 1000),
+            end_to_end_s=max(0.0, now - entry.enqueued_ms / 1000), rule=rule,
         )
 
 

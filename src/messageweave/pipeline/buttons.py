@@ -1,15 +1,244 @@
 """The inline buttons under a notification (issue #16): Summary, Mark read, Archive.
 
-`notification_keyboard` is what every notification is sent with.
+`notification_keyboard` is what every notification is sent with; `handle_press` is what the
+worker does with a press (`callback_query`, queued on `stalwart:telegram` by `/webhook/tg`).
+
+A button's `callback_data` is signed, so a forged press cannot act on another mail: the action
+letter, then 16 characters of HMAC-SHA256 (base64url, 96 bits) over `{action}:{email_id}` with
+a key derived from `telegram_webhook_secret`, then the email id. Whoever cannot forge the webhook
+cannot forge a button; changing the secret makes the buttons already sent answer "no longer
+valid". Telegram allows 64 bytes, so a mail whose id is longer than `MAX_EMAIL_ID_BYTES` gets no
+buttons (Cyrus's ids are 25 characters; a 36-character UUID still fits).
 """
 
 from __future__ import annotations
 
-from messageweave.chat.telegram import Keyboard
+import base64
+import functools
+import hashlib
+import hmac
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from messageweave.chat import replies
+from messageweave.chat.telegram import Keyboard, SendOptions, TelegramClient, TelegramSendError
+from messageweave.config.features import BotLanguage
 from messageweave.config.model import BusinessConfig
+from messageweave.config.service import NotConfigured
+from messageweave.mail.jmap import JmapClient, JmapError, JmapSetError
+from messageweave.pipeline import summarize
+from messageweave.services import Services
+from messageweave.store import callbacks
+
+log = logging.getLogger(__name__)
+
+SUMMARY, READ, ARCHIVE = "s", "r", "a"
+ACTIONS = (SUMMARY, READ, ARCHIVE)
+# What Mark read and Archive leave behind, so a second press finds them done.
+LASTING = (READ, ARCHIVE)
+MAX_CALLBACK_BYTES = 64  # Telegram's limit on callback_data
+MAC_CHARS = 16
+MAX_EMAIL_ID_BYTES = MAX_CALLBACK_BYTES - 1 - MAC_CHARS
+_KEY_LABEL = b"messageweave/buttons/v1"
+_EMAIL_ID = re.compile(r"[A-Za-z0-9_-]+")  # RFC 8620 §1.2: the base64url alphabet
+_NOT_MODIFIED = "message is not modified"
+
+_LABELS = {SUMMARY: "button_summary", READ: "button_read", ARCHIVE: "button_archive"}
+_NOTICES = {READ: "notice_read", ARCHIVE: "notice_archive"}
 
 
-def notification_keyboard(cfg: BusinessConfig, email_id: str) -> Keyboard | None:
-    """The keyboard under the notification of `email_id` (None: no buttons)."""
-    del cfg, email_id
-    return None
+def texts(language: BotLanguage) -> Mapping[str, str]:
+    """The bot's table of `language` (`chat.replies`: the `button_*` and `notice_*` keys)."""
+    return replies.texts(language)
+
+
+# --- signing ---------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _key(secret: str) -> bytes:
+    """The buttons' own key: the webhook secret never signs anything else with itself."""
+    return hmac.new(secret.encode(), _KEY_LABEL, hashlib.sha256).digest()
+
+
+def _mac(cfg: BusinessConfig, action: str, email_id: str) -> str:
+    digest = hmac.new(_key(cfg.telegram_webhook_secret), f"{action}:{email_id}".encode(),
+                      hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest[:12]).decode()
+
+
+def callback_data(cfg: BusinessConfig, action: str, email_id: str) -> str | None:
+    """The signed `callback_data` of one button; None when the id does not fit in 64 bytes."""
+    if len(email_id) > MAX_EMAIL_ID_BYTES or not _EMAIL_ID.fullmatch(email_id):
+        return None
+    return f"{action}{_mac(cfg, action, email_id)}{email_id}"
+
+
+@dataclass(frozen=True)
+class Button:
+    action: str
+    email_id: str
+
+
+def verify(cfg: BusinessConfig, data: str) -> Button | None:
+    """The button `data` names, if we signed it; None for anything else."""
+    action, mac, email_id = data[:1], data[1:1 + MAC_CHARS], data[1 + MAC_CHARS:]
+    if action not in ACTIONS or callback_data(cfg, action, email_id) is None:
+        return None
+    if not hmac.compare_digest(mac, _mac(cfg, action, email_id)):
+        return None
+    return Button(action, email_id)
+
+
+def notification_keyboard(cfg: BusinessConfig, email_id: str,
+                          done: frozenset[str] = frozenset()) -> Keyboard | None:
+    """The keyboard under the notification of `email_id` (None: the id is too long), in the
+    bot's language; the actions in `done` show their done state."""
+    table = texts(cfg.bot_language)
+    row = []
+    for action in ACTIONS:
+        data = callback_data(cfg, action, email_id)
+        if data is None:
+            return None
+        label = _LABELS[action] + ("_done" if action in done else "")
+        row.append((table[label], data))
+    return (tuple(row),)
+
+
+# --- a press ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Press:
+    """What the worker needs of a `callback_query` (`pipeline.service.parse_update`)."""
+
+    entry_id: str  # the stream entry: its retries find their own claim
+    callback_id: str
+    chat_id: int
+    data: str
+    message_id: int | None = None
+    thread_id: int | None = None
+
+    @classmethod
+    def of(cls, entry_id: str, fields: Mapping[str, str]) -> Press:
+        def number(name: str) -> int | None:
+            try:
+                return int(fields.get(name, ""))
+            except ValueError:
+                return None
+
+        return cls(entry_id, fields["callback_id"], number("chat_id") or 0,
+                   fields.get("callback_data", ""), number("message_id"), number("thread_id"))
+
+
+@dataclass(frozen=True)
+class ButtonReply:
+    """A message the press answers with (Summary): sent by the worker like any reply."""
+
+    chat_id: int
+    text: str
+    options: SendOptions
+
+
+async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list[ButtonReply]:
+    """Do what the pressed button says, answer the press (always), and show the new state.
+
+    Raises `JmapError` / `NotConfigured` when the mailbox cannot be reached, so the entry is
+    retried (a claim it took is given back first); the press is answered at once with the
+    notice that it will be (the retry's own answer is then refused by Telegram, and the
+    edited keyboard shows the outcome)."""
+    runtime = svc.runtime
+    if runtime is None:
+        raise NotConfigured
+    telegram, table = runtime.telegram, texts(cfg.bot_language)
+    button = verify(cfg, press.data)
+    if button is None:
+        log.info("a button press with data we did not sign was refused")
+        await _answer(telegram, press, table["notice_invalid"])
+        return []
+    try:
+        if button.action == SUMMARY:
+            return await _summary(press, button, svc, cfg, telegram)
+        await _lasting(press, button, svc, cfg, telegram)
+    except (JmapError, NotConfigured):
+        await _answer(telegram, press, table["notice_retry"])
+        raise
+    return []
+
+
+async def _summary(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+                   telegram: TelegramClient) -> list[ButtonReply]:
+    """The `/summary <id>` path (`summarize`): without consent, the consent hint."""
+    mail = await summarize.fetch_mail(await svc.jmap(), button.email_id)
+    table = texts(cfg.bot_language)
+    if mail is None:
+        await _answer(telegram, press, table["notice_gone"])
+        return []
+    await _answer(telegram, press, None)  # the spinner stops while the summary is made
+    text = await summarize.summary_text(mail, press.chat_id, redis=svc.redis, config=cfg,
+                                        outbound=svc.config.outbound, now=time.time())
+    return [ButtonReply(press.chat_id, text, SendOptions(thread_id=press.thread_id))]
+
+
+async def _lasting(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+                   telegram: TelegramClient) -> None:
+    """Mark read or Archive, once: a press that finds the work done (or under way) only
+    answers and shows the state."""
+    table = texts(cfg.bot_language)
+    claim = await callbacks.claim(svc.redis, button.action, button.email_id, press.entry_id)
+    if claim != "claimed":
+        notice = "notice_already" if claim == "done" else "notice_busy"
+        await _answer(telegram, press, table[notice])
+        await _show(telegram, press, svc, cfg, button.email_id)
+        return
+    try:
+        found = await _act(await svc.jmap(), button)
+    except JmapSetError as exc:  # refused for good (e.g. forbidden): a retry would not help
+        await callbacks.release(svc.redis, button.action, button.email_id, press.entry_id)
+        log.warning("a button's mailbox change was refused: %s", exc.type)
+        await _answer(telegram, press, table["notice_failed"])
+        return
+    except Exception:
+        await callbacks.release(svc.redis, button.action, button.email_id, press.entry_id)
+        raise
+    if not found:
+        await callbacks.release(svc.redis, button.action, button.email_id, press.entry_id)
+        await _answer(telegram, press, table["notice_gone"])
+        return
+    await callbacks.finish(svc.redis, button.action, button.email_id)
+    await _answer(telegram, press, table[_NOTICES[button.action]])
+    await _show(telegram, press, svc, cfg, button.email_id)
+
+
+async def _act(client: JmapClient, button: Button) -> bool:
+    """The JMAP work of a button; False when the mailbox no longer has the mail."""
+    if button.action == READ:
+        return await client.update_email(button.email_id, {"keywords/$seen": True})
+    archive = await client.archive_mailbox()
+    return await client.update_email(button.email_id, {"mailboxIds": {archive: True}})
+
+
+async def _answer(telegram: TelegramClient, press: Press, text: str | None) -> None:
+    """answerCallbackQuery. Best effort: a press already answered (a retried entry) or too old
+    is refused by Telegram, and the work is not undone for it."""
+    try:
+        await telegram.answer_callback_query(press.callback_id, text)
+    except TelegramSendError as exc:
+        log.info("answerCallbackQuery failed: %s", exc.failure_class)
+
+
+async def _show(telegram: TelegramClient, press: Press, svc: Services, cfg: BusinessConfig,
+                email_id: str) -> None:
+    """editMessageReplyMarkup with the done state of Mark read and Archive (best effort)."""
+    if press.message_id is None:
+        return
+    done = await callbacks.done_actions(svc.redis, LASTING, email_id)
+    try:
+        await telegram.edit_message_reply_markup(
+            press.chat_id, press.message_id, notification_keyboard(cfg, email_id, done))
+    except TelegramSendError as exc:
+        if _NOT_MODIFIED not in exc.description:
+            log.info("editMessageReplyMarkup failed: %s", exc.failure_class)

@@ -1,7 +1,8 @@
 """What the bot answers to a message from its owner.
 
 The worker calls `reply_to_update` for each `stalwart:telegram` entry and sends the replies
-through the same sender, rate governor and ledger as notifications. Unknown text, and a
+through the same sender, rate governor and ledger as notifications, in the configured
+`bot_language` (the owner's phrases are understood in both languages). Unknown text, and a
 `/summary` for an email id the mailbox does not have, get no reply (inventory §5). A mailbox
 that cannot be reached raises `JmapError` (or `NotConfigured`) so the entry is retried.
 """
@@ -56,16 +57,17 @@ async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) ->
 
 
 async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | None:
+    language = ctx.config.bot_language
     intent = intents.parse_intent(message.text)
     match intent:
         case intents.Help():
-            return replies.HELP
+            return replies.texts(language)["help"]
         case intents.GrantConsent():
-            return await consent.grant(ctx.redis, message.chat_id, intent, ctx.now())
+            return await consent.grant(ctx.redis, message.chat_id, intent, ctx.now(), language)
         case intents.RevokeConsent():
-            return await consent.revoke(ctx.redis, message.chat_id)
+            return await consent.revoke(ctx.redis, message.chat_id, language)
         case intents.MissingEmailId():
-            return replies.MISSING_EMAIL_ID
+            return replies.texts(language)["missing_email_id"]
         case intents.Search(query=query):
             return await _search(query, ctx)
         case intents.Summary(email_id=email_id):
@@ -74,12 +76,14 @@ async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | N
 
 
 async def _search(query: str, ctx: ConversationContext) -> str:
+    language = ctx.config.bot_language
     if not query:
-        return replies.SEARCH_EMPTY_QUERY
+        return replies.texts(language)["search_empty_query"]
     if len(query) > MAX_QUERY_CHARS:
-        return replies.SEARCH_QUERY_TOO_LONG.format(limit=MAX_QUERY_CHARS)
+        return replies.texts(language)["search_query_too_long"].format(limit=MAX_QUERY_CHARS)
     client = await ctx.jmap()
-    return search.search_reply(query, await client.search(query, limit=search.MAX_HITS))
+    result = await client.search(query, limit=search.MAX_HITS)
+    return search.search_reply(query, result, language)
 
 
 async def _summary(email_id: str, chat_id: int, ctx: ConversationContext) -> str | None:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from messageweave.chat.telegram import PLAIN, FailureClass, SendOptions
 from messageweave.config.service import NotConfigured
 from messageweave.mail.jmap import EmailMeta, JmapAuthError, JmapError
+from messageweave.pipeline import digest
+from messageweave.pipeline.buttons import Press, handle_press, notification_keyboard
 from messageweave.pipeline.conversation import (
     ConversationContext,
     IncomingMessage,
     reply_to_update,
 )
 from messageweave.pipeline.notify import render_notification
+from messageweave.pipeline.routing import facts_for, route_for
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.streams import Entry
@@ -37,6 +41,15 @@ class DeliveryFailure(Exception):
         self.reason = reason[:300]
         self.retry_after = retry_after
         self.chat_id = chat_id
+
+
+class Muted(Exception):
+    """A `mute` rule matched the mail: nothing is sent, the entry ends `skipped` with the
+    rule's name (issue #16)."""
+
+    def __init__(self, rule: str) -> None:
+        super().__init__(rule)
+        self.rule = rule
 
 
 def kind_of(stream: str) -> str:
@@ -112,11 +125,36 @@ def _retrieved(task: asyncio.Task[dict[str, EmailMeta]]) -> None:
 
 async def outgoing_for(entry: Entry, svc: Services,
                        mail: MailPrefetch | None = None) -> list[Outgoing]:
+    if digest.is_digest(entry):
+        return await _digest(entry, svc)
     if entry.stream == keys.STREAM_JMAP:
         return await _notification(entry, svc, mail)
     if entry.stream == keys.STREAM_TELEGRAM:
         return await _replies(entry, svc)
     raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "unknown stream")
+
+
+@contextlib.contextmanager
+def _mail_failures() -> Iterator[None]:
+    """What reading the mailbox raised, as the class of failure it is for delivery."""
+    try:
+        yield
+    except NotConfigured as exc:
+        raise DeliveryFailure(FailureClass.TRANSIENT, "not configured") from exc
+    except JmapAuthError as exc:
+        raise DeliveryFailure(FailureClass.AUTH, "jmap authentication failed") from exc
+    except JmapError as exc:
+        raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
+
+
+async def _digest(entry: Entry, svc: Services) -> list[Outgoing]:
+    """A backlog digest entry (issue #16): its digests and notifications (`pipeline.digest`)."""
+    try:
+        with _mail_failures():
+            messages = await digest.messages(entry, svc)
+    except digest.DigestInvalid as exc:
+        raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, str(exc)) from exc
+    return [Outgoing(m.chat_id, m.text, m.options) for m in messages]
 
 
 async def _notification(entry: Entry, svc: Services,
@@ -128,28 +166,33 @@ async def _notification(entry: Entry, svc: Services,
     account_id = entry.fields.get("account_id", "").strip()
     if not email_id:
         raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "entry has no email_id")
-    try:
+    with _mail_failures():
         client = await svc.jmap()
         if account_id and account_id != client.account_id:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "account is not the configured one")
         found = await mail.take(entry) if mail is not None else None
         if found is None:
             found = await client.get_emails([email_id])
-    except NotConfigured as exc:
-        raise DeliveryFailure(FailureClass.TRANSIENT, "not configured") from exc
-    except JmapAuthError as exc:
-        raise DeliveryFailure(FailureClass.AUTH, "jmap authentication failed") from exc
-    except JmapError as exc:
-        raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
-    if not found:
-        raise DeliveryFailure(FailureClass.NOT_FOUND, "email not found")
-    return [Outgoing(cfg.telegram_chat_id, render_notification(found[0], cfg.timezone))]
+        if not found:
+            raise DeliveryFailure(FailureClass.NOT_FOUND, "email not found")
+        facts = await facts_for(cfg, client, found[0])
+    route = route_for(cfg, facts)  # the rules, and quiet hours at `routing.clock()`
+    if route.muted and route.rule is not None:
+        raise Muted(route.rule)
+    options = SendOptions(route.thread_id, route.silent, notification_keyboard(cfg, email_id))
+    return [Outgoing(route.chat_id, render_notification(found[0], cfg.timezone), options)]
 
 
 async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     cfg = svc.config.config
     if cfg is None:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+    if "callback_id" in entry.fields:  # a button pressed (issue #16)
+        try:
+            pressed = await handle_press(Press.of(entry.id, entry.fields), svc, cfg)
+        except (JmapError, NotConfigured) as exc:
+            raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
+        return [Outgoing(r.chat_id, r.text, r.options) for r in pressed]
     text = entry.fields.get("text")
     chat = entry.fields.get("chat_id")
     if text is None or not chat:

@@ -38,7 +38,7 @@ from messageweave.store.streams import forgotten_when_finished
 DELIVERED = "delivered"
 DEAD_LETTER = "dead_letter"
 UNKNOWN = "unknown"
-SKIPPED = "skipped"  # reserved: a deliberate skip (written by a rules feature, not yet here)
+SKIPPED = "skipped"  # a deliberate skip: a `mute` rule matched (`rule` names it), nothing sent
 TERMINAL_STATES = (DELIVERED, DEAD_LETTER, UNKNOWN, SKIPPED)
 
 # KEYS: committed, inflight, intent, retry_due, stream

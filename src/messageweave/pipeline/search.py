@@ -1,10 +1,11 @@
-"""Search results as one plain-text reply (inventory §5.2)."""
+"""Search results as one plain-text reply in the bot's language (inventory §5.2)."""
 
 from __future__ import annotations
 
 import re
 
 from messageweave.chat import replies
+from messageweave.config.features import DEFAULT_BOT_LANGUAGE, BotLanguage
 from messageweave.mail.jmap import SearchResult
 
 MAX_HITS = 10
@@ -27,25 +28,28 @@ def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + replies.ELLIPSIS
 
 
-def search_reply(query: str, result: SearchResult) -> str:
+def search_reply(
+    query: str, result: SearchResult, language: BotLanguage = DEFAULT_BOT_LANGUAGE
+) -> str:
+    table = replies.texts(language)
     ids = result.ids[:MAX_HITS]
     if not ids:
-        return replies.SEARCH_NO_HITS.format(query=query)
-    lines = [replies.SEARCH_HEADER.format(query=query, count=len(ids))]
+        return table["search_no_hits"].format(query=query)
+    lines = [table["search_header"].format(query=query, count=len(ids))]
     if not result.snippets:
-        lines.append(replies.SEARCH_NO_SNIPPETS)
-        lines.extend(replies.SEARCH_ID_LINE.format(email_id=i) for i in ids)
+        lines.append(table["search_no_snippets"])
+        lines.extend(table["search_id_line"].format(email_id=i) for i in ids)
         return "\n".join(lines)
     subjects = {email.id: email.subject for email in result.emails}
     for snippet in result.snippets[:MAX_HITS]:
         # The snippet's subject is null when the match is only in the body: show the real one.
         subject = clean_snippet(snippet.subject or "").strip() or (
             subjects.get(snippet.email_id) or "").strip()
-        subject = truncate(subject, SUBJECT_MAX_CHARS) if subject else replies.SEARCH_NO_SUBJECT
-        line = replies.SEARCH_HIT_LINE.format(subject=subject, email_id=snippet.email_id)
+        subject = truncate(subject, SUBJECT_MAX_CHARS) if subject else table["search_no_subject"]
+        line = table["search_hit_line"].format(subject=subject, email_id=snippet.email_id)
         preview = clean_snippet(snippet.preview or "").strip()
         if preview:
-            line += "\n" + replies.SEARCH_PREVIEW_LINE.format(
+            line += "\n" + table["search_preview_line"].format(
                 preview=truncate(preview, PREVIEW_MAX_CHARS))
         lines.append(line)
     return "\n".join(lines)

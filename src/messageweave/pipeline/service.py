@@ -43,13 +43,16 @@ def _is_int(value: object) -> bool:
 
 
 def parse_update(body: object, cfg: BusinessConfig) -> Update:
-    """Keep only what the worker needs: update_id, and the message's chat id and text."""
+    """Keep only what the worker needs: update_id, and the message's chat id and text, or of a
+    button press (`callback_query`) its id, data, chat, message and topic."""
     if not isinstance(body, dict) or not _is_int(body.get("update_id")):
         raise InvalidUpdate
     update_id = int(body["update_id"])
     if update_id < 0:
         raise InvalidUpdate
     fields = {"update_id": str(update_id)}
+    if body.get("message") is None and body.get("callback_query") is not None:
+        return Update(update_id, fields | _callback_fields(body["callback_query"], cfg))
     message = body.get("message")
     if message is None:
         return Update(update_id, fields)
@@ -64,6 +67,31 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
     if isinstance(text, str):
         fields["text"] = text
     return Update(update_id, fields)
+
+
+def _callback_fields(query: object, cfg: BusinessConfig) -> dict[str, str]:
+    """A button press: the chat of the message under which it was pressed (else the user's
+    private chat), checked against the allowlist like a message's. A press we cannot place in
+    a chat, or whose `id` or `data` is not a string, is acknowledged and left alone ({})."""
+    if not isinstance(query, dict):
+        raise InvalidUpdate
+    message, sender = query.get("message"), query.get("from")
+    chat = message.get("chat") if isinstance(message, dict) else sender
+    callback_id, data = query.get("id"), query.get("data")
+    if (not isinstance(chat, dict) or not _is_int(chat.get("id"))
+            or not isinstance(callback_id, str) or not isinstance(data, str)):
+        return {}
+    chat_id = int(chat["id"])
+    if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
+        raise ChatNotAllowed(chat_id, _chat_name(chat, sender))
+    # Both are at most 64 characters from Telegram; longer ones are cut, never stored whole.
+    fields = {"chat_id": str(chat_id), "callback_id": callback_id[:64], "callback_data": data[:64]}
+    pressed = message if isinstance(message, dict) else {}
+    if _is_int(pressed.get("message_id")):
+        fields["message_id"] = str(pressed["message_id"])
+    if pressed.get("is_topic_message") is True and _is_int(pressed.get("message_thread_id")):
+        fields["thread_id"] = str(pressed["message_thread_id"])  # a forum topic: reply in it
+    return fields
 
 
 def _chat_name(chat: dict[str, Any], sender: object) -> str:

@@ -48,10 +48,10 @@ async def summary_text(
     now: float,
 ) -> str:
     if not await consent.is_valid(redis, chat_id, now):
-        return replies.summary_without_consent(mail.sender, mail.subject)
+        return replies.summary_without_consent(config.bot_language, mail.sender, mail.subject)
     text = mail.text or ""
     if not text.strip():
-        return replies.SUMMARY_NO_TEXT
+        return replies.texts(config.bot_language)["summary_no_text"]
     if config.llm_active:
         try:
             return await llm.summarize(config, outbound, mail.subject, text)

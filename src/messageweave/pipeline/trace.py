@@ -14,9 +14,15 @@ first, `MAX_MATCHES` mails), each match traced. The steps of a mail, oldest firs
 - `audit_missing`: a `gap_audit` audit record that found the mail missing;
 - `enqueued`: its `stalwart:jmap` entry; then one `attempt` per send-log record of it;
 - `delivered` (Telegram `message_ids`), `dead_letter` (with the DLQ reason while it is there),
-  `unknown` (not resent), `skipped` (muted by a rule): its terminal record;
+  `unknown` (not resent), `skipped` (muted by the rule `rule`): its terminal record;
   `unknown_after_send`: a send whose outcome was lost; `replayed`: the dead letter put back as
   a new entry, whose steps follow;
+- a mail that went out in a backlog digest entry (issue #16, `pipeline.digest`): its
+  `delivered` step has `digest` (`message`: which of the entry's `of` messages held it, `mails`:
+  how many that message covered, `summary`: a digest message rather than its own notification)
+  and, when the entry's message ids line up with its plan, only that message's id; a mail the
+  digest left out ends `skipped` (muted by the rule `rule`) or `left_out` (no longer in the
+  mailbox when the digest was made);
 - while unfinished: `in_flight`, `retry_due` (the next attempt), `queued`, or `lost` (gone
   without a terminal record: the gap auditor re-enqueues it).
 
@@ -37,6 +43,7 @@ from messageweave.mail.auditor import GAP_AUDIT
 from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import EmailMeta, JmapClient, JmapError
 from messageweave.mail.reconcile import EXCLUDED_ROLES
+from messageweave.pipeline.digest import load_plan
 from messageweave.pipeline.ledger import DEAD_LETTER, DELIVERED, SKIPPED, UNKNOWN
 from messageweave.store import keys
 from messageweave.store.mailbox import NOT_NOTIFIED
@@ -51,6 +58,7 @@ PUSH_HINT_S = 30
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
 _PROPERTIES = ("id", "subject", "receivedAt", "mailboxIds")
 _STREAM = keys.STREAM_JMAP
+LEFT_OUT = "left_out"  # a digest left the mail out: no longer in the mailbox (issue #16)
 
 
 class InvalidQuery(ValueError):
@@ -156,6 +164,9 @@ async def _mail(redis: Redis, account: str, email_id: str, meta: EmailMeta | Non
         via = "gap_audit" if healed == claim else await _via(redis, _entry_ms(claim))
         steps.append(_step("seen", _entry_ms(claim), via=via, notified=True))
         status = await _entry_steps(redis, claim, steps, 0)
+        if status == DELIVERED:
+            last = [s for s in steps if s["step"] == DELIVERED][-1]
+            status = await _digest_place(redis, email_id, last)
     steps.sort(key=lambda s: (s["at_ms"] is None, s["at_ms"] or 0))
     return {"email_id": email_id, "subject": meta.subject if meta is not None else None,
             "received_at": _iso(received * 1000) if received is not None else None,
@@ -217,6 +228,29 @@ async def _audit_steps(redis: Redis, email_id: str,
     return [_step("audit_missing", _entry_ms(r["id"]), trigger=r.get("trigger")) for r in records]
 
 
+async def _digest_place(redis: Redis, email_id: str, step: dict[str, Any]) -> str:
+    """The `delivered` step of an entry that was a backlog digest: the message the mail went
+    out in, or its being left out (muted, gone). Another entry's step is left as it is."""
+    plan = await load_plan(redis, str(step["entry_id"]))
+    if plan is None:
+        return DELIVERED
+    place = plan.place_of(email_id)
+    if place is None:
+        step.pop("message_ids", None)
+        if email_id in plan.muted:
+            step.update(step=SKIPPED, rule=plan.muted[email_id])
+            return SKIPPED
+        step["step"] = LEFT_OUT
+        return LEFT_OUT
+    part = plan.parts[place]
+    step["digest"] = {"message": place + 1, "of": len(plan.parts),
+                      "mails": len(part.email_ids), "summary": part.digest}
+    ids = step.get("message_ids") or []
+    if len(ids) == len(plan.parts):  # one Telegram message per part, all in this record
+        step["message_ids"] = [ids[place]]
+    return DELIVERED
+
+
 # ----------------------------------------------------------------------------- one entry
 
 
@@ -267,6 +301,8 @@ async def _entry_steps(redis: Redis, entry_id: str, steps: list[dict[str, Any]],
         return await _dead_letter(redis, streams, entry_id, record, at_ms, steps, depth)
     if state in (DELIVERED, UNKNOWN, SKIPPED):
         details = {"message_ids": record.get("message_ids", [])} if state == DELIVERED else {}
+        if state == SKIPPED:
+            details = {"rule": record.get("rule")}  # the `mute` rule that matched
         steps.append(_step(state, at_ms, entry_id=entry_id, **details))
     return state
 

@@ -77,6 +77,12 @@ def retry_due(stream: str) -> str:
     return f"delivery:retry_due:{stream}"
 
 
+def digest_plan(entry_id: str) -> str:
+    """A digest entry's plan (issue #16, `pipeline.digest`): which of its mails go into which
+    message, and where; ids and chats only. Lives as long as the terminal record."""
+    return f"delivery:digest:{STREAM_JMAP}:{entry_id}"
+
+
 WORKER_HEARTBEAT_TTL_S = 15
 
 
@@ -112,6 +118,18 @@ REFUSED_CHATS = "telegram:refused"
 REFUSED_CHATS_INFO = "telegram:refused:info"
 REFUSED_CHATS_MAX = 20
 REFUSED_CHATS_TTL_S = 604_800
+
+# --- notification buttons (messageweave.store.callbacks, issue #16) ------------------------
+# One key per (button action, mail): the stream entry working on it (EX `BUTTON_CLAIM_TTL_S`,
+# so a crashed attempt frees it), then `done` (EX `BUTTON_DONE_TTL_S`): a second press of Mark
+# read or Archive finds it and does nothing.
+BUTTON_CLAIM_TTL_S = 120
+BUTTON_DONE_TTL_S = 2_592_000
+
+
+def button_action(action: str, email_id: str) -> str:
+    return f"button:{action}:{email_id}"
+
 
 # --- idempotency and rate limits -----------------------------------------------------------
 DEDUP_TTL_S = 86_400

@@ -107,6 +107,53 @@ async def enqueue_new_mails(
         return sum(int(n) for n in await pipe.execute())
 
 
+# A digest entry (issue #16): `{kind: digest, account_id, email_ids}`, the ids space-separated
+# (a JMAP id never holds a space, RFC 8620 §1.2), at most `DIGEST_MAX_IDS` of them.
+DIGEST_KIND = "digest"
+DIGEST_MAX_IDS = 2048
+
+# KEYS: stalwart:jmap, then dedup:jmap:{account}:{email} per mail   ARGV: ttl, account_id,
+# maxlen, then the email ids (in KEYS order) → {entry id ('' = none), how many it holds}.
+# One entry for every mail of the list nobody claimed yet (a mail claimed already, say by a
+# pass that crashed after this script, is left out; one named twice is in it once), and each
+# of their claims names that entry, like `CLAIM_DEDUP_AND_ENQUEUE_MANY`'s: the gap auditor
+# follows a mail to the digest entry and its terminal record.
+CLAIM_DEDUP_AND_ENQUEUE_DIGEST = """
+local fresh, picked, names = {}, {}, {}
+for n = 2, #KEYS do
+  if not fresh[KEYS[n]] and redis.call('EXISTS', KEYS[n]) == 0 then
+    fresh[KEYS[n]] = true
+    picked[#picked + 1] = n
+    names[#names + 1] = ARGV[n + 2]
+  end
+end
+if #picked == 0 then return {'', 0} end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'kind', 'digest',
+                      'account_id', ARGV[2], 'email_ids', table.concat(names, ' '))
+for _, n in ipairs(picked) do
+  redis.call('SET', KEYS[n], id, 'EX', ARGV[1])
+end
+return {id, #picked}
+"""
+
+
+async def enqueue_digest(redis: Redis, account_id: str,
+                         email_ids: list[str]) -> tuple[str | None, int]:
+    """One digest entry on `stalwart:jmap` for those of `email_ids` not claimed yet, and their
+    claims, atomically: (the entry id or None when every mail was claimed already, how many
+    mails it holds). At most `DIGEST_MAX_IDS` ids."""
+    if not email_ids:
+        return None, 0
+    if len(email_ids) > DIGEST_MAX_IDS:
+        raise ValueError(f"a digest entry holds at most {DIGEST_MAX_IDS} mails")
+    entry, count = await redis.eval(
+        CLAIM_DEDUP_AND_ENQUEUE_DIGEST, 1 + len(email_ids), keys.STREAM_JMAP,
+        *(keys.dedup_jmap(account_id, e) for e in email_ids),
+        keys.DEDUP_JMAP_TTL_S, account_id, STREAM_JMAP_MAXLEN, *email_ids,
+    )
+    return text_of(entry) or None, int(count)
+
+
 # ------------------------------------------------------------------------------- lock
 
 

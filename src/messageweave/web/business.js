@@ -20,6 +20,20 @@ export function savedState() {
   return { configured: state.configured, revision: state.revision };
 }
 
+// The cards that show other fields of the same configuration (the notification rules card):
+// each readback is handed to them, so one read serves every card.
+const readbackListeners = [];
+export function onReadback(listener) {
+  readbackListeners.push(listener);
+}
+
+// Another card saved only its own fields against this revision: this form's values still hold,
+// only the revision to patch against moved.
+export function adoptRevision(revision) {
+  state.revision = revision;
+  say("biz-state", t("biz.configured", { n: revision }));
+}
+
 // The marker under a secret follows its field: "Set" / "Not set" while it is empty, nothing
 // once a value is typed (that value will be saved), "Generated…" for a generated one.
 function updateMarker(name) {
@@ -82,6 +96,7 @@ function prefill(body) {
   });
   say("biz-state", state.configured ? t("biz.configured", { n: state.revision }) : t("biz.notConfigured"));
   updateDirty();
+  readbackListeners.forEach(function (listener) { listener(body); });
 }
 
 async function loadBusiness() {
@@ -275,7 +290,7 @@ async function testConnection() {
 }
 
 export function load() {
-  loadBusiness();
+  return loadBusiness();
 }
 
 export function reset() {

@@ -8,6 +8,7 @@ import * as delivery from "./delivery.js";
 import * as gapAudit from "./gap-audit.js";
 import { applyI18n, lang, MESSAGES, missing } from "./i18n.js";
 import * as logs from "./logs.js";
+import * as rules from "./rules.js";
 import * as service from "./service.js";
 import * as session from "./session.js";
 import * as status from "./status.js";
@@ -15,7 +16,7 @@ import * as trace from "./trace.js";
 import * as zones from "./zones.js";
 
 // The cards behind sign-in, in the order they load after it.
-const CARDS = [service, business, callbacks, chats, delivery, gapAudit, logs, trace];
+const CARDS = [service, business, rules, callbacks, chats, delivery, gapAudit, logs, trace];
 session.manage(CARDS);
 
 // What the browser tests read: the language, the message tables, the zones and the state.

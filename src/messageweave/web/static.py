@@ -27,10 +27,10 @@ _JS = "text/javascript; charset=utf-8"
 # The page's ES modules (index.html loads `main.js`, which imports the rest). Each gets its own
 # fixed route, so a request can never name any other file of the package.
 SCRIPTS = (
-    "main.js", "i18n.js", "strings-common.js", "strings-config.js", "strings-ops.js",
-    "api.js", "dom.js", "status.js", "session.js", "service.js",
-    "business.js", "business-form.js", "zones.js", "callbacks.js", "delivery.js",
-    "gap-audit.js", "logs.js", "chats.js", "trace.js",
+    "main.js", "i18n.js", "strings-common.js", "strings-config.js", "strings-rules.js",
+    "strings-ops.js", "api.js", "dom.js", "status.js", "session.js", "service.js",
+    "business.js", "business-form.js", "rules.js", "rules-editor.js", "dry-run.js", "zones.js",
+    "callbacks.js", "delivery.js", "gap-audit.js", "logs.js", "chats.js", "trace.js",
 )
 # Every file served under /assets/, with its media type.
 ASSETS: dict[str, str] = {**dict.fromkeys(SCRIPTS, _JS), "styles.css": "text/css; charset=utf-8"}

@@ -25,7 +25,7 @@ function stepText(s) {
     failure: s.failure_class ? ", " + s.failure_class : "",
     ms: s.latency_ms, ids: ids(s.message_ids), attempts: s.attempts, dlq: s.dlq_id || "—",
     reason: s.reason ? ": " + s.reason : "", replay: s.new_entry_id, consumer: s.consumer,
-    resolution: s.resolution, trigger: s.trigger,
+    resolution: s.resolution, trigger: s.trigger, rule: s.rule || "—",
   });
 }
 

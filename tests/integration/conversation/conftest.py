@@ -76,6 +76,12 @@ class Chat:
         return Chat(self.chat_id, self.redis, self.mailbox, parse_wire(wire),
                     OutboundConfig(**{**self.outbound.to_json(), **outbound}), self.now)
 
+    def speaking(self, language: str) -> Chat:
+        """The same chat with the bot set to `bot_language`."""
+        wire = {**self.config.to_wire(), "bot_language": language}
+        return Chat(self.chat_id, self.redis, self.mailbox, parse_wire(wire), self.outbound,
+                    self.now)
+
 
 @pytest.fixture
 def chat(redis_client: aioredis.Redis, mailbox: JmapClient) -> Chat:

@@ -30,9 +30,12 @@ async def bot_api(served: ServedApp, method: str) -> dict:
 async def test_register_webhook_sets_url_secret_and_command_menu(served: ServedApp) -> None:
     info = (await bot_api(served, "getWebhookInfo"))["result"]
     assert info["url"] == f"{served.url}/webhook/tg"
-    assert info["allowed_updates"] == ["message"]
-    commands = [c["command"] for c in (await bot_api(served, "getMyCommands"))["result"]]
-    assert commands == ["help", "search", "summary", "ai"]
+    assert info["allowed_updates"] == ["message", "callback_query"]
+    commands = [(c["command"], c["description"])
+                for c in (await bot_api(served, "getMyCommands"))["result"]]
+    assert commands == [("help", "使用说明"), ("search", "搜索邮件：/search <关键词>"),
+                        ("summary", "邮件摘要：/summary <email_id>"),
+                        ("ai", "AI 摘要授权：/ai on 或 /ai off")]
     # the secret: the emulator's delivery carries it and our webhook accepts it
     assert await served.say("/help") == 204
     [delivery] = await served.emulator.webhook_deliveries(served.token)
@@ -43,6 +46,42 @@ async def test_help(served: ServedApp) -> None:
     await served.say("/help")
     [reply] = await served.replies(1)
     assert reply.startswith("使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。")
+
+
+async def test_an_english_bot_answers_and_publishes_its_menu_in_english(
+    served: ServedApp, fakellm_server: FakeLlm
+) -> None:
+    """Issue #16: catches bot_language not reaching the running worker (a saved "en" still
+    answered in Chinese) or the command menu registered in Chinese for an English bot."""
+    await served.configure(bot_language="en", **llm_wire(fakellm_server))
+    registered = await served.client.post("/api/telegram/register-webhook", headers=served.admin,
+                                          json={"callback_url": f"{served.url}/webhook/tg"})
+    assert registered.status_code == 200, registered.text
+    menu = {c["command"]: c["description"]
+            for c in (await bot_api(served, "getMyCommands"))["result"]}
+    assert menu == {"help": "How to use", "search": "Search mail: /search <words>",
+                    "summary": "Summarize a mail: /summary <email_id>",
+                    "ai": "AI summary consent: /ai on or /ai off"}
+
+    email_id = served.cyrus.append(subject="March invoice", body="Please pay 1200 EUR.").email_id
+    said: list[str] = []
+    # One at a time, as the owner reads each answer: a reply is worked out before its turn in
+    # the chat's lane, so a summary asked at once could be checked before the grant is stored.
+    for text in ("/help", f"/summary {email_id}", "today", f"/summary {email_id}",
+                 "stop summaries"):
+        await served.say(text)
+        said = await served.replies(len(said) + 1)
+    help_text, without, granted, summary, revoked = said
+    assert help_text.startswith("How to use:\nWhen a mail arrives, you first get a notification")
+    assert without == ("Bob Example <bob@example.org> — March invoice\nNo valid consent "
+                       "(expired or never given); for an AI summary, choose a consent period "
+                       "again.")
+    expiry = granted.removeprefix("AI summaries are on: today, until Unix ").split(".")[0]
+    assert granted == (f"AI summaries are on: today, until Unix {expiry}. "
+                       "Ask for each one with /summary <email_id>")
+    assert summary == SUMMARY
+    assert revoked == "AI summary consent revoked"
+    assert not await served.redis.exists(keys.consent_ai(served.chat))
 
 
 async def test_consent_phrases_set_their_ttl_and_revoke_deletes_it(served: ServedApp) -> None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from messageweave.chat.replies import HELP
+from messageweave.chat.replies import EN, ZH
 from messageweave.config.model import parse_wire
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient, JmapError
@@ -27,7 +27,10 @@ from tests.peers.fakellm import (
     slow_model,
 )
 
+HELP = ZH["help"]
 HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+EN_HINT = ("No valid consent (expired or never given); for an AI summary, "
+           "choose a consent period again.")
 BODY = ("Hi Alice,\nplease confirm the March invoice (1200 EUR) by Friday. "
         "The signed copy is attached.\nBob")
 
@@ -292,3 +295,91 @@ async def test_mail_bodies_and_summaries_never_reach_the_logs(
     assert "vault code" not in logged
     assert SUMMARY not in logged
     assert "llm-key-SECRET" not in logged
+
+
+# --- bot_language "en" (issue #16): the same paths, English replies ------------------------------
+
+
+async def test_english_help_and_unknown_text(chat: Chat) -> None:
+    """Catches a reply left in Chinese for an English bot, and English that wakes the bot on
+    ordinary text."""
+    english = chat.speaking("en")
+    assert await english.say("/help") == [EN["help"]]
+    assert await english.say("怎么用") == [EN["help"]]  # Chinese phrases still understood
+    assert EN["help"].startswith("How to use:\n")
+    for silent in ("hello", "once upon a time", "what came in today?", "/start"):
+        assert await english.say(silent) == []
+
+
+@pytest.mark.parametrize(("phrase", "ttl", "label"), [
+    ("once", 3600, "1 hour (one-off)"),
+    ("1 hour", 3600, "1 hour"),
+    ("/ai on", 3600, "1 hour"),
+    ("Today", 86400, "today"),
+    ("7 days", 604800, "7 days"),
+    ("until I revoke", 31536000, "until revoked (at most 365 days)"),
+    ("long term", 31536000, "until revoked (at most 365 days)"),
+    ("今天", 86400, "today"),  # a Chinese phrase, answered in English
+])
+async def test_english_consent_phrase_stores_the_expiry_and_confirms_in_english(
+    chat: Chat, phrase: str, ttl: int, label: str
+) -> None:
+    """Catches an English phrase that grants nothing or the wrong duration, and a confirmation
+    with the Chinese label."""
+    before = int(time.time())
+    [reply] = await chat.speaking("en").say(phrase)
+    expiry = int(await chat.redis.get(keys.consent_ai(chat.chat_id)))
+    assert before + ttl <= expiry <= int(time.time()) + ttl
+    assert reply == (f"AI summaries are on: {label}, until Unix {expiry}. "
+                     "Ask for each one with /summary <email_id>")
+
+
+async def test_an_english_phrase_to_a_chinese_bot_is_answered_in_chinese(chat: Chat) -> None:
+    """Catches the English phrases working only when bot_language is en (the decision: always)."""
+    [reply] = await chat.say("7 days")
+    expiry = int(await chat.redis.get(keys.consent_ai(chat.chat_id)))
+    assert reply == (f"AI摘要授权已开启：7天，到期时间 Unix {expiry}；"
+                     "仍需使用 /summary <email_id> 请求")
+    assert await chat.say("stop summaries") == ["AI摘要授权已撤销"]
+
+
+@pytest.mark.parametrize("phrase", ["/ai off", "revoke", "Stop  summaries", "停止摘要"])
+async def test_english_revoke_deletes_consent(chat: Chat, phrase: str) -> None:
+    """Catches an English revoke phrase that leaves the consent in Redis."""
+    english = chat.speaking("en")
+    await english.say("today")
+    assert await english.say(phrase) == ["AI summary consent revoked"]
+    assert not await chat.redis.exists(keys.consent_ai(chat.chat_id))
+
+
+async def test_english_summary_without_consent_is_metadata_and_the_hint(
+    chat: Chat, cyrus: CyrusServer, fakellm_server: FakeLlm
+) -> None:
+    """Catches the Chinese re-consent hint in an English bot, or content sent without consent."""
+    email_id = mail(cyrus, subject="Quarterly report")
+    english = chat.speaking("en").with_llm(fakellm_server)
+    before = await fakellm_server.total_requests()
+    assert await english.say(f"/summary {email_id}") == [
+        f"Bob Example <bob@example.org> — Quarterly report\n{EN_HINT}"]
+    assert await fakellm_server.total_requests() == before
+    assert await english.say("/summary") == ["Please give an email id, e.g. /summary e-123"]
+    await english.say("once")
+    assert await english.say(f"/summary {email_id}") == [SUMMARY]
+
+
+async def test_english_search_replies_against_real_mail(chat: Chat, cyrus: CyrusServer) -> None:
+    """Catches a search reply in Chinese (header, brackets, hints) for an English bot."""
+    english = chat.speaking("en")
+    token = word()
+    hit = cyrus.append(subject=f"Invoice {token}", body=f"the {token} invoice is attached")
+    cyrus.index("alice")
+    [reply] = await english.say(f"/search {token}")
+    lines = reply.split("\n")
+    assert lines[0] == f'Search "{token}": 1 matching mail(s)'
+    assert lines[1] == f"- Invoice {token} ({hit.email_id})"
+    assert lines[2].startswith(f"  the {token} invoice")
+    missing = word()
+    assert await english.say(f"搜索 {missing}") == [f'No mail matches "{missing}".']
+    assert await english.say("/search") == ["Please give search words, e.g. /search invoice"]
+    assert await english.say("/search " + "x" * 300) == [
+        "The search is too long (at most 256 characters); please shorten it."]

@@ -39,7 +39,8 @@ ROUTE_GROUPS: dict[str, list[tuple[str, str]]] = {
     "operations": [("GET", "/api/delivery"), ("GET", "/api/dlq"), ("POST", "/api/dlq/replay"),
                    ("GET", "/api/logs/audit"), ("GET", "/api/logs/send"), ("GET", "/api/audit"),
                    ("POST", "/api/audit"), ("GET", "/api/push/status"),
-                   ("GET", "/api/telegram/refused-chats"), ("GET", "/api/trace")],
+                   ("GET", "/api/telegram/refused-chats"), ("GET", "/api/trace"),
+                   ("POST", "/api/rules/dry-run")],
 }
 # Authenticated otherwise, and not in the table (docs/security.md §3 says why).
 NOT_IN_TABLE = {("GET", "/ready"), ("POST", "/push/jmap")}

@@ -12,6 +12,14 @@
 //     58884 is out of range"), `from`, no echoed request parameters; it validates like Telegram: empty text, text over 4096 UTF-16 units
 //     ("message is too long"), missing or non-numeric chat_id.
 //   * editMessageText answers the edited Message (the package answers null).
+//   * sendMessage and editMessageReplyMarkup refuse a button whose callback_data is not 1-64
+//     bytes (BUTTON_DATA_INVALID); a Message sent to a forum topic carries message_thread_id
+//     and is_topic_message.
+//   * answerCallbackQuery answers true (the package: null) for a query id the emulator issued
+//     and not answered yet, else 400 "query is too old ... or query ID is invalid"; answers are
+//     recorded. editMessageReplyMarkup replaces (or, without reply_markup, removes) the stored
+//     keyboard and answers the edited Message (the package: null, and ignores a removal); 400
+//     "message to edit not found", 400 "message is not modified" for the same keyboard.
 //   * setWebhook answers true, checks secret_token's alphabet, keeps allowed_updates.
 //   * getWebhookInfo, setMyCommands, getMyCommands, deleteMyCommands are implemented;
 //     getUpdates answers 409 while a webhook is set (as Telegram does).
@@ -25,6 +33,13 @@
 //                           chat_type?, title?}  plays the human: builds the Update, delivers it
 //                           to the webhook (waits for the answer) or queues it for getUpdates.
 //                           -> {update_id, message_id, delivery: {status}|{error}|null}
+//   /control/callback      {token, chat_id, message_id?, data, from_id?, first_name?} plays
+//                           the human pressing a button under the bot's message `message_id`:
+//                           a callback_query Update {id, from, message (as stored now, keyboard
+//                           included), chat_instance, data} delivered like /control/userMessage.
+//                           `data` is not checked against the keyboard (a modified client can
+//                           send any). -> {update_id, callback_id, delivery}
+//   /control/callbackAnswers {token} -> [{callback_query_id, text, show_alert}], oldest first
 //   /control/sentMessages  {token, chat_id?} -> messages the bot sent, oldest first
 //   /control/failures      {token?, method?, chat_id?, error_code?, description?, retry_after?,
 //                           migrate_to_chat_id?, delay_ms?, close?, raw_body?, result_override?,
@@ -57,6 +72,10 @@ if (!['127.0.0.1', 'localhost', '::1'].includes(host)) {
 const BOT_USER = { id: 666, is_bot: true, first_name: 'Test First name', username: 'TestNameBot' };
 const MAX_TEXT_UTF16 = 4096; // JS string length counts UTF-16 code units, as Telegram does
 const SECRET_TOKEN = /^[A-Za-z0-9_-]{1,256}$/;
+const MAX_CALLBACK_DATA_BYTES = 64;
+const QUERY_INVALID = 'Bad Request: query is too old and response timeout expired or query ID is invalid';
+const NOT_MODIFIED = 'Bad Request: message is not modified: specified new message content and reply'
+  + ' markup are exactly the same as a current content and reply markup of the message';
 const COMMAND = /^[a-z0-9_]{1,32}$/;
 const DEFAULT_DESCRIPTIONS = {
   400: 'Bad Request: chat not found',
@@ -83,6 +102,18 @@ const jsonParam = (req, name) => {
   const value = param(req, name);
   if (typeof value !== 'string') return value;
   try { return JSON.parse(value); } catch (_e) { return undefined; }
+};
+
+// The inline keyboard of a reply_markup parameter (JSON text from form-encoded clients), or
+// null; `invalid` when a button's callback_data is not 1-64 bytes, as Telegram refuses it.
+const inlineKeyboard = (req) => {
+  const markup = jsonParam(req, 'reply_markup');
+  if (!markup || !Array.isArray(markup.inline_keyboard)) return { keyboard: null };
+  const buttons = markup.inline_keyboard.flat();
+  const invalid = buttons.some((b) => b && b.callback_data !== undefined
+    && !(Buffer.byteLength(String(b.callback_data)) >= 1
+      && Buffer.byteLength(String(b.callback_data)) <= MAX_CALLBACK_DATA_BYTES));
+  return { keyboard: markup.inline_keyboard, invalid };
 };
 
 const replaceRoute = (file, name, fn) => {
@@ -198,6 +229,7 @@ replaceRoute('sendMessage', 'sendMessage', (app, srv) => {
     const text = body.text === undefined ? '' : String(body.text);
     if (text.trim() === '') return fail(res, 400, 'Bad Request: message text is empty');
     if (text.length > MAX_TEXT_UTF16) return fail(res, 400, 'Bad Request: message is too long');
+    if (inlineKeyboard(req).invalid) return fail(res, 400, 'Bad Request: BUTTON_DATA_INVALID');
     return res.json({ ok: true, result: srv.addBotMessage(body, req.params.token) });
   });
 });
@@ -215,6 +247,54 @@ replaceRoute('editMessageText', 'editMessageText', (app, srv) => {
     srv.editMessageText(body);
     const result = asMessage(stored.messageId, stored.message.chat_id, stored.time, stored.message);
     return res.json({ ok: true, result: { ...result, edit_date: nowSeconds() } });
+  });
+});
+
+const storedBotMessage = (srv, token, chatId, messageId) => srv.storage.botMessages.find(
+  (m) => m.botToken === token && String(m.messageId) === String(messageId)
+    && String(m.message.chat_id) === String(chatId),
+);
+
+replaceRoute('editMessageReplyMarkup', 'editMessageReplyMarkup', (app, srv) => {
+  handle(app, '/bot:token/editMessageReplyMarkup', (req, res) => {
+    if (param(req, 'inline_message_id') !== undefined) {
+      return fail(res, 400, 'Bad Request: inline messages are not emulated');
+    }
+    const stored = storedBotMessage(srv, req.params.token, param(req, 'chat_id'),
+      param(req, 'message_id'));
+    if (!stored) return fail(res, 400, 'Bad Request: message to edit not found');
+    const { keyboard, invalid } = inlineKeyboard(req);
+    if (invalid) return fail(res, 400, 'Bad Request: BUTTON_DATA_INVALID');
+    const current = stored.message.reply_markup && stored.message.reply_markup.inline_keyboard;
+    if (JSON.stringify(current || null) === JSON.stringify(keyboard)) {
+      return fail(res, 400, NOT_MODIFIED);
+    }
+    const message = { ...stored.message };
+    if (keyboard) message.reply_markup = { inline_keyboard: keyboard };
+    else delete message.reply_markup;
+    stored.message = message;
+    srv.emit('EditedMessageReplyMarkup');
+    const result = asMessage(stored.messageId, message.chat_id, stored.time, message);
+    return res.json({ ok: true, result: { ...result, edit_date: nowSeconds() } });
+  });
+});
+
+replaceRoute('answerCallbackQuery', 'answerCallbackQuery', (app, srv) => {
+  handle(app, '/bot:token/answerCallbackQuery', (req, res) => {
+    const id = String(param(req, 'callback_query_id') || '');
+    const query = srv.callbackQueries[id];
+    if (!query || query.token !== req.params.token || query.answered) {
+      return fail(res, 400, QUERY_INVALID);
+    }
+    query.answered = true;
+    const text = param(req, 'text');
+    srv.callbackAnswers.push({
+      botToken: req.params.token,
+      callback_query_id: id,
+      text: text === undefined ? null : String(text),
+      show_alert: String(param(req, 'show_alert')) === 'true',
+    });
+    return res.json({ ok: true, result: true });
   });
 });
 
@@ -351,6 +431,42 @@ const controlRoutes = [
     });
   },
   (app, srv) => {
+    app.post('/control/callback', async (req, res) => {
+      const b = req.body || {};
+      if (!b.token || b.chat_id === undefined || typeof b.data !== 'string') {
+        return fail(res, 400, 'token, chat_id and data are required');
+      }
+      let message;
+      if (b.message_id !== undefined) {
+        const stored = storedBotMessage(srv, b.token, b.chat_id, b.message_id);
+        if (!stored) return fail(res, 400, 'no such message of the bot in that chat');
+        message = asMessage(stored.messageId, stored.message.chat_id, stored.time, stored.message);
+      }
+      const from = { id: Number(b.from_id !== undefined ? b.from_id : b.chat_id), is_bot: false,
+        first_name: b.first_name || 'Test' };
+      const callbackId = `${srv.callbackId}`;
+      srv.callbackId += 1;
+      srv.callbackQueries[callbackId] = { token: b.token, answered: false };
+      const callbackQuery = { from, message, data: b.data, chat_instance: `ci${b.chat_id}` };
+      const update = { time: Date.now(), botToken: b.token, messageId: srv.messageId,
+        isRead: false, callbackQuery, callbackId };
+      const delivery = await srv.addUserUpdate(update);
+      return res.json({
+        ok: true,
+        result: { update_id: update.updateId, callback_id: callbackId, delivery: delivery || null },
+      });
+    });
+  },
+  (app, srv) => {
+    app.post('/control/callbackAnswers', (req, res) => {
+      const token = req.body && req.body.token;
+      const result = srv.callbackAnswers
+        .filter((a) => a.botToken === token)
+        .map(({ botToken: _t, ...a }) => a);
+      res.json({ ok: true, result });
+    });
+  },
+  (app, srv) => {
     app.post('/control/sentMessages', (req, res) => {
       const b = req.body || {};
       const result = srv.storage.botMessages
@@ -416,6 +532,8 @@ TelegramServer.prototype.resetCompatState = function resetCompatState() {
   this.webhookDeliveries = [];
   this.lastWebhookError = {};
   this.commands = {};
+  this.callbackQueries = {};
+  this.callbackAnswers = [];
 };
 
 // A Message as Telegram answers it. The package echoes the raw request parameters instead, so
@@ -430,6 +548,10 @@ const asMessage = (messageId, chatId, time, stored) => {
   };
   if (Array.isArray(stored.entities)) out.entities = stored.entities;
   if (stored.reply_markup && stored.reply_markup.inline_keyboard) out.reply_markup = stored.reply_markup;
+  if (stored.message_thread_id !== undefined) {
+    out.message_thread_id = Number(stored.message_thread_id);
+    out.is_topic_message = true;
+  }
   return out;
 };
 
@@ -443,7 +565,11 @@ const origFormatUpdate = TelegramServer.formatUpdate;
 TelegramServer.formatUpdate = function formatUpdate(update) {
   const body = origFormatUpdate.call(this, update);
   if (body.message) delete body.message.botToken;
-  if (body.callback_query && body.callback_query.message) delete body.callback_query.message.botToken;
+  if (body.callback_query) {
+    if (body.callback_query.message) delete body.callback_query.message.botToken;
+    else delete body.callback_query.message;
+    body.callback_query.chat_instance = update.callbackQuery.chat_instance;
+  }
   return body;
 };
 

@@ -8,7 +8,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from messageweave.mail.jmap.errors import JmapMethodError, JmapProtocolError
+from messageweave.mail.jmap.errors import (
+    JmapError,
+    JmapMethodError,
+    JmapProtocolError,
+    JmapSetError,
+)
 from messageweave.mail.jmap.models import JmapSession
 
 CORE = "urn:ietf:params:jmap:core"
@@ -82,6 +87,17 @@ class MethodResponses(Sequence[Invocation]):
             if inv.call_id == call_id and (name is None or inv.name == name):
                 return inv.arguments
         raise JmapProtocolError(f"no {name or 'method'} response for call id {call_id!r}")
+
+
+def set_failure(method: str, res: Mapping[str, Any], key: str, object_id: str,
+                action: str) -> JmapError:
+    """What a /set answer says about one object it did not `action` (RFC 8620 §5.3): the
+    `JmapSetError` from `key` (`notCreated`, `notUpdated`, `notDestroyed`), else a protocol
+    error (the object is in neither list)."""
+    failures = res.get(key)
+    if isinstance(failures, dict) and isinstance(failures.get(object_id), dict):
+        return JmapSetError(method, object_id, failures[object_id], action)
+    return JmapProtocolError(f"{method} did not {action} {object_id!r}")
 
 
 def result_ref(call_id: str, name: str, path: str) -> dict[str, str]:

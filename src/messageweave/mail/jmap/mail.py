@@ -3,13 +3,22 @@ Email/get in as few requests as the session allows, and full-text search with sn
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from messageweave.mail.jmap.calls import MethodCall, MethodCaller, MethodResponses, result_ref
+from messageweave.mail.jmap import body
+from messageweave.mail.jmap.calls import (
+    MethodCall,
+    MethodCaller,
+    MethodResponses,
+    result_ref,
+    set_failure,
+)
+from messageweave.mail.jmap.errors import JmapSetError
 from messageweave.mail.jmap.models import (
     ChangesPage,
     EmailChanges,
@@ -33,6 +42,8 @@ DEFAULT_EMAIL_PROPERTIES: tuple[str, ...] = (
     "preview",
 )
 NEWEST_FIRST: tuple[Mapping[str, Any], ...] = ({"property": "receivedAt", "isAscending": False},)
+ARCHIVE = "archive"  # the mailbox role (RFC 8621 §2, the IANA registry) …
+ARCHIVE_NAME = "Archive"  # … and the name of the one `archive_mailbox` creates
 
 
 class MailMethods(MethodCaller):
@@ -172,14 +183,8 @@ class MailMethods(MethodCaller):
             props.insert(0, "id")
         args: dict[str, Any] = {"accountId": account, "properties": props}
         if fetch_text:
-            for extra in ("textBody", "bodyValues"):
-                if extra not in props:
-                    props.append(extra)
-            args["fetchTextBodyValues"] = True
-            if body_max_bytes is not None:
-                if body_max_bytes <= 0:
-                    raise ValueError("body_max_bytes must be positive")
-                args["maxBodyValueBytes"] = body_max_bytes
+            props.extend(p for p in ("textBody", "bodyValues") if p not in props)
+            args |= body.fetch_args(body_max_bytes)
         return args
 
     async def get_emails(
@@ -193,7 +198,8 @@ class MailMethods(MethodCaller):
         """Email/get for `ids`, in the order given (ids the server does not know are left out).
 
         Ids are chunked by the session's maxObjectsInGet, and the chunks go in as few requests as
-        maxCallsInRequest allows (one, normally). With `fetch_text`, `text` holds the text body.
+        maxCallsInRequest allows (one, normally). With `fetch_text`, `text` holds the text body
+        (`body.text_body`: the text/plain parts, else the HTML converted to text).
         """
         wanted = list(dict.fromkeys(ids))
         if not wanted:
@@ -212,10 +218,8 @@ class MailMethods(MethodCaller):
             responses = await self.call(batch)
             for _name, _args, call_id in batch:
                 res = responses.result(call_id, "Email/get")
-                for raw in dicts(res.get("list")):
-                    meta = _email_meta(raw, fetch_text, body_max_bytes)
-                    if meta is not None:
-                        found[meta.id] = meta
+                for meta in await _email_metas(res.get("list"), fetch_text, body_max_bytes):
+                    found[meta.id] = meta
         return [found[i] for i in wanted if i in found]
 
     async def query_and_get(
@@ -243,11 +247,7 @@ class MailMethods(MethodCaller):
         q = responses.result("q", "Email/query")
         g = responses.result("g", "Email/get")
         ids = strs(q.get("ids"))
-        by_id = {
-            m.id: m
-            for m in (_email_meta(raw, fetch_text, body_max_bytes) for raw in dicts(g.get("list")))
-            if m is not None
-        }
+        by_id = {m.id: m for m in await _email_metas(g.get("list"), fetch_text, body_max_bytes)}
         return EmailPage(
             ids=ids,
             query_state=str(q.get("queryState", "")),
@@ -307,8 +307,47 @@ class MailMethods(MethodCaller):
             snippet_error=snippet_error,
         )
 
+    async def update_email(self, email_id: str, patch: Mapping[str, Any]) -> bool:
+        """Email/set update of one mail with a PatchObject (RFC 8621 §4.6), e.g.
+        `{"keywords/$seen": True}`; False when the server does not have the mail. Raises
+        `JmapSetError` when it refuses the update for another reason."""
+        res = await self._call_one("Email/set", {"accountId": await self._account(),
+                                                 "update": {email_id: dict(patch)}})
+        updated = res.get("updated")
+        if isinstance(updated, dict) and email_id in updated:
+            return True
+        failure = set_failure("Email/set", res, "notUpdated", email_id, "update")
+        if isinstance(failure, JmapSetError) and failure.type == "notFound":
+            return False
+        raise failure
+
+    async def archive_mailbox(self) -> str:
+        """The id of the mailbox with role `archive`; else of a top-level mailbox named
+        "Archive" (its roles left alone); else of one created now with that name and role
+        (Mailbox/set, RFC 8621 §2.5)."""
+        found = _archive_of(await self.mailboxes())
+        if found is not None:
+            return found
+        new = {"name": ARCHIVE_NAME, "role": ARCHIVE, "isSubscribed": True}
+        res = await self._call_one("Mailbox/set", {"accountId": self.account_id,
+                                                   "create": {"archive": new}})
+        created = res.get("created")
+        item = created.get("archive") if isinstance(created, dict) else None
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            return str(item["id"])
+        found = _archive_of(await self.mailboxes())  # created meanwhile by another call
+        if found is not None:
+            return found
+        raise set_failure("Mailbox/set", res, "notCreated", "archive", "create")
+
 
 # ---------------------------------------------------------------------------------- reading
+
+
+def _archive_of(mailboxes: Sequence[Mailbox]) -> str | None:
+    by_role = [m.id for m in mailboxes if m.role == ARCHIVE]
+    by_name = [m.id for m in mailboxes if m.name == ARCHIVE_NAME and m.parent_id is None]
+    return next(iter(by_role or by_name), None)
 
 
 _MAILBOX_GET: dict[str, Any] = {"ids": None, "properties": ["id", "name", "role", "parentId"]}
@@ -359,6 +398,22 @@ def _changes_fields(res: Mapping[str, Any], since_state: str, method: str) -> di
     }
 
 
+async def _email_metas(
+    raws: Any, fetch_text: bool, body_max_bytes: int | None
+) -> list[EmailMeta]:
+    """An Email/get `list` read; off the event loop when it holds HTML to convert (CPU work
+    of up to a few hundred milliseconds for a large mail)."""
+    items = dicts(raws)
+
+    def read() -> list[EmailMeta]:
+        metas = (_email_meta(raw, fetch_text, body_max_bytes) for raw in items)
+        return [m for m in metas if m is not None]
+
+    if fetch_text and any(body.has_html(raw) for raw in items):
+        return await asyncio.to_thread(read)
+    return read()
+
+
 def _email_meta(
     raw: Mapping[str, Any], fetch_text: bool, body_max_bytes: int | None
 ) -> EmailMeta | None:
@@ -368,7 +423,7 @@ def _email_meta(
     text: str | None = None
     truncated = False
     if fetch_text:
-        text, truncated = _text_body(raw, body_max_bytes)
+        text, truncated = body.text_body(raw, body_max_bytes)
     return EmailMeta(
         id=email_id,
         sender=_sender(raw.get("from")),
@@ -380,25 +435,6 @@ def _email_meta(
         text=text,
         text_truncated=truncated,
     )
-
-
-def _text_body(raw: Mapping[str, Any], cap: int | None) -> tuple[str, bool]:
-    values = raw.get("bodyValues")
-    values = values if isinstance(values, dict) else {}
-    chunks: list[str] = []
-    truncated = False
-    for part in dicts(raw.get("textBody")):
-        value = values.get(part.get("partId"))
-        if isinstance(value, dict) and isinstance(value.get("value"), str):
-            chunks.append(value["value"])
-            truncated = truncated or bool(value.get("isTruncated"))
-    text = "\n".join(chunks)
-    if cap is not None:
-        encoded = text.encode("utf-8")
-        if len(encoded) > cap:
-            text = encoded[:cap].decode("utf-8", errors="ignore")
-            truncated = True
-    return text, truncated
 
 
 def _sender(value: Any) -> str | None:

@@ -98,7 +98,8 @@ class EmailMeta:
 
     `sender` is "Name <addr>" (or the bare address) of the first From address. `received_at` is
     Unix seconds. `text` is set only when fetched: the text body parts joined in `textBody` order,
-    capped at `body_max_bytes` (then `text_truncated` is true).
+    text/html ones converted to text (`body.text_body`), capped at `body_max_bytes` (then, or
+    when the server or the converter cut a part, `text_truncated` is true).
     """
 
     id: str

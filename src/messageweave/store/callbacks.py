@@ -1,0 +1,62 @@
+"""What the notification buttons did (issue #16): one key per (action, mail), so a button
+pressed twice does its work once (`messageweave.pipeline.buttons`). Keys: `store.keys`
+(`button_action`).
+
+A press first claims the key for its stream entry (`claim`); the entry's retries, on any
+consumer, find their own claim and go on. The work done, the key becomes `done`
+(`finish`); a failed attempt gives its claim back (`release`) so the retry or the next press
+can do the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from messageweave.store import keys
+from messageweave.store.redis import Redis, text_of
+
+DONE = "done"
+Claim = Literal["claimed", "done", "busy"]
+
+# KEYS: the action's key. ARGV: the claiming entry id, the claim's TTL.
+# → "claimed" (free, or already this entry's), "done", or "busy" (another press works on it).
+CLAIM = """
+local held = redis.call('GET', KEYS[1])
+if not held or held == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+  return 'claimed'
+end
+if held == 'done' then return 'done' end
+return 'busy'
+"""
+
+# KEYS: the action's key. ARGV: the entry id whose claim to give back.
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
+
+async def claim(redis: Redis, action: str, email_id: str, owner: str) -> Claim:
+    """Take the (action, mail) for the stream entry `owner`, unless it is done or taken."""
+    answer = text_of(await redis.eval(CLAIM, 1, keys.button_action(action, email_id), owner,
+                                      keys.BUTTON_CLAIM_TTL_S))
+    if answer == "done":
+        return "done"
+    return "claimed" if answer == "claimed" else "busy"
+
+
+async def finish(redis: Redis, action: str, email_id: str) -> None:
+    await redis.set(keys.button_action(action, email_id), DONE, ex=keys.BUTTON_DONE_TTL_S)
+
+
+async def release(redis: Redis, action: str, email_id: str, owner: str) -> None:
+    await redis.eval(RELEASE, 1, keys.button_action(action, email_id), owner)
+
+
+async def done_actions(redis: Redis, actions: Iterable[str], email_id: str) -> frozenset[str]:
+    """Which of `actions` are done for the mail (one MGET)."""
+    wanted = list(actions)
+    values = await redis.mget([keys.button_action(a, email_id) for a in wanted])
+    return frozenset(a for a, v in zip(wanted, values, strict=True) if text_of(v) == DONE)

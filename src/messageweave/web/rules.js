@@ -1,0 +1,296 @@
+// Card "Notification rules" (issue #16): the rules editor, quiet hours, the backlog digest
+// threshold and the bot's language. They are fields of the business configuration: the card
+// fills from the business card's readback and saves only what changed, as a patch against the
+// revision that card holds, so the two never overwrite each other. The dry run tries the
+// editor's rules, unsaved, on the last 20 mails.
+import { api, reasonOf, session } from "./api.js";
+import { addHelp, businessLabelKey, withLabels } from "./business-form.js";
+import { adoptRevision, load as reloadBusiness, onReadback, savedState } from "./business.js";
+import { $, say } from "./dom.js";
+import * as dryRun from "./dry-run.js";
+import { known, t } from "./i18n.js";
+import * as editor from "./rules-editor.js";
+
+const NAMES = ["notify_rules", "quiet_hours", "digest_threshold", "bot_language"];
+const DIGEST_SUGGESTED = 10;
+const DIGEST_MAX = 1000;
+const CLOCK = /^([01]\d|2[0-3]):[0-5]\d$/;
+const QUIET_DEFAULTS = { start: "22:00", end: "07:00" };
+// The server names this card's settings as the original's environment did; the page shows its
+// labels, and marks the input a message is about.
+const LABELS = { NOTIFY_RULES: "field.notify_rules", QUIET_HOURS: "rules.sectionQuiet",
+  DIGEST_THRESHOLD: "field.digest_threshold", BOT_LANGUAGE: "field.bot_language" };
+const INPUTS = [["QUIET_HOURS.end", "r-quiet_end"], ["QUIET_HOURS", "r-quiet_start"],
+  ["DIGEST_THRESHOLD", "r-digest_threshold"], ["BOT_LANGUAGE", "r-bot_language"]];
+const RULE_MESSAGE = /^NOTIFY_RULES\[(\d+)\](?:\.([a-z_]+))?\s*([\s\S]*)$/;
+const QUIET_FIELD = /\bQUIET_HOURS\.(start|end)\b/g;
+
+// `baseline`: the saved values in the card's shapes; `refill`: the next readback replaces
+// what the card shows even if it was edited (after a conflict or this card's own save).
+const state = { baseline: null, refill: false };
+
+// A value of the card's own inputs that the page refuses; `id` is the input.
+class FieldError extends Error {
+  constructor(message, id) {
+    super(message);
+    this.id = id;
+  }
+}
+
+function serverText(message) {
+  const named = String(message).replace(QUIET_FIELD, function (_whole, end) {
+    return t("rules.sectionQuiet") + " · " + t("field.quiet_" + end);
+  });
+  return withLabels(named, function (word) { return LABELS[word] || businessLabelKey(word); });
+}
+
+// JSON with 64-bit ids as strings: equal values compare equal whatever their number type.
+function same(a, b) {
+  const text = function (value) {
+    return JSON.stringify(value, function (_key, v) { return typeof v === "bigint" ? v.toString() : v; });
+  };
+  return text(a) === text(b);
+}
+
+function baselineFrom(values) {
+  const quiet = values.quiet_hours;
+  return {
+    notify_rules: (values.notify_rules || []).map(editor.canonicalRule),
+    quiet_hours: quiet ? { start: quiet.start, end: quiet.end } : null,
+    digest_threshold: Number(values.digest_threshold || 0),
+    bot_language: values.bot_language === "en" ? "en" : "zh",
+  };
+}
+
+function syncQuiet() {
+  const on = $("r-quiet_hours").checked;
+  ["start", "end"].forEach(function (end) {
+    const input = $("r-quiet_" + end);
+    input.disabled = !on;
+    if (on && input.value === "") input.value = QUIET_DEFAULTS[end];
+  });
+}
+
+function fill(base) {
+  editor.render(base.notify_rules);
+  $("r-quiet_hours").checked = base.quiet_hours !== null;
+  $("r-quiet_start").value = base.quiet_hours ? base.quiet_hours.start : "";
+  $("r-quiet_end").value = base.quiet_hours ? base.quiet_hours.end : "";
+  syncQuiet();
+  $("r-digest_threshold").value = String(base.digest_threshold);
+  $("r-bot_language").value = base.bot_language;
+}
+
+function readQuiet() {
+  if (!$("r-quiet_hours").checked) return null;
+  const start = $("r-quiet_start").value, end = $("r-quiet_end").value;
+  if (!CLOCK.test(start)) throw new FieldError(t("rules.quietBoth"), "r-quiet_start");
+  if (!CLOCK.test(end) || end === start) throw new FieldError(t("rules.quietBoth"), "r-quiet_end");
+  return { start: start, end: end };
+}
+
+function readDigest() {
+  const raw = $("r-digest_threshold").value.trim();
+  const value = raw === "" ? 0 : Number(raw);
+  if (!/^\d*$/.test(raw) || !(value === 0 || (value >= 2 && value <= DIGEST_MAX))) {
+    throw new FieldError(t("rules.badDigest"), "r-digest_threshold");
+  }
+  return value;
+}
+
+function readCard() {
+  return { notify_rules: editor.readRules(), quiet_hours: readQuiet(),
+    digest_threshold: readDigest(), bot_language: $("r-bot_language").value };
+}
+
+function isDirty() {
+  try {
+    const values = readCard();
+    return NAMES.some(function (name) { return !same(values[name], state.baseline[name]); });
+  } catch (err) {
+    return true;
+  }
+}
+
+function clearErrors() {
+  editor.clearErrors();
+  ["rules-error", "rules-msg"].forEach(function (id) { say(id, ""); });
+  document.querySelectorAll("#rules-form [aria-invalid]").forEach(function (el) {
+    el.removeAttribute("aria-invalid");
+  });
+}
+
+function markInput(id) {
+  $(id).setAttribute("aria-invalid", "true");
+  $(id).focus();
+}
+
+// The page's own check failed: the message, next to the rule or on the input it is about.
+function pageError(err) {
+  if (err instanceof editor.RuleError) {
+    editor.showError(err.index, err.field, err.reason);
+  } else if (err instanceof FieldError) {
+    markInput(err.id);
+  } else {
+    throw err;
+  }
+  say("rules-error", err.message, "error");
+}
+
+// The label of a rule's field the server names (`chat_id` → "Chat "), or "" for none.
+function ruleFieldLabel(field) {
+  if (field === null) return "";
+  return (known("field.rule_" + field) ? t("field.rule_" + field) : field) + " ";
+}
+
+// A 422 of the server: a rule's error is shown under that rule and its field, in page labels.
+function rejected(message) {
+  if (!message) {
+    say("rules-error", t("biz.rejectedGeneric"), "error");
+    return;
+  }
+  const rule = RULE_MESSAGE.exec(message);
+  let text = serverText(message);
+  if (rule) {
+    const index = Number(rule[1]), field = rule[2] || null;
+    const reason = ruleFieldLabel(field) + serverText(rule[3]);
+    editor.showError(index, field, reason);
+    text = t("rules.ruleError", { n: index + 1, reason: reason });
+  } else {
+    const input = INPUTS.find(function (pair) { return message.startsWith(pair[0]); });
+    if (input) markInput(input[1]);
+  }
+  say("rules-error", t("biz.rejected", { reason: text }), "error");
+}
+
+function showState(configured, revision) {
+  $("rules-save").disabled = !configured;
+  $("dry-run").disabled = !configured;
+  say("rules-state", configured ? t("rules.state", { n: revision }) : t("rules.needsConfig"));
+}
+
+// Every readback of the business card: the chats to choose from and the saved values. An edit
+// in progress is kept (its baseline moves), unless a refill was asked for.
+function onBody(body) {
+  const values = body.values || {};
+  editor.setChats(values.telegram_chat_id, values.chat_allowlist);
+  const keep = state.baseline !== null && !state.refill && isDirty();
+  state.baseline = baselineFrom(values);
+  state.refill = false;
+  if (!keep) fill(state.baseline);
+  showState(body.configured === true, body.revision || 0);
+}
+
+// The card's values read back, replacing what it shows. When the revision is still the one the
+// business card holds (`expected`, or this card's own save) that form keeps its edits; else it
+// reloads too, and both cards show the newer configuration.
+async function reread(expected) {
+  state.refill = true;
+  try {
+    const body = await api("GET", "/api/business-config", undefined, true);
+    if (body.revision === expected) {
+      if (body.configured) adoptRevision(expected);
+      onBody(body);
+      return;
+    }
+  } catch (err) {
+    // the business card's reload below says why it could not read
+  }
+  await reloadBusiness();
+}
+
+async function save(event) {
+  event.preventDefault();
+  clearErrors();
+  const current = savedState();
+  if (!current.configured || state.baseline === null) {
+    say("rules-error", t("rules.needsConfig"), "error");
+    return;
+  }
+  let values;
+  try {
+    values = readCard();
+  } catch (err) {
+    pageError(err);
+    return;
+  }
+  const patch = {};
+  NAMES.forEach(function (name) {
+    if (!same(values[name], state.baseline[name])) patch[name] = values[name];
+  });
+  if (Object.keys(patch).length === 0) {
+    say("rules-msg", t("biz.nothing"));
+    return;
+  }
+  patch.revision = current.revision;
+  $("rules-save").disabled = true;
+  try {
+    const result = await api("PUT", "/api/business-config", patch, true);
+    await reread(result.revision);
+    say("rules-msg", t("rules.saved", { n: result.revision }), "ok");
+    if (!result.runtime_applied) say("rules-error", t("biz.notApplied"), "error");
+  } catch (err) {
+    if (!session.token) return;
+    if (err.status === 409) {
+      state.refill = true;
+      await reloadBusiness();
+      say("rules-error", t("biz.conflict"), "error");
+    } else if (err.status === 422) {
+      rejected(err.configError);
+    } else if (err.status === 503) {
+      say("rules-error", t("biz.unavailable"), "error");
+    } else {
+      say("rules-error", t("biz.failed", { reason: reasonOf(err) }), "error");
+    }
+  } finally {
+    $("rules-save").disabled = !savedState().configured;
+  }
+}
+
+// What the dry run tries: the editor's rules and quiet hours; null when the page refused them.
+function draft() {
+  clearErrors();
+  try {
+    return { notify_rules: editor.readRules(), quiet_hours: readQuiet() };
+  } catch (err) {
+    pageError(err);
+    return null;
+  }
+}
+
+export function load() {
+  // Filled by the business card's readback (`onReadback`), which load() of that card starts.
+}
+
+export function reset() {
+  state.baseline = null;
+  state.refill = false;
+  editor.setChats(null, []);
+  editor.render([]);
+  syncQuiet();
+  clearErrors();
+  dryRun.reset();
+  say("rules-state", "");
+}
+
+export function wire() {
+  [["r-quiet_hours", "quiet_hours"], ["r-quiet_start", "quiet_start"], ["r-quiet_end", "quiet_end"],
+    ["r-digest_threshold", "digest_threshold"], ["r-bot_language", "bot_language"]]
+    .forEach(function (pair) { addHelp($(pair[0]), pair[1]); });
+  const suggest = $("r-digest-suggest");
+  suggest.textContent = t("rules.useSuggested", { n: DIGEST_SUGGESTED });
+  suggest.setAttribute("aria-label", t("rules.useSuggestedFor", { n: DIGEST_SUGGESTED }));
+  suggest.addEventListener("click", function () {
+    $("r-digest_threshold").value = String(DIGEST_SUGGESTED);
+  });
+  $("r-quiet_hours").addEventListener("change", syncQuiet);
+  $("rules-add").addEventListener("click", editor.addRule);
+  $("rules-form").addEventListener("submit", save);
+  $("rules-reload").addEventListener("click", function () {
+    clearErrors();
+    reread(savedState().revision);
+  });
+  onReadback(onBody);
+  dryRun.wire(draft, rejected);
+  reset();
+}

@@ -1,0 +1,329 @@
+"""The buttons under a notification (issue #16), end to end: Cyrus has the mail, the worker
+sends its notification with the keyboard to the Bot API emulator, the emulator plays the
+owner pressing a button (a `callback_query` to our HTTPS webhook), and the effect is read back
+from Cyrus (`$seen`, the mail in the archive mailbox) and from the emulator (the answer to the
+press, the edited keyboard)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from messageweave.config.model import parse_wire
+from messageweave.mail.jmap import JmapClient
+from messageweave.pipeline import buttons
+from messageweave.store import keys
+from tests.conftest import FreshUser
+from tests.integration.conversation.conftest import served, tls_emulator
+from tests.peers.telegram import SentMessage
+from tests.served import ServedApp
+
+__all__ = ["served", "tls_emulator"]  # the HTTPS app the emulator calls, and that emulator
+
+HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+WAIT_S = 15.0  # for the worker, Cyrus and the emulator on a busy machine
+
+
+@pytest.fixture
+async def mailbox(served: ServedApp) -> AsyncIterator[JmapClient]:
+    """Our own look at alice's mailbox in Cyrus, to check what a press changed."""
+    wire = served.wire
+    async with JmapClient(wire["jmap_session_url"], wire["jmap_username"],
+                          wire["jmap_password"], timeout=10) as client:
+        yield client
+
+
+async def notified(served: ServedApp, subject: str, chat: int | None = None,
+                   user: str = "alice") -> tuple[str, SentMessage]:
+    """A new mail in Cyrus, queued like the reconcile queues it; its notification (the first
+    message whose Mark read button names the mail: a periodic reconcile pass may notify it
+    too)."""
+    email_id = served.cyrus.append(subject=subject, user=user).email_id
+    await served.enqueue_mail(email_id, account_id=user)
+    cfg = parse_wire(served.wire)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        for message in await served.emulator.sent_messages(served.token):
+            named = [buttons.verify(cfg, data) for _, data in keyboard(message)]
+            if buttons.Button(buttons.READ, email_id) in named:
+                assert chat is None or message.chat_id == chat
+                return email_id, message
+        assert time.monotonic() < deadline, "no notification"
+        await asyncio.sleep(0.05)
+
+
+def keyboard(message: SentMessage) -> list[tuple[str, str]]:
+    """The (text, callback_data) of the message's buttons, as Telegram shows them now."""
+    markup: dict[str, Any] = message.params.get("reply_markup") or {}
+    return [(b["text"], b["callback_data"]) for row in markup.get("inline_keyboard", [])
+            for b in row]
+
+
+def data_of(message: SentMessage, action: str) -> str:
+    return keyboard(message)[buttons.ACTIONS.index(action)][1]
+
+
+async def press(served: ServedApp, message: SentMessage, data: str) -> dict[str, Any]:
+    """Press a button under `message`; the bot's answer to that press (answerCallbackQuery)."""
+    pressed = await served.emulator.press_button(served.token, message.chat_id,
+                                                 message.message_id, data)
+    assert pressed.status == 204, pressed
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        answers = await served.emulator.callback_answers(served.token)
+        mine = [a for a in answers if a["callback_query_id"] == pressed.callback_id]
+        if mine:
+            return mine[0]
+        assert time.monotonic() < deadline, "the press was not answered"
+        await asyncio.sleep(0.05)
+
+
+async def replied(served: ServedApp, chat: int) -> SentMessage:
+    """The bot's reply in `chat` that ends with the consent hint."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        for message in await served.emulator.sent_messages(served.token, chat):
+            if message.text.endswith(HINT):
+                return message
+        assert time.monotonic() < deadline, "no reply"
+        await asyncio.sleep(0.05)
+
+
+async def edited(served: ServedApp, message: SentMessage,
+                 texts: list[str]) -> list[tuple[str, str]]:
+    """Wait until the keyboard under `message` reads `texts`."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        [now] = [m for m in await served.emulator.sent_messages(served.token, message.chat_id)
+                 if m.message_id == message.message_id]
+        if [text for text, _ in keyboard(now)] == texts:
+            return keyboard(now)
+        assert time.monotonic() < deadline, f"keyboard is {keyboard(now)}"
+        await asyncio.sleep(0.05)
+
+
+async def test_every_notification_has_the_three_buttons(served: ServedApp) -> None:
+    """Catches a notification sent without the keyboard, or with buttons the bot cannot read."""
+    email_id, message = await notified(served, "Invoice 17", served.chat)
+    assert [text for text, _ in keyboard(message)] == ["摘要", "标为已读", "归档"]
+    cfg = parse_wire(served.wire)
+    assert [buttons.verify(cfg, data) for _, data in keyboard(message)] == [
+        buttons.Button(action, email_id) for action in buttons.ACTIONS]
+
+
+async def test_mark_read_sets_seen_in_cyrus_and_shows_read(
+    served: ServedApp, mailbox: JmapClient
+) -> None:
+    """Catches a Mark read that answers but does not change the mail, or leaves the keyboard
+    as it was."""
+    email_id, message = await notified(served, "Mark me read")
+    [mail] = await mailbox.get_emails([email_id])
+    assert "$seen" not in mail.keywords
+    answer = await press(served, message, data_of(message, buttons.READ))
+    assert answer["text"] == "已标为已读"
+    [mail] = await mailbox.get_emails([email_id])
+    assert "$seen" in mail.keywords
+    await edited(served, message, ["摘要", "✓ 已读", "归档"])
+
+
+async def test_archive_moves_the_mail_to_the_archive_mailbox(
+    served: ServedApp, mailbox: JmapClient
+) -> None:
+    """Catches an Archive that copies instead of moving, or picks the wrong mailbox."""
+    email_id, message = await notified(served, "Archive me")
+    [archive] = [m.id for m in await mailbox.mailboxes() if m.role == "archive"]
+    answer = await press(served, message, data_of(message, buttons.ARCHIVE))
+    assert answer["text"] == "已归档"
+    [mail] = await mailbox.get_emails([email_id])
+    assert mail.mailbox_ids == {archive}
+    await edited(served, message, ["摘要", "标为已读", "✓ 已归档"])
+
+
+async def test_archive_creates_the_archive_mailbox_when_there_is_none(
+    served: ServedApp,
+) -> None:
+    """Catches an Archive that fails (or files the mail nowhere) on an account without an
+    archive mailbox: one named Archive with that role is created in Cyrus and holds the mail."""
+    user, password = f"noarchive{time.monotonic_ns() % 10**9}", "pw-noarchive-1"
+    served.cyrus.add_user(user, password)
+    async with JmapClient(served.wire["jmap_session_url"], user, password,
+                          timeout=10) as account:
+        [archive] = [m.id for m in await account.mailboxes() if m.role == "archive"]
+        account_id = account.account_id
+        # Cyrus creates every new user's Archive; take it away as the operator could.
+        await account.call([("Mailbox/set", {"accountId": account_id,
+                                             "update": {archive: {"role": None}}}, "0")])
+        await account.call([("Mailbox/set", {"accountId": account_id,
+                                             "destroy": [archive]}, "0")])
+        assert all(m.role != "archive" for m in await account.mailboxes())
+        await served.configure(jmap_username=user, jmap_password=password)
+        email_id, message = await notified(served, "File me", user=user)
+        answer = await press(served, message, data_of(message, buttons.ARCHIVE))
+        assert answer["text"] == "已归档"
+        [created] = [m for m in await account.mailboxes() if m.role == "archive"]
+        assert created.name == "Archive" and created.parent_id is None
+        [mail] = await account.get_emails([email_id])
+        assert mail.mailbox_ids == {created.id}
+
+
+async def test_summary_without_consent_gets_the_consent_hint(served: ServedApp) -> None:
+    """Catches a Summary button that skips the consent check (content would leave the server)
+    or does not answer the press."""
+    email_id, message = await notified(served, "Quarterly report")
+    answer = await press(served, message, data_of(message, buttons.SUMMARY))
+    assert answer["text"] is None  # answered at once; the reply is a message
+    reply = await replied(served, served.chat)
+    assert reply.text == f"Bob Example <bob@example.org> — Quarterly report\n{HINT}"
+    assert not await served.redis.exists(keys.button_action(buttons.SUMMARY, email_id))
+
+
+async def test_a_forged_press_is_refused_answered_and_changes_nothing(
+    served: ServedApp, mailbox: JmapClient
+) -> None:
+    """Catches a press acted on without checking its signature: data naming another mail,
+    or another action, or made up, is answered with a notice and changes no mail."""
+    email_id, message = await notified(served, "Mine")
+    other_id, _ = await notified(served, "Someone else's")
+    [inbox] = [m.id for m in await mailbox.mailboxes() if m.role == "inbox"]
+    read = data_of(message, buttons.READ)
+    for forged in (read[:-len(email_id)] + other_id,  # this mail's signature, another id
+                   buttons.ARCHIVE + read[1:],  # Mark read's signature, another action
+                   "r" + "A" * 16 + other_id):
+        answer = await press(served, message, forged)
+        assert answer["text"] == "这个按钮已失效"
+    for mail in await mailbox.get_emails([email_id, other_id]):
+        assert "$seen" not in mail.keywords and mail.mailbox_ids == {inbox}
+    assert not await served.redis.keys("button:*")
+    [now] = [m for m in await served.emulator.sent_messages(served.token, served.chat)
+             if m.message_id == message.message_id]
+    assert keyboard(now) == keyboard(message)
+
+
+async def test_a_button_pressed_twice_does_the_work_once(
+    served: ServedApp, mailbox: JmapClient
+) -> None:
+    """Catches a second press that redoes the work: after the first Mark read the owner marks
+    the mail unread in the mail client, and the second press leaves it unread."""
+    email_id, message = await notified(served, "Press me twice")
+    read = data_of(message, buttons.READ)
+    await press(served, message, read)
+    [mail] = await mailbox.get_emails([email_id])
+    assert "$seen" in mail.keywords
+    await mailbox.update_email(email_id, {"keywords/$seen": None})
+    answer = await press(served, message, read)
+    assert answer["text"] == "已经处理过了"
+    [mail] = await mailbox.get_emails([email_id])
+    assert "$seen" not in mail.keywords
+    assert await served.redis.get(keys.button_action(buttons.READ, email_id)) == "done"
+
+
+async def test_english_buttons_and_notices(served: ServedApp) -> None:
+    """Catches a button or notice left in Chinese when the bot speaks English."""
+    await served.configure(bot_language="en")
+    _, message = await notified(served, "In English")
+    assert [text for text, _ in keyboard(message)] == ["Summary", "Mark read", "Archive"]
+    answer = await press(served, message, data_of(message, buttons.READ))
+    assert answer["text"] == "Marked as read"
+    await edited(served, message, ["Summary", "✓ Read", "Archive"])
+    answer = await press(served, message, "x")
+    assert answer["text"] == "This button is no longer valid"
+
+
+async def test_a_rule_routed_notification_keeps_its_buttons_and_topic(
+    served: ServedApp, mailbox: JmapClient
+) -> None:
+    """Catches buttons missing under a notification a rule sent to another chat's forum
+    topic, and a Summary reply sent outside that topic."""
+    team = served.chat + 500_000
+    await served.configure(chat_allowlist=[served.chat, team], notify_rules=[
+        {"name": "team", "from": "@example.org", "chat_id": team, "thread_id": 42}])
+    email_id, message = await notified(served, "For the team", team)
+    assert message.params.get("message_thread_id") in (42, "42")
+    await press(served, message, data_of(message, buttons.READ))
+    [mail] = await mailbox.get_emails([email_id])
+    assert "$seen" in mail.keywords
+    await press(served, message, data_of(message, buttons.SUMMARY))
+    reply = await replied(served, team)
+    assert reply.params.get("message_thread_id") in (42, "42")
+
+
+async def test_a_press_from_a_chat_outside_the_allowlist_is_refused(served: ServedApp) -> None:
+    """Catches a press queued (and acted on) from a chat the owner never allowed."""
+    _, message = await notified(served, "Not for strangers")
+    stranger = await served.emulator.press_button(served.token, served.chat + 1, None,
+                                                  data_of(message, buttons.READ))
+    assert stranger.status == 403
+    assert await served.redis.xlen(keys.STREAM_TELEGRAM) == 0
+
+
+async def test_a_redelivered_press_is_handled_once(served: ServedApp) -> None:
+    """Catches a press Telegram delivers twice (same update_id) being worked twice: the
+    second delivery needs the secret, is acknowledged and is not queued."""
+    _, message = await notified(served, "Delivered twice")
+    data = data_of(message, buttons.READ)
+    pressed = await served.emulator.press_button(served.token, served.chat,
+                                                 message.message_id, data)
+    assert pressed.status == 204
+    await served.emulator.wait_for_answers(served.token, 1)
+    queued = (await served.redis.xinfo_stream(keys.STREAM_TELEGRAM))["last-generated-id"]
+    again = {"update_id": pressed.update_id, "callback_query": {
+        "id": pressed.callback_id, "from": {"id": served.chat, "is_bot": False,
+                                            "first_name": "Test"},
+        "chat_instance": "ci", "data": data,
+        "message": {"message_id": message.message_id, "date": message.date,
+                    "chat": {"id": served.chat, "type": "private"}}}}
+    secret = {"X-Telegram-Bot-Api-Secret-Token": served.wire["telegram_webhook_secret"]}
+    assert (await served.client.post("/webhook/tg", json=again)).status_code == 401
+    assert (await served.client.post("/webhook/tg", headers=secret, json=again)
+            ).status_code == 204
+    info = await served.redis.xinfo_stream(keys.STREAM_TELEGRAM)
+    assert info["last-generated-id"] == queued  # nothing was added for the redelivery
+
+
+async def test_archive_uses_a_top_level_archive_mailbox_without_the_role(
+    fresh: FreshUser,
+) -> None:
+    """Catches a second "Archive" attempted (Cyrus refuses the name) when the account has one
+    without the role: the mail goes there and the mailbox is left as it was."""
+    client = fresh.client
+    [archive] = [m.id for m in await client.mailboxes() if m.role == "archive"]
+    await client.call([("Mailbox/set", {"accountId": client.account_id,
+                                        "update": {archive: {"role": None}}}, "0")])
+    assert await client.archive_mailbox() == archive
+    assert [m.role for m in await client.mailboxes() if m.id == archive] == [None]
+
+
+async def test_a_mail_the_mailbox_no_longer_has_is_not_updated(fresh: FreshUser) -> None:
+    """Catches a notFound answer taken for success (the press would say "Marked as read")."""
+    await fresh.client.get_session()
+    gone = await fresh.client.update_email("Mnosuchmail0000000000000", {"keywords/$seen": True})
+    assert gone is False
+
+
+async def test_a_press_while_the_mailbox_refuses_us_is_answered_and_done_on_retry(
+    served: ServedApp,
+) -> None:
+    """Catches a press lost (never answered, never done) when JMAP fails at that moment: the
+    owner is told it will be retried, and the retry marks the mail read once Cyrus lets us in
+    again (a real fault: the account's password changed meanwhile, then changed back)."""
+    user, password = f"flaky{time.monotonic_ns() % 10**9}", "pw-flaky-1"
+    served.cyrus.add_user(user, password)
+    headers = served.admin
+    retries = {"jmap_timeout_ms": 10000, "telegram_timeout_ms": 5000, "llm_timeout_ms": 5000,
+               "max_retries": 4}
+    assert (await served.client.put("/api/config", headers=headers, json=retries)
+            ).status_code == 200
+    await served.configure(jmap_username=user, jmap_password=password)
+    email_id, message = await notified(served, "Try again", user=user)
+    served.cyrus.add_user(user, "pw-changed-2")
+    answer = await press(served, message, data_of(message, buttons.READ))
+    assert answer["text"] == "暂时连不上邮件服务器，稍后会自动重试"
+    served.cyrus.add_user(user, password)
+    await edited(served, message, ["摘要", "✓ 已读", "归档"])
+    async with JmapClient(served.wire["jmap_session_url"], user, password, timeout=10) as own:
+        [mail] = await own.get_emails([email_id])
+    assert "$seen" in mail.keywords

@@ -1,0 +1,98 @@
+"""The notification buttons' signed callback_data and the webhook's reading of a press (no
+peers needed: both are pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from messageweave.config.model import parse_wire
+from messageweave.pipeline import buttons
+from messageweave.pipeline.service import ChatNotAllowed, parse_update
+from tests.conftest import sample_wire
+
+CFG = parse_wire(sample_wire())
+MAIL = "M8683a72e1c0987fc13b8f774"  # a Cyrus email id
+
+
+def test_every_button_fits_telegrams_64_bytes_for_the_longest_id_it_accepts() -> None:
+    """Catches callback_data over Telegram's limit (sendMessage would fail: the mail would
+    never be notified) and a silent truncation that would act on another id."""
+    longest = "x" * buttons.MAX_EMAIL_ID_BYTES
+    for action in buttons.ACTIONS:
+        data = buttons.callback_data(CFG, action, longest)
+        assert data is not None and len(data.encode()) == buttons.MAX_CALLBACK_BYTES
+        assert buttons.verify(CFG, data) == buttons.Button(action, longest)
+    assert buttons.callback_data(CFG, buttons.READ, longest + "x") is None
+    assert buttons.notification_keyboard(CFG, longest + "x") is None  # no buttons, still sent
+
+
+def test_a_signed_button_names_its_action_and_mail() -> None:
+    keyboard = buttons.notification_keyboard(CFG, MAIL)
+    assert keyboard is not None
+    [row] = keyboard
+    assert [text for text, _ in row] == ["摘要", "标为已读", "归档"]
+    assert [buttons.verify(CFG, data) for _, data in row] == [
+        buttons.Button(action, MAIL) for action in buttons.ACTIONS]
+
+
+@pytest.mark.parametrize("forge", [
+    "another mail's id with this mail's signature",
+    "another action with this action's signature",
+    "one signature character changed",
+    "signed with another webhook secret",
+    "truncated",
+    "not ours at all",
+])
+def test_a_forged_callback_data_is_refused(forge: str) -> None:
+    """Catches a check that trusts the id or the action in the data without its signature."""
+    data = buttons.callback_data(CFG, buttons.READ, MAIL)
+    assert data is not None
+    other = parse_wire(sample_wire(telegram_webhook_secret="another-secret-0123456789"))
+    forged = {
+        "another mail's id with this mail's signature": data[:-1] + "5",
+        "another action with this action's signature": buttons.ARCHIVE + data[1:],
+        "one signature character changed": data[:3] + ("A" if data[3] != "A" else "B") + data[4:],
+        "signed with another webhook secret": buttons.callback_data(other, buttons.READ, MAIL),
+        "truncated": data[:10],
+        "not ours at all": "x",
+    }[forge]
+    assert forged is not None and forged != data
+    assert buttons.verify(CFG, forged) is None
+
+
+def test_the_done_state_and_english_labels() -> None:
+    english = parse_wire(sample_wire(bot_language="en"))
+    keyboard = buttons.notification_keyboard(english, MAIL, frozenset({buttons.READ}))
+    assert keyboard is not None
+    assert [text for text, _ in keyboard[0]] == ["Summary", "✓ Read", "Archive"]
+    done = buttons.notification_keyboard(CFG, MAIL, frozenset(buttons.LASTING))
+    assert done is not None and [t for t, _ in done[0]] == ["摘要", "✓ 已读", "✓ 已归档"]
+
+
+def _press(chat: int, **message: object) -> dict[str, object]:
+    return {"update_id": 5, "callback_query": {
+        "id": "4382", "from": {"id": chat, "first_name": "Ada"}, "chat_instance": "ci",
+        "data": "rXYZ", "message": {"message_id": 9, "chat": {"id": chat, "type": "private"},
+                                   "date": 1, **message}}}
+
+
+def test_the_webhook_keeps_what_the_worker_needs_of_a_press() -> None:
+    """Catches a press queued without its query id (it could not be answered) or its
+    message (the keyboard could not be edited), or a topic reply sent outside the topic."""
+    update = parse_update(_press(4242), CFG)
+    assert update.fields == {"update_id": "5", "chat_id": "4242", "callback_id": "4382",
+                             "callback_data": "rXYZ", "message_id": "9"}
+    topic = parse_update(_press(4242, message_thread_id=7, is_topic_message=True), CFG)
+    assert topic.fields["thread_id"] == "7"
+
+
+def test_a_press_in_a_chat_outside_the_allowlist_is_refused() -> None:
+    with pytest.raises(ChatNotAllowed):
+        parse_update(_press(999), CFG)
+
+
+def test_a_press_we_cannot_place_in_a_chat_is_left_alone() -> None:
+    """Telegram always sends `from`; without it and without a message there is no chat to
+    answer, so the update is only acknowledged (like the kinds of update the bot ignores)."""
+    update = parse_update({"update_id": 6, "callback_query": {"id": "1", "data": "x"}}, CFG)
+    assert update.fields == {"update_id": "6"}

@@ -1,0 +1,193 @@
+"""HTML mail to text (`messageweave.mail.html_text`) and the text of JMAP body parts
+(`messageweave.mail.jmap.body`): what is kept, what is dropped, and the guards against HTML
+written to hurt (growth, entities, DTDs, size)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from messageweave.mail import html_text
+from messageweave.mail.html_text import MAX_INPUT_BYTES, html_to_text
+from messageweave.mail.jmap import body
+
+
+def text(html: str) -> str:
+    return html_to_text(html)[0]
+
+
+def test_entities_are_decoded_and_tags_gone() -> None:
+    """Catches markup or raw entities left in the text."""
+    assert text("<p>Caf&eacute; &amp; cr&egrave;me &#8364;3 &#x41;&nbsp;&lt;b&gt;</p>") == \
+        "Café & crème €3 A <b>"
+
+
+def test_scripts_styles_head_and_hidden_elements_are_dropped_but_the_text_after_them_kept(
+) -> None:
+    """Catches a script's code, a stylesheet, the title or text the reader never sees (hidden
+    preheaders) in the text, and the words following a dropped element lost with it."""
+    html = ("<html><head><title>Title</title><style>p{color:red}</style></head><body>"
+            "<script>var x = 1 < 2;</script>one <style>.a{}</style>two"
+            "<span style='DISPLAY: none !important'>ghost1</span> three"
+            "<div hidden>ghost2</div><p style='visibility:hidden'>ghost3</p>"
+            "<div style='mso-hide:all'>ghost4</div><template><p>ghost5</p></template> four"
+            "<!-- a comment --></body></html>")
+    assert text(html) == "one two three four"
+
+
+def test_blocks_lists_and_tables_become_lines() -> None:
+    """Catches blocks run together on one line, list items without bullets, and table cells glued
+    to each other."""
+    html = ("<h1>Title</h1><p>First para.</p><div>A div</div>line<br>break"
+            "<ul><li>one</li><li>two<ul><li>inner</li></ul></li></ul>"
+            "<ol start='7'><li>first</li><li value='9'>second</li></ol>"
+            "<table><tr><th>Item</th><th>Price</th></tr><tr><td>Tea</td><td>€4</td></tr></table>")
+    assert text(html) == ("Title\n\nFirst para.\n\nA div\nline\nbreak\n"
+                          "* one\n* two\n+ inner\n1. first\n2. second\n"
+                          "Item Price\nTea €4")
+
+
+def test_links_keep_their_words_not_their_targets() -> None:
+    """Catches tracking URLs filling the 300-character excerpt."""
+    assert text('<p>Read <a href="https://t.example/c?id=123456789">the report</a> now.</p>') == \
+        "Read the report now."
+
+
+def test_an_xml_declaration_and_an_empty_document_are_no_error() -> None:
+    """Catches lxml refusing a str with an encoding declaration, and an error on a document
+    without any element."""
+    assert text('<?xml version="1.0" encoding="utf-8"?><p>xhtml mail</p>') == "xhtml mail"
+    assert html_to_text("") == ("", False)
+    assert html_to_text("<!-- only a comment -->") == ("", False)
+    assert html_to_text("   \n ") == ("", False)
+
+
+def test_no_entity_of_a_dtd_is_expanded_and_no_file_is_read(tmp_path: Path) -> None:
+    """Catches entity expansion (a billion laughs) and external entities or DTDs being loaded
+    (XXE): lxml's HTML parser must leave them as they are."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("FILE-CONTENT-LEAKED")
+    laughs = "".join(f'<!ENTITY l{n} "{f"&l{n - 1};" * 10}">' for n in range(1, 8))
+    html = (f'<!DOCTYPE html [<!ENTITY l0 "lol">{laughs}'
+            f'<!ENTITY xxe SYSTEM "file://{secret}">]>'
+            f'<html><body><p>a &l7; b &xxe; c</p></body></html>')
+    out = text(html)
+    assert "FILE-CONTENT-LEAKED" not in out and "lol" not in out
+    assert "a &l7; b &xxe; c" in out
+    external = text(f'<!DOCTYPE html SYSTEM "file://{secret}"><p>x</p>')
+    assert external == "x"
+
+
+@pytest.mark.parametrize("bomb", [
+    # CSS margins and paddings of up to 100,000 em each
+    '<p style="margin-top:100000em;padding-left:100000em">x</p>',
+    # column alignment: every row padded to the widest cell
+    "<table><tr><td>" + "w" * 20000 + "</td></tr>" + "<tr><td>x</td></tr>",
+    # list numbers of thousands of digits, and indentation 250 levels deep
+    "<ol start='" + "9" * 4000 + "'><li value='" + "9" * 4000 + "'>x</li></ol>",
+    "<ul><li>" * 250 + "<li>x</li>",
+    "<div>" * 5000 + "x",
+])
+def test_hostile_html_gives_text_no_larger_than_its_input(bomb: str) -> None:
+    """Catches a few kilobytes of HTML growing into hundreds of megabytes of text (inscriptis
+    lays out what it is given: margins, paddings, list numbers, table columns), and the
+    converter's recursion on deep nesting (libxml2 stops at 255 levels)."""
+    html = (bomb * (MAX_INPUT_BYTES // len(bomb) + 1))[: MAX_INPUT_BYTES + 100]
+    started = time.monotonic()
+    out, cut = html_to_text(html)
+    assert cut
+    assert len(out) <= MAX_INPUT_BYTES
+    assert time.monotonic() - started < 20  # about 0.3 s here; a blow-up takes minutes
+
+
+def test_input_beyond_the_limit_is_cut_and_says_so() -> None:
+    """Catches an unbounded input reaching the parser, and the cut not being reported."""
+    para = "<p>" + "é" * 99 + "</p>"
+    out, cut = html_to_text(para * (MAX_INPUT_BYTES // len(para.encode()) + 5))
+    assert cut
+    assert out.startswith("é" * 99) and set(out) <= {"é", "\n"}
+    out, cut = html_to_text(para * 3)
+    assert not cut and out == "\n\n".join(["é" * 99] * 3)
+
+
+def test_a_converter_failure_keeps_the_bare_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catches a converter bug losing the mail's text. A test double: no input is known to make
+    inscriptis raise, so the converter is replaced by one that does."""
+    lxml_html, _ = html_text._libraries()
+
+    def broken(tree: object) -> str:
+        raise ValueError("converter bug")
+
+    monkeypatch.setattr(html_text, "_libraries", lambda: (lxml_html, broken))
+    assert text("<p>still <b>here</b></p><script>no</script>") == "still here"
+
+
+def _raw(*parts: tuple[str | None, str | None, bool]) -> dict[str, object]:
+    """An Email/get entry whose `textBody` has one part per (type, value, isTruncated)."""
+    text_body, values = [], {}
+    for n, (kind, value, truncated) in enumerate(parts):
+        text_body.append({"partId": str(n), **({"type": kind} if kind is not None else {})})
+        if value is not None:
+            values[str(n)] = {"value": value, "isTruncated": truncated}
+    return {"id": "e1", "textBody": text_body, "bodyValues": values}
+
+
+def test_each_text_body_part_is_read_by_its_type() -> None:
+    """Catches text/html parts in `textBody` (RFC 8621 falls back to them) read as plain text,
+    inline images read at all, and a part without a type (plain, RFC 2045) skipped."""
+    raw = _raw(("text/plain", "plain one", False), ("TEXT/HTML; charset=utf-8", "<p>h&amp;m</p>",
+               False), ("image/png", "binary", False), (None, "untyped", False),
+               ("text/plain", None, False))
+    assert body.has_html(raw)
+    assert body.text_body(raw, None) == ("plain one\nh&m\nuntyped", False)
+    assert not body.has_html(_raw(("text/plain", "x", False)))
+
+
+def test_the_cap_counts_utf8_bytes_of_the_text_and_a_server_cut_is_reported() -> None:
+    """Catches the cap measured on the HTML instead of the text, characters split at the cap,
+    and a part the server cut (`isTruncated`) reported as whole."""
+    html = "<style>" + "x" * 5000 + "</style>" + "<p>" + "é" * 100 + "</p>"
+    assert body.text_body(_raw(("text/html", html, False)), 51) == ("é" * 25, True)
+    assert body.text_body(_raw(("text/html", html, False)), 500) == ("é" * 100, False)
+    assert body.text_body(_raw(("text/plain", "short", True)), 500) == ("short", True)
+
+
+def test_fetch_arguments_ask_for_part_types_and_room_for_html() -> None:
+    """Catches part types not being fetched (then HTML cannot be told from text) and the server
+    cutting HTML at the text's cap."""
+    assert body.fetch_args(None) == {"fetchTextBodyValues": True,
+                                     "bodyProperties": ["partId", "type"]}
+    assert body.fetch_args(1000)["maxBodyValueBytes"] == 8000
+    assert body.fetch_args(10 * MAX_INPUT_BYTES)["maxBodyValueBytes"] == 10 * MAX_INPUT_BYTES
+    assert body.fetch_args(MAX_INPUT_BYTES // 2)["maxBodyValueBytes"] == MAX_INPUT_BYTES
+    with pytest.raises(ValueError):
+        body.fetch_args(0)
+
+
+_FIRST_CONVERSION = """
+import json, sys
+import messageweave.app, messageweave.cli, messageweave.runtime
+from messageweave.mail.jmap import body
+seen = {"after_import": sorted(m for m in ("lxml", "inscriptis") if m in sys.modules)}
+body.text_body({"textBody": [{"partId": "1", "type": "text/plain"}],
+                "bodyValues": {"1": {"value": "plain"}}}, None)
+seen["after_plain"] = sorted(m for m in ("lxml", "inscriptis") if m in sys.modules)
+body.text_body({"textBody": [{"partId": "1", "type": "text/html"}],
+                "bodyValues": {"1": {"value": "<p>html</p>"}}}, None)
+seen["after_html"] = sorted(m for m in ("lxml", "inscriptis") if m in sys.modules)
+print(json.dumps(seen))
+"""
+
+
+def test_lxml_and_inscriptis_are_imported_by_the_first_html_conversion_not_before() -> None:
+    """Catches the converter loaded at start-up: an idle instance must not hold it (issue #14,
+    idle RSS). Run in a fresh interpreter: this one has imported them already."""
+    done = subprocess.run([sys.executable, "-c", _FIRST_CONVERSION], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == {"after_import": [], "after_plain": [],
+                                       "after_html": ["inscriptis", "lxml"]}

@@ -1,0 +1,124 @@
+"""The bot's texts in both languages (issue #16): one table per language, the same keys and
+placeholders in each, the Chinese contract kept, and English help that tells the truth."""
+
+import re
+import string
+
+import pytest
+
+from messageweave.chat import intents, replies
+from messageweave.chat.webhook_setup import COMMANDS, commands
+from messageweave.config.features import BOT_LANGUAGES
+from messageweave.mail.jmap import EmailMeta, SearchResult, SearchSnippet
+from messageweave.pipeline.search import search_reply
+
+
+def placeholders(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+
+
+def test_every_language_has_the_same_keys_and_placeholders() -> None:
+    """Catches a string added to one language only (a KeyError when the other one is set) or a
+    translation that drops or renames a `{placeholder}` (a KeyError, or a reply without it)."""
+    assert set(replies.TEXTS) == set(BOT_LANGUAGES)
+    for language in BOT_LANGUAGES:
+        table = replies.texts(language)
+        assert table.keys() == replies.ZH.keys(), language
+        for key, template in table.items():
+            assert template.strip(), (language, key)
+            assert placeholders(template) == placeholders(replies.ZH[key]), (language, key)
+
+
+def test_the_english_table_is_english() -> None:
+    """Catches a Chinese string copied into the English table instead of translated."""
+    for key, template in replies.EN.items():
+        assert not re.search(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]", template), key
+
+
+def test_the_chinese_texts_are_the_contract() -> None:
+    """Catches an edit of the contract's Chinese strings (inventory §5.2) while adding English."""
+    zh = replies.ZH
+    assert zh["help"] == (  # inventory §5.2, byte for byte
+        "使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。\n\n"
+        "授权示例（请按原文中文输入，不支持英文别名）：\n"
+        "1小时：/ai on、临时一次、临时、一次\n今天：今天\n7天：7天\n"
+        "直到我撤销（最长365天）：直到我撤销、长期\n"
+        "撤销授权：/ai off、关闭 ai、撤销授权、停止摘要\n"
+        "/summary <email_id>：请求指定邮件摘要；未授权或授权到期时只返回元数据并提示重新授权。\n"
+        "/search <关键词>：搜索邮件主题与正文，返回带高亮片段的匹配列表（最多 10 条）。\n"
+        "/help（或 help）：显示本说明。\n\n"
+        "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
+        "正文和 AI 结果不会持久化，也不会写入日志。\n"
+        "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。")
+    assert replies.consent_granted("zh", intents.LABEL_TODAY, 42) == (
+        "AI摘要授权已开启：今天，到期时间 Unix 42；仍需使用 /summary <email_id> 请求")
+    assert replies.summary_without_consent("zh", None, "S") == (
+        " — S\n授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。")
+    assert zh["consent_revoked"] == "AI摘要授权已撤销"
+    assert zh["missing_email_id"] == "请提供邮件 ID，例如：摘要 e-123"
+
+
+@pytest.mark.parametrize(("label_key", "label"), [
+    (intents.LABEL_ONE_HOUR_TEMPORARY, "1 hour (one-off)"),
+    (intents.LABEL_ONE_HOUR, "1 hour"),
+    (intents.LABEL_TODAY, "today"),
+    (intents.LABEL_SEVEN_DAYS, "7 days"),
+    (intents.LABEL_UNTIL_REVOKED, "until revoked (at most 365 days)"),
+])
+def test_an_english_grant_names_its_duration_in_english(label_key: str, label: str) -> None:
+    """Catches the Chinese label (`今天`) leaking into an English confirmation."""
+    assert replies.consent_granted("en", label_key, 1700000000) == (
+        f"AI summaries are on: {label}, until Unix 1700000000. "
+        "Ask for each one with /summary <email_id>")
+
+
+def test_every_phrase_the_english_help_lists_does_what_it_says() -> None:
+    """Catches help text that promises a phrase the parser does not know, or files it under the
+    wrong duration."""
+    expected = {"1 hour": 3600, "Today": 86400, "7 days": 604800,
+                "Until I revoke (at most 365 days)": 31536000}
+    listed = dict(line.split(": ", 1) for line in replies.EN["help"].split("\n")
+                  if line.split(": ", 1)[0] in {*expected, "Revoke"})
+    assert set(listed) == {*expected, "Revoke"}
+    for heading, ttl in expected.items():
+        for phrase in listed[heading].split(", "):
+            intent = intents.parse_intent(phrase)
+            assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttl, phrase
+    for phrase in listed["Revoke"].split(", "):
+        assert intents.parse_intent(phrase) == intents.RevokeConsent(), phrase
+
+
+def test_the_command_menu_follows_the_language() -> None:
+    """Catches a menu left in Chinese for an English bot (or the commands themselves changing)."""
+    assert [name for name, _ in commands("zh")] == list(COMMANDS) == [
+        "help", "search", "summary", "ai"]
+    assert commands("zh")[0] == ("help", "使用说明")
+    assert dict(commands("en")) == {
+        "help": "How to use",
+        "search": "Search mail: /search <words>",
+        "summary": "Summarize a mail: /summary <email_id>",
+        "ai": "AI summary consent: /ai on or /ai off",
+    }
+
+
+def test_english_search_replies() -> None:
+    """Catches a search reply that keeps the Chinese header, brackets or placeholder in English."""
+    def meta(email_id: str, subject: str | None) -> EmailMeta:
+        return EmailMeta(id=email_id, sender=None, subject=subject, received_at=None,
+                         mailbox_ids=frozenset(), keywords=frozenset(), preview="")
+
+    assert search_reply("invoice", SearchResult(ids=[], emails=[], snippets=[]), "en") == (
+        'No mail matches "invoice".')
+    result = SearchResult(
+        ids=["M1", "M2"], emails=[meta("M1", "March invoice"), meta("M2", None)],
+        snippets=[SearchSnippet("M1", "March <mark>invoice</mark>", "the &amp; receipt"),
+                  SearchSnippet("M2", None, None)])
+    assert search_reply("invoice", result, "en") == (
+        'Search "invoice": 2 matching mail(s)\n'
+        "- March invoice (M1)\n"
+        "  the & receipt\n"
+        "- (no subject) (M2)")
+    bare = SearchResult(ids=["a1"], emails=[], snippets=[])
+    assert search_reply("x", bare, "en") == (
+        'Search "x": 1 matching mail(s)\n'
+        "(Highlighted snippets are not available; the matching email ids:)\n- a1")
