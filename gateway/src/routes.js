@@ -40,6 +40,8 @@ const ROUTE_TABLE = [
   ["/api/telegram/refused-chats", "GET"],
   // "Where is my mail?": the trace card's read-only search (?q= passed on unchanged).
   ["/api/trace", "GET"],
+  // The rules card's dry run: reads the mailbox, sends and writes nothing.
+  ["/api/rules/dry-run", "POST"],
 ];
 
 // Answered by the gateway itself, never forwarded.
