@@ -69,7 +69,7 @@ def exec_serve(host: str, debug: bool) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         try:
-            os.execv(sys.executable, argv)
+            os.execv(sys.executable, argv)  # nosec B606 # our own interpreter, fixed argv
         except OSError:
             pass  # e.g. the interpreter's file is gone: serving here still works
     serve_here(host, debug)
