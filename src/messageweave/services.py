@@ -13,21 +13,26 @@ could not be built becomes a warning with every credential scrubbed.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from messageweave.chat.telegram import TelegramClient
+from messageweave.chat import webhook_setup
+from messageweave.chat.telegram import TelegramClient, TelegramSendError
+from messageweave.config.features import BotLanguage
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.config.service import ConfigService, NotConfigured, Warning
-from messageweave.logs import redis_url_password, scrub
+from messageweave.logs import failure_text, redis_url_password, scrub
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 from messageweave.ops import audit
 from messageweave.settings import Settings
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,6 +96,16 @@ async def build_runtime(
     return runtime, warnings
 
 
+async def _publish_menu(telegram: TelegramClient, language: BotLanguage) -> None:
+    """The command menu in the language just switched to (register-webhook publishes it too);
+    best effort: the menu only describes the commands, which work in either language."""
+    try:
+        await telegram.set_my_commands(webhook_setup.commands(language))
+    except TelegramSendError as exc:
+        log.warning("the command menu was not switched to %s: %s", language,
+                    failure_text(exc))
+
+
 class Peers:
     """The peer clients of the configuration in force (`config.service.Peers`)."""
 
@@ -103,12 +118,15 @@ class Peers:
         """On a failure the previous runtime keeps serving; with no previous runtime the
         partial one is used (its JMAP client is connected on demand)."""
         runtime, warnings = await build_runtime(cfg, outbound)
+        before = self.runtime.config.bot_language if self.runtime is not None else None
         if current() and (not warnings or self.runtime is None):
             previous, self.runtime = self.runtime, runtime
         else:
             previous = runtime
         if previous is not None:
             await previous.aclose()
+        if self.runtime is runtime and before not in (None, cfg.bot_language):
+            await _publish_menu(runtime.telegram, cfg.bot_language)
         return warnings
 
     async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:

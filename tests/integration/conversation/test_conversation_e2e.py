@@ -42,6 +42,24 @@ async def test_register_webhook_sets_url_secret_and_command_menu(served: ServedA
     assert delivery["secret_sent"] is True and delivery["status"] == 204
 
 
+async def test_switching_the_language_on_the_page_switches_the_command_menu(
+    served: ServedApp,
+) -> None:
+    """Catches a menu that stays in the old language after `bot_language` is saved: the owner
+    switched the bot to English from the page and Telegram still showed the Chinese menu until
+    the webhook was registered again."""
+    async def menu() -> list[str]:
+        return [c["description"] for c in (await bot_api(served, "getMyCommands"))["result"]]
+
+    assert (await menu())[0] == "使用说明"  # registered by the fixture, in Chinese
+    await served.configure(bot_language="en")
+    assert await menu() == ["How to use", "Search mail: /search <words>",
+                            "Summarize a mail: /summary <email_id>",
+                            "AI summary consent: /ai on or /ai off"]
+    await served.configure(bot_language="zh")
+    assert (await menu())[0] == "使用说明"
+
+
 async def test_help(served: ServedApp) -> None:
     await served.say("/help")
     [reply] = await served.replies(1)
@@ -65,8 +83,7 @@ async def test_an_english_bot_answers_and_publishes_its_menu_in_english(
 
     email_id = served.cyrus.append(subject="March invoice", body="Please pay 1200 EUR.").email_id
     said: list[str] = []
-    # One at a time, as the owner reads each answer: a reply is worked out before its turn in
-    # the chat's lane, so a summary asked at once could be checked before the grant is stored.
+    # One at a time, as the owner reads each answer.
     for text in ("/help", f"/summary {email_id}", "today", f"/summary {email_id}",
                  "stop summaries"):
         await served.say(text)
