@@ -68,7 +68,7 @@ async def probe_telegram_get_me(
             response = await asyncio.wait_for(client.get(url), timeout_s)
     except (TimeoutError, httpx.TimeoutException):
         return "telegram get_me probe timed out"
-    except httpx.HTTPError:
+    except (httpx.HTTPError, httpx.InvalidURL):  # InvalidURL: a token no URL can hold
         return "telegram get_me probe failed"
     return None if response.is_success else "telegram get_me probe failed"
 

@@ -7,6 +7,8 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.config.crypto import AAD, decrypt
+from messageweave.config.model import parse_wire
+from messageweave.probes import probe_telegram_get_me
 from messageweave.store import keys
 from tests.conftest import ADMIN_KEY, admin_headers, login, sample_wire
 from tests.integration.test_envelope import assert_envelope
@@ -262,3 +264,27 @@ async def test_a_rule_error_names_its_field_and_never_echoes_a_line_break(
         json={"notify_rules": [{"name": "n", "chat_id": 999}]})
     assert response.headers["x-config-error"] == "NOTIFY_RULES[0].chat_id must be in CHAT_ALLOWLIST"
     assert await snapshot(redis_client) == before
+
+
+async def test_a_bot_token_with_a_control_character_is_refused_and_never_probed(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis
+) -> None:
+    """Catches a bot token holding a line break or another control character: it was stored,
+    and every probe built a URL httpx refuses (`InvalidURL`, not an `HTTPError`), so
+    `/debug/telegram` answered 500 (found by the schema fuzzing)."""
+    await first_save(client)
+    before = await snapshot(redis_client)
+    for token in ("123456:abc\ndef", "123456:abc\x00", "123456:abc def", "123456:äbc"):
+        response = await client.put("/api/business-config", headers=await login(client),
+                                    json={"bot_token": token})
+        assert_envelope(response, 422, "invalid_configuration")
+        assert response.headers["x-config-error"] == \
+            "BOT_TOKEN may contain only printable ASCII characters, no space"
+    assert await snapshot(redis_client) == before
+
+
+async def test_the_telegram_probe_answers_for_a_token_no_url_can_hold() -> None:
+    """Catches the probe raising `InvalidURL` for a stored token (one saved before the rule
+    above) instead of answering that the probe failed."""
+    cfg = parse_wire(sample_wire(bot_token="123456:abc\x7f", telegram_api_base_url="http://127.0.0.1:9"))
+    assert await probe_telegram_get_me(cfg) == "telegram get_me probe failed"

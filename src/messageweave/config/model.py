@@ -405,6 +405,9 @@ def _check_lengths(cfg: BusinessConfig) -> None:
 
 def _check_limits(cfg: BusinessConfig) -> None:
     _check_lengths(cfg)
+    token = cfg.bot_token
+    if not (token.isascii() and token.isprintable()) or " " in token:  # it goes into a URL
+        raise ConfigInvalid("BOT_TOKEN may contain only printable ASCII characters, no space")
     for attr in ("telegram_webhook_secret", "reconcile_token", "worker_token"):
         if len(getattr(cfg, attr).strip()) < MIN_TOKEN_CHARS:
             raise ConfigInvalid(
