@@ -97,6 +97,9 @@ async def run(mails: int, spacing_s: float) -> None:
                   f"push POST p50 {statistics.median(post_ms):.0f} ms)")
             print(summary("append→sendMessage", from_append))
             print(summary("push POST→sendMessage", from_push))
+            slowest = sorted(zip(from_push, got, strict=True), reverse=True)[:3]
+            print("slowest push POST→sendMessage: " + ", ".join(
+                f"{subject} {ms:.0f} ms" for ms, subject in slowest))
             print(f"SUMMARY push: {len(got)}/{mails} mails, spacing {spacing_s * 1000:.0f} ms, "
                   f"APPEND p50 {statistics.median(append_ms):.0f} ms, append→sendMessage p50 "
                   f"{statistics.median(from_append):.0f} / p99 {pct(from_append, 0.99):.0f} ms, "

@@ -44,3 +44,32 @@ def test_serve_serves_from_the_serving_interpreter_with_its_pid_and_options(
         output = proc.communicate(timeout=20)[0]
     assert proc.returncode == 0, output
     assert '"message": "GET /healthz 200"' in output  # the child's own JSON log lines
+
+
+def test_run_hands_its_redis_to_the_serving_interpreter_which_stops_it(tmp_path: Path) -> None:
+    """Bug (issue #14): `run`, the README's one command, served from the process that parsed
+    its options (Typer and every command module: ~2.6 MB more idle RSS than `serve`). It now
+    becomes the serving interpreter too, which must take its embedded Redis over: the Redis is
+    still this pid's child while serving, and SIGTERM stops both (no redis-server left behind,
+    exit 0) — an orphaned Redis would hold the data directory against the next start."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "DEBUG_ENABLED", "DEBUG_TOKEN")}
+    proc = subprocess.Popen(
+        [console_script("messageweave"), "run", "--port", str(port), "--data-dir",
+         str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        assert argv[1:4] == ["-P", "-m", "messageweave.cli.serving"], argv
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        [redis_pid] = [int(c) for c in children]
+        assert b"redis-server" in Path(f"/proc/{redis_pid}/cmdline").read_bytes()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, output
+    assert not Path(f"/proc/{redis_pid}").exists(), "the embedded Redis outlived run"
+    assert (tmp_path / "redis" / "appendonly.aof").exists() or \
+        any((tmp_path / "redis").glob("appendonly*")), output

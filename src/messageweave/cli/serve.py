@@ -21,7 +21,13 @@ from typing import Annotated
 import typer
 
 from messageweave.cli.common import console
-from messageweave.cli.serving import exec_serve, handle_stop_signals, serve_app
+from messageweave.cli.serving import (
+    HANDOVER_ENV,
+    become_server,
+    exec_serve,
+    handle_stop_signals,
+    serve_app,
+)
 from messageweave.logs import add_secret_source
 from messageweave.settings import KEY_FILE, REDIS_DIR, default_data_dir, from_env
 from messageweave.store.redis import EmbeddedRedis
@@ -153,6 +159,12 @@ def run(
                 f"stored in {directory / KEY_FILE}):\n\n  {env['CONFIG_ENCRYPTION_KEY']}\n"
             )
         _print_locations(directory, embedded, key_from_env, url)
+        # Serve as `serve` does, in an interpreter without Typer (issue #14), which takes the
+        # Redis child over (same pid: still its parent). Here only when that cannot be.
+        handed = {**env, "PORT": str(bind_port)}
+        if embedded is not None:
+            handed[HANDOVER_ENV] = embedded.handover()
+        become_server(host, debug, handed)
         serve_app(settings, host, bind_port)
     finally:
         if embedded is not None:

@@ -4,17 +4,19 @@
 with `python -P -m messageweave.cli.serving serve --host HOST [--debug]`: the same pid, environment
 and file descriptors (a container's signals still reach it), in an interpreter that never
 imported Typer or the other commands, which it would carry for nothing while it serves (~1.8 MB
-of idle RSS, issue #14). This module imports neither. `run` serves in its own process: it owns
-the embedded Redis it started and stops it on the way out.
+of idle RSS, issue #14). This module imports neither. `run` becomes the same interpreter once it
+has started its embedded Redis and printed where things are; the Redis child (still ours: the
+pid does not change) is handed over in `HANDOVER_ENV` and stopped by `serve_here` on the way out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 import messageweave
@@ -22,9 +24,12 @@ from messageweave import server
 from messageweave.app import create_app
 from messageweave.logs import configure_logging
 from messageweave.settings import Settings, from_env
+from messageweave.store.redis import stop_handed_over
 
 MODULE = "messageweave.cli.serving"
 COMMAND = "serve"  # the child's first argument, so `ps` still shows `messageweave ... serve`
+# Set by `run` for the interpreter it becomes: its embedded Redis, to stop on the way out.
+HANDOVER_ENV = "MESSAGEWEAVE_REDIS_HANDOVER"
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
@@ -45,11 +50,16 @@ def serve_app(settings: Settings, host: str, port: int) -> None:
 
 
 def serve_here(host: str, debug: bool) -> None:
-    """Container mode in this process: only the environment; a missing variable serves setup
-    mode."""
+    """Serve in this process from the environment alone (a missing variable serves setup mode).
+    When `run` handed its embedded Redis over (`HANDOVER_ENV`), stop it on the way out."""
     handle_stop_signals()
+    handover = os.environ.pop(HANDOVER_ENV, None)
     settings = from_env(debug_flag=debug)
-    serve_app(settings, host, settings.port)
+    try:
+        serve_app(settings, host, settings.port)
+    finally:
+        if handover:
+            stop_handed_over(handover)
 
 
 def _interpreter() -> list[str]:
@@ -61,17 +71,22 @@ def _interpreter() -> list[str]:
     return [sys.executable, *(["-P"] if same else [])]
 
 
+def become_server(host: str, debug: bool, env: Mapping[str, str] | None = None) -> None:
+    """Replace this process with the serving interpreter (`main`), with `env` (default: this
+    environment). Returns only when that cannot be (e.g. the interpreter's file is gone)."""
+    if not sys.executable:
+        return
+    argv = [*_interpreter(), "-m", MODULE, COMMAND, "--host", host,
+            *(["--debug"] if debug else [])]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with contextlib.suppress(OSError):  # our own interpreter, fixed argv:
+        os.execve(sys.executable, argv, dict(os.environ if env is None else env))  # nosec B606
+
+
 def exec_serve(host: str, debug: bool) -> None:
-    """Become the serving interpreter (`main`); serve in this process when that cannot be."""
-    if sys.executable:
-        argv = [*_interpreter(), "-m", MODULE, COMMAND, "--host", host,
-                *(["--debug"] if debug else [])]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            os.execv(sys.executable, argv)  # nosec B606 # our own interpreter, fixed argv
-        except OSError:
-            pass  # e.g. the interpreter's file is gone: serving here still works
+    """Become the serving interpreter; serve in this process when that cannot be."""
+    become_server(host, debug)
     serve_here(host, debug)
 
 

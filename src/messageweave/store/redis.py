@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import secrets
 import shutil
@@ -316,6 +317,15 @@ class EmbeddedRedis:
                 raise RuntimeError("embedded redis-server did not become ready")
             time.sleep(0.05)
 
+    def handover(self) -> str:
+        """What the process that takes this Redis over needs to stop it (`stop_handed_over`):
+        `messageweave run` replaces itself (same pid, so still the child's parent) with the
+        serving interpreter. JSON: the pid, the socket's path and the data directory."""
+        if self.proc is None or self.socket is None:
+            raise RuntimeError("embedded redis-server not started")
+        return json.dumps({"pid": self.proc.pid, "socket": str(self.socket),
+                           "data_dir": str(self.data_dir)})
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # redis fsyncs the AOF on SIGTERM
@@ -327,3 +337,22 @@ class EmbeddedRedis:
         self.proc = None
         if self.socket is not None and self.socket.parent != self.data_dir:
             _remove_socket_dir(self.socket.parent)
+
+
+def stop_handed_over(handover: str, timeout: float = 10.0) -> None:
+    """Stop a Redis child this process took over (`EmbeddedRedis.handover`) as `stop` would:
+    SIGTERM (redis fsyncs the AOF), wait, SIGKILL after `timeout`, the socket's private
+    directory removed when it is not the data directory."""
+    taken = json.loads(handover)
+    pid, socket, data_dir = int(taken["pid"]), Path(taken["socket"]), Path(taken["data_dir"])
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.02)
+    if socket.parent != data_dir:
+        _remove_socket_dir(socket.parent)
