@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 
 from messageweave import observe
 from messageweave.aio import every, raise_if_cancelling
+from messageweave.config.model import EXCLUDED_ROLES
 from messageweave.config.service import NotConfigured
 from messageweave.logs import RepeatLog
 from messageweave.mail.context import MailContext
@@ -43,7 +44,7 @@ from messageweave.mail.jmap import (
     InvalidArguments,
     JmapClient,
 )
-from messageweave.mail.reconcile import EXCLUDED_ROLES, Replay, Walk, parse_cursor
+from messageweave.mail.reconcile import Replay, Walk, in_any_mailbox, mailbox_sets, parse_cursor
 from messageweave.store import gaps, keys
 from messageweave.store.mailbox import claim_slot
 from messageweave.store.redis import Redis
@@ -96,9 +97,8 @@ def _utc(ts: int) -> str:
 
 
 def _listing_filter(since: int, mailbox_ids: Iterable[str]) -> dict[str, Any]:
-    boxes = [{"inMailbox": m} for m in sorted(mailbox_ids)]
-    where = boxes[0] if len(boxes) == 1 else {"operator": "OR", "conditions": boxes}
-    return {"operator": "AND", "conditions": [{"after": _utc(since)}, where]}
+    return {"operator": "AND",
+            "conditions": [{"after": _utc(since)}, in_any_mailbox(mailbox_ids)]}
 
 
 @dataclass(frozen=True)
@@ -154,10 +154,7 @@ class Auditor:
         return result
 
     async def _mailboxes(self) -> tuple[frozenset[str], frozenset[str]]:
-        boxes = await self.client.mailboxes()
-        notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in self.roles)
-        excluded = frozenset(b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES)
-        return notify, excluded
+        return mailbox_sets(await self.client.mailboxes(), self.roles)
 
     async def _list(self, result: AuditResult, notify: frozenset[str]) -> list[EmailMeta]:
         assert result.since is not None

@@ -48,17 +48,20 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from messageweave import observe
+from messageweave.config.model import EXCLUDED_ROLES
 from messageweave.mail.jmap import (
     CannotCalculateChanges,
     ChangesPage,
     EmailMeta,
     InvalidArguments,
     JmapClient,
+    Mailbox,
     MailboxList,
 )
 from messageweave.store import keys
@@ -78,7 +81,6 @@ from messageweave.store.redis import Redis
 log = logging.getLogger(__name__)
 
 BASELINE_PREFIX = "baseline:"
-EXCLUDED_ROLES = frozenset({"drafts", "sent", "junk", "trash"})
 # Mail received up to this long before a good pass may be walked again after a re-baseline (its
 # dedup key absorbs the repeat); it covers clock skew between us and the JMAP server.
 WATERMARK_SKEW_S = 60
@@ -129,6 +131,23 @@ class Walk:
 @dataclass(frozen=True)
 class Replay:
     state: str
+
+
+def mailbox_sets(boxes: Sequence[Mailbox], roles: Iterable[str]
+                 ) -> tuple[frozenset[str], frozenset[str]]:
+    """(the notify mailboxes, the excluded ones): the ids of the boxes whose role is one of
+    `roles` (any case; Drafts / Sent / Junk / Trash never notify), and of the boxes with one of
+    those excluded roles. A mail notifies when it is in a notify box and in no excluded one."""
+    wanted = frozenset(r.lower() for r in roles) - EXCLUDED_ROLES
+    notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in wanted)
+    excluded = frozenset(b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES)
+    return notify, excluded
+
+
+def in_any_mailbox(mailbox_ids: Iterable[str]) -> dict[str, Any]:
+    """An `Email/query` filter: in at least one of `mailbox_ids` (at least one id)."""
+    boxes: list[dict[str, Any]] = [{"inMailbox": m} for m in sorted(mailbox_ids)]
+    return boxes[0] if len(boxes) == 1 else {"operator": "OR", "conditions": boxes}
 
 
 def encode_walk(state: str, position: int) -> str:
@@ -347,11 +366,7 @@ class Reconciler:
 
     def _use_mailboxes(self, listing: MailboxList) -> None:
         _known_mailboxes[self.client] = listing
-        boxes = listing.mailboxes
-        self._notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in self.roles)
-        self._excluded = frozenset(
-            b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES
-        )
+        self._notify, self._excluded = mailbox_sets(listing.mailboxes, self.roles)
 
     def _notifies(self, email: EmailMeta) -> bool:
         return bool(email.mailbox_ids & self._notify) and not (email.mailbox_ids & self._excluded)

@@ -24,7 +24,7 @@ from typing import Any
 from messageweave.config.features import MailFacts, first_match
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.jmap import NEWEST_FIRST, EmailMeta, JmapClient, Mailbox
-from messageweave.mail.reconcile import EXCLUDED_ROLES
+from messageweave.mail.reconcile import in_any_mailbox, mailbox_sets
 
 ROLES_TTL_S = 60.0  # how long a client's mailbox list is trusted for rules on `mailbox_role`
 ROLES_REFRESH_MIN_S = 2.0  # a mailbox the list does not know reads it again, at most this often
@@ -139,14 +139,13 @@ async def facts_for(cfg: BusinessConfig, client: JmapClient, meta: EmailMeta) ->
 # ----------------------------------------------------------------------------- dry run
 
 
-def _listing_filter(notify: list[str], excluded: list[str]) -> dict[str, Any]:
+def _listing_filter(notify: frozenset[str], excluded: frozenset[str]) -> dict[str, Any]:
     """In a notify mailbox and in none of Drafts / Sent / Junk / Trash (the reconcile's rule)."""
-    boxes: list[dict[str, Any]] = [{"inMailbox": box} for box in notify]
-    where = boxes[0] if len(boxes) == 1 else {"operator": "OR", "conditions": boxes}
+    where = in_any_mailbox(notify)
     if not excluded:
         return where
     return {"operator": "AND", "conditions": [
-        where, {"operator": "NOT", "conditions": [{"inMailbox": box} for box in excluded]}]}
+        where, {"operator": "NOT", "conditions": [{"inMailbox": b} for b in sorted(excluded)]}]}
 
 
 def _verdict(meta: EmailMeta, route: Route) -> dict[str, Any]:
@@ -161,10 +160,9 @@ async def dry_run(cfg: BusinessConfig, client: JmapClient,
     """`{checked, mails}`: what `cfg`'s rules and quiet hours decide, at `now`, for the newest
     `DRY_RUN_MAILS` mails of the notify mailboxes, newest first. Sends and writes nothing;
     JMAP errors propagate."""
-    roles = roles_by_id(await client.mailboxes())
-    wanted = {role.lower() for role in cfg.notify_mailbox_roles} - EXCLUDED_ROLES
-    notify = sorted(box for box, role in roles.items() if role in wanted)
-    excluded = sorted(box for box, role in roles.items() if role in EXCLUDED_ROLES)
+    boxes = await client.mailboxes()
+    roles = roles_by_id(boxes)
+    notify, excluded = mailbox_sets(boxes, cfg.notify_mailbox_roles)
     if not notify:
         return {"checked": 0, "mails": []}
     page = await client.query_and_get(_listing_filter(notify, excluded), NEWEST_FIRST,

@@ -42,7 +42,7 @@ from messageweave.config.service import NotConfigured
 from messageweave.mail.auditor import GAP_AUDIT
 from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import EmailMeta, JmapClient, JmapError
-from messageweave.mail.reconcile import EXCLUDED_ROLES
+from messageweave.mail.reconcile import mailbox_sets
 from messageweave.pipeline.digest import load_plan
 from messageweave.pipeline.ledger import DEAD_LETTER, DELIVERED, SKIPPED, UNKNOWN
 from messageweave.store import keys
@@ -125,9 +125,8 @@ async def _notify_boxes(client: JmapClient | None, roles: tuple[str, ...],
     when a mail to trace has mailboxes to judge; None when unknown."""
     if client is None or not any(meta is not None for _, meta in targets):
         return None
-    wanted = {r.lower() for r in roles} - EXCLUDED_ROLES
-    boxes = await client.mailboxes()
-    return frozenset(b.id for b in boxes if b.role and b.role.lower() in wanted)
+    notify, _ = mailbox_sets(await client.mailboxes(), roles)
+    return notify
 
 
 # ----------------------------------------------------------------------------- one mail
