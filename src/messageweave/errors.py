@@ -11,7 +11,7 @@ import json
 import logging
 import re
 import secrets
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 from fastapi import APIRouter, FastAPI, Request
@@ -327,3 +327,8 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid_request()
     return value
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """A JSON integer: an `int` that is not a `bool` (JSON's true/false are not numbers)."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from messageweave.errors import is_int
+
 BotLanguage = Literal["zh", "en"]
 BOT_LANGUAGES: tuple[BotLanguage, ...] = ("zh", "en")
 DEFAULT_BOT_LANGUAGE: BotLanguage = "zh"
@@ -127,10 +129,6 @@ def _clock(text: str) -> dt.time:
     return dt.time(int(found.group(1)), int(found.group(2)))
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _text(where: str, value: object, limit: int, *, blank_ok: bool = False) -> str:
     if not isinstance(value, str):
         raise FeatureInvalid(f"{where} must be a string")
@@ -174,9 +172,9 @@ def _rule(index: int, obj: object) -> NotifyRule:
     if action not in RULE_ACTIONS:
         raise FeatureInvalid(f"{where}.action must be notify or mute")
     chat_id, thread_id = obj.get("chat_id"), obj.get("thread_id")
-    if chat_id is not None and not _is_int(chat_id):
+    if chat_id is not None and not is_int(chat_id):
         raise FeatureInvalid(f"{where}.chat_id must be an integer")
-    if thread_id is not None and (not _is_int(thread_id) or not 1 <= thread_id <= 2**31 - 1):
+    if thread_id is not None and (not is_int(thread_id) or not 1 <= thread_id <= 2**31 - 1):
         raise FeatureInvalid(f"{where}.thread_id must be a positive integer (a forum topic)")
     silent = obj.get("silent", False)
     if not isinstance(silent, bool):
@@ -213,8 +211,7 @@ def parse_quiet_hours(value: object) -> QuietHours | None:
 
 
 def parse_digest_threshold(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) \
-            or not (value == 0 or 2 <= value <= DIGEST_THRESHOLD_MAX):
+    if not is_int(value) or not (value == 0 or 2 <= value <= DIGEST_THRESHOLD_MAX):
         raise FeatureInvalid(f"DIGEST_THRESHOLD must be 0 (off) or between 2 and "
                              f"{DIGEST_THRESHOLD_MAX}")
     return value

@@ -27,6 +27,7 @@ from messageweave.config.features import (
     QuietHours,
     check_rule_chats,
 )
+from messageweave.errors import is_int
 
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 DEFAULT_TELEGRAM_API = "https://api.telegram.org"
@@ -218,10 +219,6 @@ def empty_values() -> dict[str, Any]:
         "jmap_ca_pem": None, "notify_rules": [], "quiet_hours": None, "digest_threshold": 0,
         "bot_language": DEFAULT_BOT_LANGUAGE,
     }
-
-
-def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_field(name: str, value: object, *, patch: bool) -> object:

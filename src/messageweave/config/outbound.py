@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from messageweave.config.model import ConfigInvalid, WireError, is_int
+from messageweave.config.model import ConfigInvalid, WireError
+from messageweave.errors import is_int
 
 # --- outbound / runtime parameters (`/api/config`) -----------------------------------------
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from messageweave.config.model import BusinessConfig
+from messageweave.errors import is_int
 from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys, refused
 from messageweave.store.redis import Redis
@@ -38,14 +39,10 @@ class Update:
     fields: dict[str, str]
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def parse_update(body: object, cfg: BusinessConfig) -> Update:
     """Keep only what the worker needs: update_id, and the message's chat id and text, or of a
     button press (`callback_query`) its id, data, chat, message and topic."""
-    if not isinstance(body, dict) or not _is_int(body.get("update_id")):
+    if not isinstance(body, dict) or not is_int(body.get("update_id")):
         raise InvalidUpdate
     update_id = int(body["update_id"])
     if update_id < 0:
@@ -57,7 +54,7 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
     if message is None:
         return Update(update_id, fields)
     chat = message.get("chat") if isinstance(message, dict) else None
-    if not isinstance(chat, dict) or not _is_int(chat.get("id")):
+    if not isinstance(chat, dict) or not is_int(chat.get("id")):
         raise InvalidUpdate
     chat_id = int(chat["id"])
     if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
@@ -78,7 +75,7 @@ def _callback_fields(query: object, cfg: BusinessConfig) -> dict[str, str]:
     message, sender = query.get("message"), query.get("from")
     chat = message.get("chat") if isinstance(message, dict) else sender
     callback_id, data = query.get("id"), query.get("data")
-    if (not isinstance(chat, dict) or not _is_int(chat.get("id"))
+    if (not isinstance(chat, dict) or not is_int(chat.get("id"))
             or not isinstance(callback_id, str) or not isinstance(data, str)):
         return {}
     chat_id = int(chat["id"])
@@ -87,9 +84,9 @@ def _callback_fields(query: object, cfg: BusinessConfig) -> dict[str, str]:
     # Both are at most 64 characters from Telegram; longer ones are cut, never stored whole.
     fields = {"chat_id": str(chat_id), "callback_id": callback_id[:64], "callback_data": data[:64]}
     pressed = message if isinstance(message, dict) else {}
-    if _is_int(pressed.get("message_id")):
+    if is_int(pressed.get("message_id")):
         fields["message_id"] = str(pressed["message_id"])
-    if pressed.get("is_topic_message") is True and _is_int(pressed.get("message_thread_id")):
+    if pressed.get("is_topic_message") is True and is_int(pressed.get("message_thread_id")):
         fields["thread_id"] = str(pressed["message_thread_id"])  # a forum topic: reply in it
     return fields
 
