@@ -1,4 +1,5 @@
-"""Small asyncio helpers: background loops, and `async with` for clients that own connections.
+"""Small asyncio helpers: background loops, `async with` for clients that own connections, and
+a batcher that turns concurrent calls into one.
 
 The bottom layer: nothing here imports from the rest of messageweave."""
 
@@ -10,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 # How long a cancelled task may take to shut down gracefully before it is cancelled again.
 GRACE_S = 5.0
@@ -80,3 +81,58 @@ class AsyncClosing(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class Batcher(Generic[Item, Result]):
+    """Coalesces concurrent `submit` calls into calls of `run` with many items.
+
+    An item submitted while no run is going is run at once (alone, or with what arrives in
+    the same turn of the event loop); items submitted while a run is going wait for it to end
+    and then go together, at most `max_items` a run. `run` answers one result per item, in
+    order; when it raises, every item of that run gets the exception and the next run goes on.
+    A submitter that is cancelled leaves its item in the run (it may still take effect)."""
+
+    def __init__(self, run: Callable[[list[Item]], Awaitable[list[Result]]],
+                 max_items: int) -> None:
+        self._run = run
+        self._max_items = max_items
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._runner: asyncio.Task[None] | None = None
+
+    async def submit(self, item: Item) -> Result:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        if self._runner is None:
+            self._runner = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                batch = self._waiting[:self._max_items]
+                del self._waiting[:self._max_items]
+                try:
+                    results = await self._run([item for item, _ in batch])
+                    if len(results) != len(batch):
+                        raise RuntimeError(f"{len(results)} results for {len(batch)} items")
+                except Exception as exc:  # each submitter of this run raises it
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                except BaseException:  # cancelled (shutdown): so are the submitters
+                    for _, future in batch:
+                        future.cancel()
+                    raise
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self._runner = None
+            for _, future in self._waiting:  # left only by a cancellation: nobody runs them
+                future.cancel()
+            self._waiting.clear()

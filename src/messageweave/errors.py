@@ -17,8 +17,8 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ def route_methods(routers: list[APIRouter]) -> list[tuple[re.Pattern[str], set[s
     table = []
     for router in routers:
         for route in router.routes:
-            if isinstance(route, APIRoute) and route.methods:
+            if isinstance(route, Route) and route.methods:
                 table.append((route.path_regex, set(route.methods)))
     return table
 

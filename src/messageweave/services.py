@@ -31,6 +31,7 @@ from messageweave.ops import audit
 from messageweave.settings import Settings
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
+from messageweave.store.streams import UpdateIngress
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,11 @@ class Services:
     # `secrets()` of the objects it read last, which it checks by identity (see there).
     _secrets_memo: tuple[tuple[object, ...], list[str | None]] | None = field(
         default=None, init=False, repr=False, compare=False)
+    # The webhook's queue, whose concurrent enqueues share one script run (issue #14).
+    ingress: UpdateIngress = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.ingress = UpdateIngress(self.redis)
 
     @property
     def runtime(self) -> Runtime | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from messageweave.api import (
     admin,
@@ -42,7 +42,7 @@ def _service() -> dict[str, set[str]]:
     for module in (delivery, ops, admin, mailbox, telegram_admin, logs, metrics, auditor,
                    openapi, trace, rules, static):
         for route in module.router.routes:
-            if isinstance(route, APIRoute):
+            if isinstance(route, Route):
                 found.setdefault(route.path, set()).update(route.methods - {"HEAD"})
     return found
 

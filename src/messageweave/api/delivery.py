@@ -7,9 +7,13 @@ import logging
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
+from starlette.requests import ClientDisconnect
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 from messageweave.api.services import (
     constant_time_eq,
+    ensure_enabled,
     require_admin,
     require_enabled,
     require_worker_token,
@@ -39,37 +43,76 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 DEFAULT_DLQ_LIMIT = 50
 
 
-@router.post("/webhook/tg")
-async def telegram_webhook(request: Request) -> Response:
-    """401 for a wrong secret before anything else; then 503 while switched off, whatever the
-    body; then 400/403 for the body; else 204, a redelivered update included. A message and a
-    button press (`callback_query`, issue #16) take the same way to the worker. An accepted
-    update costs one Redis round trip (`enqueue_update_if_enabled`): the switch is checked in
-    it, and read separately only to answer a body that is refused. A refused chat costs one
-    more write: it is remembered for the admin page (`GET /api/telegram/refused-chats`)."""
-    svc = services(request)
-    cfg = svc.config.config
-    expected = cfg.telegram_webhook_secret if cfg is not None else ""
-    if not constant_time_eq(request.headers.get(SECRET_HEADER), expected):
-        raise unauthorized()
-    assert cfg is not None
-    try:
-        update = service.parse_update(parse_json(await request.body()), cfg)
-    except ApiError:  # the body itself: not JSON (400), too large (413)
-        await require_enabled(request)  # switched off: 503, as if the body had not been read
-        raise
-    except service.InvalidUpdate as exc:
-        await require_enabled(request)
-        raise invalid_request() from exc
-    except service.ChatNotAllowed as exc:
-        await require_enabled(request)
-        await _remember(svc, exc)
-        raise ApiError(403, "forbidden") from exc
-    try:
-        await service.enqueue_update_if_enabled(svc.redis, update)
-    except (service.SwitchedOff, RedisError) as exc:
-        raise service_unavailable() from exc
-    return Response(status_code=204)
+class TelegramWebhook:
+    """`POST /webhook/tg`, the route Telegram calls for every message, as a plain ASGI endpoint
+    (issue #14): no `Request`, no dependency solving, no `Response` object. It sits in the
+    router like any route, so the middleware, the error handlers (an `ApiError` raised here is
+    answered by `errors._api_error`) and the request log stay the same.
+
+    401 for a wrong secret before anything else; then 503 while switched off, whatever the
+    body; then 400/413 for the body; then 403 for a chat outside the allowlist; else 204, a
+    redelivered update included. A message and a button press (`callback_query`, issue #16)
+    take the same way to the worker. Accepted updates cost one Redis round trip, shared by the
+    requests being served at that moment (`store.streams.UpdateIngress`): the switch is
+    checked in it, and read separately only to answer a body that is refused. A refused chat
+    costs one more write: it is remembered for the admin page
+    (`GET /api/telegram/refused-chats`)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        svc: Services = scope["app"].state.services
+        cfg = svc.config.config
+        expected = cfg.telegram_webhook_secret if cfg is not None else ""
+        if not constant_time_eq(_header(scope, _SECRET_HEADER), expected):
+            raise unauthorized()
+        assert cfg is not None
+        try:
+            update = service.parse_update(parse_json(await _body(receive)), cfg)
+        except ApiError:  # the body itself: not JSON (400), too large (413)
+            await ensure_enabled(svc)  # switched off: 503, as if the body had not been read
+            raise
+        except service.InvalidUpdate as exc:
+            await ensure_enabled(svc)
+            raise invalid_request() from exc
+        except service.ChatNotAllowed as exc:
+            await ensure_enabled(svc)
+            await _remember(svc, exc)
+            raise ApiError(403, "forbidden") from exc
+        try:
+            await service.enqueue_update_if_enabled(svc.ingress, update)
+        except (service.SwitchedOff, RedisError) as exc:
+            raise service_unavailable() from exc
+        await send(_NO_CONTENT)
+        await send(_EMPTY_BODY)
+
+
+_SECRET_HEADER = SECRET_HEADER.encode()
+_NO_CONTENT: Message = {"type": "http.response.start", "status": 204, "headers": []}
+_EMPTY_BODY: Message = {"type": "http.response.body", "body": b""}
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first header `name` (lower case) of the request, decoded as Latin-1 like
+    Starlette's `Headers`."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def _body(receive: Receive) -> bytes:
+    """The whole request body; `ClientDisconnect` when the client leaves first (the request
+    log then says 499, as for a body read through Starlette's `Request`)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+router.routes.append(Route("/webhook/tg", TelegramWebhook(), methods=["POST"]))
 
 
 async def _remember(svc: Services, refusal: service.ChatNotAllowed) -> None:

@@ -200,8 +200,21 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+# Routes served by a plain ASGI endpoint, which have no signature for FastAPI to read: their
+# operation is written here (`api.delivery.TelegramWebhook`, issue #14).
+PLAIN_ROUTES: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/webhook/tg"): {
+        "summary": "Telegram Webhook",
+        "operationId": "telegram_webhook",
+        "responses": {"204": {"description": "Accepted (a redelivered update included)"}},
+    },
+}
+
+
 def build_schema(app: FastAPI) -> dict[str, Any]:
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    for (method, path), operation in PLAIN_ROUTES.items():
+        schema.setdefault("paths", {}).setdefault(path, {})[method] = dict(operation)
     for path, item in schema.get("paths", {}).items():
         for method, operation in item.items():
             operation.update(OPERATIONS.get((method, path), {}))

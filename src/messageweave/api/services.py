@@ -151,8 +151,13 @@ async def _count_failure(request: Request, svc: Services, client: str) -> None:
 async def require_enabled(request: Request) -> None:
     """The global switch (`config:enabled`, off by default). Business routes call this *after*
     authenticating the caller, so the unauthenticated learn nothing (SPEC C.7)."""
+    await ensure_enabled(services(request))
+
+
+async def ensure_enabled(svc: Services) -> None:
+    """`require_enabled` for a handler that has the services but no `Request`."""
     try:
-        enabled = await services(request).store.enabled()
+        enabled = await svc.store.enabled()
     except RedisError as exc:
         raise service_unavailable() from exc
     if not enabled:

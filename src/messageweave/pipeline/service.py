@@ -13,7 +13,7 @@ from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys, refused
 from messageweave.store.redis import Redis
 from messageweave.store.refused import RefusedChat
-from messageweave.store.streams import DlqEntry, StreamStore
+from messageweave.store.streams import DlqEntry, StreamStore, UpdateIngress
 from messageweave.store.streams import SwitchedOff as SwitchedOff  # for the webhook to catch
 
 MAX_DLQ_LIMIT = 500
@@ -119,11 +119,10 @@ async def enqueue_update(redis: Redis, update: Update) -> bool:
     return await StreamStore(redis).enqueue_update(update.update_id, update.fields) is not None
 
 
-async def enqueue_update_if_enabled(redis: Redis, update: Update) -> bool:
-    """`enqueue_update` when the service is switched on, in one Redis round trip; else
-    `SwitchedOff`, with nothing written."""
-    store = StreamStore(redis)
-    return await store.enqueue_update_if_enabled(update.update_id, update.fields) is not None
+async def enqueue_update_if_enabled(ingress: UpdateIngress, update: Update) -> bool:
+    """`enqueue_update` when the service is switched on, in one Redis round trip shared with
+    the other requests of the moment; else `SwitchedOff`, with nothing written."""
+    return await ingress.enqueue_if_enabled(update.update_id, update.fields) is not None
 
 
 async def delivery_status(redis: Redis) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from messageweave.aio import Batcher
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 
@@ -48,16 +49,50 @@ for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[2], '*', unpack(fields))
 """
 
-# KEYS: dedup:tg:{update_id}, stalwart:telegram, config:enabled   ARGV: as CLAIM_AND_ENQUEUE
-# → 0 when the service is switched off (nothing written), else as CLAIM_AND_ENQUEUE. The webhook's
-# one round trip for an update it accepts: the switch, the dedup claim and the XADD.
-ENQUEUE_IF_ENABLED = "if redis.call('GET', KEYS[3]) ~= '1' then return 0 end\n" + CLAIM_AND_ENQUEUE
+# KEYS: stalwart:telegram, config:enabled, then dedup:tg:{update_id} of each update
+# ARGV: ttl, then per update the number of its field/value parts and the parts
+# → 0 when the service is switched off (nothing written), else one answer per update, in order:
+# its new entry id, or "" when it was already claimed (a Telegram redelivery, also one earlier in
+# the same call). The webhook's one round trip for the updates it accepts (`UpdateIngress`):
+# the switch, the dedup claims and the XADDs, for every request waiting at that moment.
+ENQUEUE_IF_ENABLED = """
+if redis.call('GET', KEYS[2]) ~= '1' then return 0 end
+local out, at = {}, 2
+for k = 3, #KEYS do
+  local parts = tonumber(ARGV[at])
+  if redis.call('SET', KEYS[k], '1', 'NX', 'EX', ARGV[1]) then
+    out[#out + 1] = redis.call('XADD', KEYS[1], '*', unpack(ARGV, at + 1, at + parts))
+  else
+    out[#out + 1] = ''
+  end
+  at = at + parts + 1
+end
+return out
+"""
 _ENQUEUE_IF_ENABLED_SHA = hashlib.sha1(ENQUEUE_IF_ENABLED.encode(),
                                        usedforsecurity=False).hexdigest()
+# Updates per script run at most: a burst larger than this takes more than one run.
+MAX_INGRESS_BATCH = 64
 
 
 class SwitchedOff(Exception):
     """The kill switch (`config:enabled`) is off: nothing was written."""
+
+
+class UpdateIngress:
+    """The webhook's queue: `enqueue_if_enabled` of the requests being served at one moment is
+    one script run (`ENQUEUE_IF_ENABLED`), so Telegram's bursts cost one Redis round trip for
+    many updates (issue #14). A lone update is sent at once: nothing waits for company."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._store = StreamStore(redis)
+        self._batcher: Batcher[tuple[int, dict[str, str]], str | None] = Batcher(
+            self._store.enqueue_updates_if_enabled, MAX_INGRESS_BATCH)
+
+    async def enqueue_if_enabled(self, update_id: int, fields: dict[str, str]) -> str | None:
+        """The new entry's id, None for a redelivery; `SwitchedOff` (nothing written) or the
+        `RedisError` of the run it took part in."""
+        return await self._batcher.submit((update_id, fields))
 
 
 # KEYS: {stream}:dlq, {stream}   ARGV: dlq entry id, the replay field's name
@@ -139,18 +174,28 @@ class StreamStore:
 
     async def enqueue_update_if_enabled(self, update_id: int,
                                         fields: dict[str, str]) -> str | None:
-        """`enqueue_update` in one round trip with the switch check (`SwitchedOff`). EVALSHA;
-        the script is sent once per Redis server, on its first NOSCRIPT."""
-        names = (keys.dedup_tg(update_id), keys.STREAM_TELEGRAM, keys.ENABLED)
-        args: list[str | int] = [keys.DEDUP_TTL_S,
-                                 *(part for item in fields.items() for part in item)]
+        """`enqueue_update` in one round trip with the switch check (`SwitchedOff`)."""
+        return (await self.enqueue_updates_if_enabled([(update_id, fields)]))[0]
+
+    async def enqueue_updates_if_enabled(
+        self, updates: list[tuple[int, dict[str, str]]],
+    ) -> list[str | None]:
+        """`enqueue_update` for each of `updates`, in order and in one round trip, with the
+        switch checked once for all (`SwitchedOff`: nothing written). EVALSHA; the script is
+        sent once per Redis server, on its first NOSCRIPT."""
+        names = [keys.STREAM_TELEGRAM, keys.ENABLED, *(keys.dedup_tg(u) for u, _ in updates)]
+        args: list[str | int] = [keys.DEDUP_TTL_S]
+        for _update_id, fields in updates:
+            args.append(2 * len(fields))
+            for item in fields.items():
+                args += item
         try:
-            result = await self.redis.evalsha(_ENQUEUE_IF_ENABLED_SHA, 3, *names, *args)
+            result = await self.redis.evalsha(_ENQUEUE_IF_ENABLED_SHA, len(names), *names, *args)
         except NoScriptError:
-            result = await self.redis.eval(ENQUEUE_IF_ENABLED, 3, *names, *args)
+            result = await self.redis.eval(ENQUEUE_IF_ENABLED, len(names), *names, *args)
         if result == 0:
             raise SwitchedOff
-        return str(result) if result else None
+        return [str(entry) if entry else None for entry in result]
 
     async def add(self, stream: str, fields: dict[str, str]) -> str:
         return str(await self.redis.xadd(stream, fields))  # type: ignore[arg-type]

@@ -1,15 +1,18 @@
 """Issue #14: the webhook checks the switch, claims the update and queues it in one Redis round
-trip (`store.streams.ENQUEUE_IF_ENABLED`). Its answers must be the ones of the three separate
-steps it replaced: the script against both real Redis versions, the route against the app."""
+trip (`store.streams.ENQUEUE_IF_ENABLED`), shared by the requests of a burst (`UpdateIngress`).
+Its answers must be the ones of the three separate steps it replaced: the script against both
+real Redis versions, the route against the app."""
 
 from __future__ import annotations
+
+import asyncio
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.streams import StreamStore, SwitchedOff
+from messageweave.store.streams import StreamStore, SwitchedOff, UpdateIngress
 from tests.conftest import sample_wire
 from tests.integration.security import test_owner_words
 from tests.integration.security.test_input_limits import configured_and_enabled
@@ -78,3 +81,52 @@ async def test_switched_off_the_webhook_answers_503_whatever_the_body(
     await redis_client.set(keys.ENABLED, "1")
     assert (await client.post("/webhook/tg", headers=SECRET,
                               json={"update_id": 10})).status_code == 204  # a redelivery
+
+
+async def _script_runs(redis: aioredis.Redis) -> int:
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+               for name in ("evalsha", "eval"))
+
+
+async def test_a_burst_of_updates_is_queued_in_one_script_run_each_once_in_order(
+    redis: aioredis.Redis,
+) -> None:
+    """Catches the webhook's burst costing a round trip per update (issue #14) and the batch
+    losing what the single script guaranteed: each update queued once, in arrival order, a
+    redelivery inside the same burst answered None."""
+    await redis.set(keys.ENABLED, "1")
+    await redis.config_resetstat()
+    ingress = UpdateIngress(redis)
+    ids = [*range(100, 130), 105, 117]  # two redeliveries in the same burst
+    answers = await asyncio.gather(*(ingress.enqueue_if_enabled(n, {"update_id": str(n)})
+                                     for n in ids))
+    assert [a is None for a in answers] == [False] * 30 + [True, True]
+    rows = await redis.xrange(keys.STREAM_TELEGRAM)
+    assert [fields["update_id"] for _, fields in rows] == [str(n) for n in range(100, 130)]
+    assert [entry for entry, _ in rows] == answers[:30]
+    assert await _script_runs(redis) <= 2  # NOSCRIPT costs the first run a second call
+
+
+async def test_a_switched_off_burst_fails_every_update_and_writes_nothing(
+    redis: aioredis.Redis,
+) -> None:
+    await redis.set(keys.ENABLED, "0")
+    ingress = UpdateIngress(redis)
+    outcomes = await asyncio.gather(*(ingress.enqueue_if_enabled(n, {"update_id": str(n)})
+                                      for n in range(10)), return_exceptions=True)
+    assert all(isinstance(o, SwitchedOff) for o in outcomes)
+    assert await redis.keys("*") == [keys.ENABLED]
+
+
+async def test_a_burst_through_the_webhook_answers_each_request_and_claims_each_update(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis,
+) -> None:
+    """The route end to end: 24 requests at once (two of them redeliveries) are each answered
+    204, and every update is claimed exactly as when they came one by one."""
+    await configured_and_enabled(client)
+    ids = [*range(500, 522), 503, 510]
+    answers = await asyncio.gather(*(client.post("/webhook/tg", headers=SECRET,
+                                                 json={"update_id": n}) for n in ids))
+    assert [a.status_code for a in answers] == [204] * len(ids)
+    assert all([await redis_client.exists(keys.dedup_tg(n)) for n in ids])

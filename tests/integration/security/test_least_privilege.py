@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import APIRouter
-from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 import messageweave.api
 from messageweave.web import static
@@ -86,7 +86,7 @@ def test_the_table_covers_every_route_and_every_credential() -> None:
                                 for m in pkgutil.iter_modules(messageweave.api.__path__)
                                 if m.name != "debug")]  # /debug/*: its own token, off by default
     mounted = {(method, route.path) for router in routers if isinstance(router, APIRouter)
-               for route in router.routes if isinstance(route, APIRoute)
+               for route in router.routes if isinstance(route, Route)
                for method in route.methods - {"HEAD"}}
     assert mounted - NOT_IN_TABLE == grouped, "docs/security.md §3 and the app's routes differ"
     assert {c for c, _, _ in TABLE} == {"no credential", "telegram webhook secret",
