@@ -52,6 +52,7 @@ class SentMessage:
     parse_mode: str | None
     date: int
     params: dict[str, Any]
+    stored_ms: int = 0  # when the emulator stored it, Unix ms (the harness's, not Telegram's)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class TelegramEmulator:
                 parse_mode=r["parse_mode"],
                 date=int(r["date"]),
                 params=dict(r["params"]),
+                stored_ms=int(r["stored_ms"]),
             )
             for r in rows
         ]

@@ -29,12 +29,16 @@ NOTIFICATION = (
 async def test_notification_lands_in_the_chat_with_its_exact_text(
     tg_client: TelegramClient, telegram_emulator: TelegramEmulator, bot: BotChat
 ) -> None:
+    before_ms = time.time() * 1000
     ids = await tg_client.send_text(bot.chat_id, NOTIFICATION)
+    after_ms = time.time() * 1000
 
     sent = await telegram_emulator.sent_messages(bot.token, bot.chat_id)
     assert [m.text for m in sent] == [NOTIFICATION]
     assert [m.message_id for m in sent] == ids
     assert sent[0].parse_mode is None  # plain text: no parse-mode surprises
+    # the harness's store time, which bench/push.py times deliveries by (same host clock)
+    assert before_ms - 1 <= sent[0].stored_ms <= after_ms + 1
 
 
 async def test_a_5000_char_text_arrives_as_two_messages_in_order_with_content_intact(

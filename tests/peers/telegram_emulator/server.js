@@ -40,7 +40,8 @@
 //                           `data` is not checked against the keyboard (a modified client can
 //                           send any). -> {update_id, callback_id, delivery}
 //   /control/callbackAnswers {token} -> [{callback_query_id, text, show_alert}], oldest first
-//   /control/sentMessages  {token, chat_id?} -> messages the bot sent, oldest first
+//   /control/sentMessages  {token, chat_id?} -> messages the bot sent, oldest first, each with
+//                           `stored_ms`: when the emulator stored it (Unix ms; a harness field)
 //   /control/failures      {token?, method?, chat_id?, error_code?, description?, retry_after?,
 //                           migrate_to_chat_id?, delay_ms?, close?, raw_body?, result_override?,
 //                           skip?, times?}
@@ -478,6 +479,7 @@ const controlRoutes = [
           text: m.message.text,
           parse_mode: m.message.parse_mode || null,
           date: Math.floor(m.time / 1000),
+          stored_ms: m.time,
           params: m.message,
         }));
       res.json({ ok: true, result });
