@@ -12,9 +12,11 @@ from collections.abc import Callable
 
 ReconcileObserver = Callable[[bool], None]
 GapAuditObserver = Callable[[str, int], None]
+IngestObserver = Callable[[str, int], None]
 
 _reconcile: list[ReconcileObserver] = []
 _gap_audit_missing: list[GapAuditObserver] = []
+_ingested: list[IngestObserver] = []
 
 
 def on_reconcile(observer: ReconcileObserver) -> None:
@@ -23,6 +25,17 @@ def on_reconcile(observer: ReconcileObserver) -> None:
 
 def on_gap_audit_missing(observer: GapAuditObserver) -> None:
     _gap_audit_missing.append(observer)
+
+
+def on_ingested(observer: IngestObserver) -> None:
+    _ingested.append(observer)
+
+
+def ingested(source: str, count: int) -> None:
+    """`count` events were accepted into a stream from `source` (`reconcile`, `jmap_push`,
+    `telegram_webhook`)."""
+    for observer in _ingested:
+        observer(source, count)
 
 
 def reconcile(ok: bool) -> None:

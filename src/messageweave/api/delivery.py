@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from messageweave import observe
 from messageweave.api.services import (
     constant_time_eq,
     ensure_enabled,
@@ -78,9 +79,11 @@ class TelegramWebhook:
             await _remember(svc, exc)
             raise ApiError(403, "forbidden") from exc
         try:
-            await service.enqueue_update_if_enabled(svc.ingress, update)
+            queued = await service.enqueue_update_if_enabled(svc.ingress, update)
         except (service.SwitchedOff, RedisError) as exc:
             raise service_unavailable() from exc
+        if queued:  # a redelivery is not a new event
+            observe.ingested("telegram_webhook", 1)
         await send(_NO_CONTENT)
         await send(_EMPTY_BODY)
 

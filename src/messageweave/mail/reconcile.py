@@ -449,9 +449,12 @@ async def reconcile(
     on_progress: ProgressCallback | None = None,
     renew_every_s: float = keys.RECONCILE_LOCK_RENEW_S,
     digest_threshold: int = 0,
+    source: str = "reconcile",
 ) -> Progress:
     """One pass under `lock:reconcile` (ReconcileBusy when another pass holds it);
-    `digest_threshold` > 0 turns the backlog digest on (module docstring).
+    `digest_threshold` > 0 turns the backlog digest on (module docstring). The mails it
+    enqueued are reported as ingested from `source` (`jmap_push` for a push's catch-up), also
+    those of a pass that failed after enqueueing some.
 
     JMAP and Redis errors propagate (the cursor keeps its last checkpoint)."""
     lock = reconcile_lock(redis)
@@ -459,16 +462,18 @@ async def reconcile(
         raise ReconcileBusy("another reconcile pass is running")
     lease = _Lease(lock, renew_every_s)
     lease.start()
+    reconciler = Reconciler(redis, client, lock, roles, budget=budget, on_progress=on_progress,
+                            lease=lease, digest_threshold=digest_threshold)
     ok = False
     try:
         await client.get_session()
-        result = await Reconciler(redis, client, lock, roles, budget=budget,
-                                  on_progress=on_progress, lease=lease,
-                                  digest_threshold=digest_threshold).run()
+        result = await reconciler.run()
         ok = True
         return result
     finally:
         observe.reconcile(ok)
+        if reconciler.progress.enqueued:
+            observe.ingested(source, reconciler.progress.enqueued)
         await lease.stop()
         with contextlib.suppress(Exception):
             await lock.release()

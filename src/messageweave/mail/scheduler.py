@@ -70,16 +70,18 @@ MAINTENANCE_CLIENT = "push maintenance's JMAP client"
 
 
 async def run_pass(
-    svc: MailContext, *, budget: Budget | None = None, on_progress: ProgressCallback | None = None
+    svc: MailContext, *, budget: Budget | None = None, on_progress: ProgressCallback | None = None,
+    source: str = "reconcile",
 ) -> Progress:
     """One reconcile pass with the live configuration (ReconcileBusy, JmapError, RedisError,
-    NotConfigured and ReconcileError propagate)."""
+    NotConfigured and ReconcileError propagate); its new mails count as ingested from `source`."""
     cfg = svc.config.config
     if cfg is None:
         raise NotConfigured
     client = await svc.jmap()
     return await reconcile(svc.redis, client, cfg.notify_mailbox_roles, budget=budget,
-                           on_progress=on_progress, digest_threshold=cfg.digest_threshold)
+                           on_progress=on_progress, digest_threshold=cfg.digest_threshold,
+                           source=source)
 
 
 @dataclass
@@ -174,7 +176,7 @@ async def _pass(svc: MailContext, kind: str, timers: _Timers) -> bool:
     """Run one pass; False when it must be retried (another pass held the lock)."""
     place = f"{kind} reconcile"
     try:
-        result = await run_pass(svc)
+        result = await run_pass(svc, source="jmap_push" if kind == "catch-up" else "reconcile")
     except ReconcileBusy:
         return False
     except (ReconcileError, JmapError, NotConfigured) as exc:

@@ -58,9 +58,9 @@ for _reason in GAP_AUDIT_REASONS:
     GAP_AUDIT_MISSING.labels(reason=_reason)  # every series exists from the start, at 0
 
 
-def observe_ingest(source: str) -> None:
-    """One event accepted into a stream (`jmap_push`, `reconcile`, `telegram_webhook`)."""
-    EVENTS_INGESTED.labels(source=source).inc()
+def observe_ingest(source: str, count: int = 1) -> None:
+    """Events accepted into a stream (`jmap_push`, `reconcile`, `telegram_webhook`)."""
+    EVENTS_INGESTED.labels(source=source).inc(count)
 
 
 def observe_delivery(outcome: str, failure_class: str | None, latency_s: float) -> None:
@@ -88,6 +88,7 @@ def observe_reconcile(ok: bool, lag_s: float | None = None) -> None:
 
 # `mail/` reports passes and audits through `messageweave.observe` (it cannot import ops/).
 observe.on_reconcile(observe_reconcile)
+observe.on_ingested(observe_ingest)
 observe.on_gap_audit_missing(observe_gap_audit_missing)
 
 

@@ -1,0 +1,69 @@
+"""`messageweave_events_ingested_total{source}` counts what enters the delivery streams: the mail
+a reconcile pass enqueues (`reconcile`), the mail a push's catch-up enqueues (`jmap_push`) and
+the updates the webhook queues (`telegram_webhook`). Real app, Redis and Cyrus."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import redis.asyncio as aioredis
+
+from tests.conftest import FreshUser, login, sample_wire
+from tests.integration.mailbox.test_reconcile_api import (
+    AUTH,
+    app,
+    register_for_test,
+    state_change,
+    wait_for,
+)
+from tests.integration.ops.test_metrics import value
+from tests.peers.cyrus import CyrusServer
+
+__all__ = ["app"]  # the fixture, imported for these tests
+
+METRIC = "messageweave_events_ingested_total"
+SECRET = {"X-Telegram-Bot-Api-Secret-Token": str(sample_wire()["telegram_webhook_secret"])}
+
+
+async def _ingested(client: httpx.AsyncClient, session: dict[str, str], source: str) -> float:
+    return value((await client.get("/metrics", headers=session)).text, METRIC,
+                 f'source="{source}"')
+
+
+async def _eventually(client: httpx.AsyncClient, session: dict[str, str], source: str,
+                      expected: float) -> None:
+    """The count reaches `expected` (a push's pass counts once it ends, after its enqueue)."""
+    deadline = time.monotonic() + 10
+    while (got := await _ingested(client, session, source)) != expected:
+        assert time.monotonic() < deadline, f"{source}: {got}, expected {expected}"
+        await asyncio.sleep(0.02)
+
+
+async def test_every_accepted_event_is_counted_by_its_source(
+    app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis,
+) -> None:
+    """Catches the counter that stayed at 0 whatever arrived (nothing ever fed it): an
+    operator's ingest graph was flat while mail and messages flowed."""
+    session = await login(app)
+    before = {s: await _ingested(app, session, s)
+              for s in ("reconcile", "jmap_push", "telegram_webhook")}
+    assert (await app.post("/reconcile", headers=AUTH)).status_code == 204  # the baseline
+    cyrus.append(user=mailbox.user, subject="one")
+    cyrus.append(user=mailbox.user, subject="two")
+    assert (await app.post("/reconcile", headers=AUTH)).status_code == 204
+    await _eventually(app, session, "reconcile", before["reconcile"] + 2)
+
+    await register_for_test(redis_client)
+    pushed = cyrus.append(user=mailbox.user, subject="pushed")
+    push = await app.post("/push/jmap", json=state_change(mailbox.client.account_id))
+    assert push.status_code == 204
+    await wait_for(redis_client, pushed.email_id, within_s=10)
+    await _eventually(app, session, "jmap_push", before["jmap_push"] + 1)
+
+    for update_id in (900, 901, 900):  # the second 900 is Telegram redelivering it
+        answer = await app.post("/webhook/tg", headers=SECRET, json={"update_id": update_id})
+        assert answer.status_code == 204
+    await _eventually(app, session, "telegram_webhook", before["telegram_webhook"] + 2)
+    assert await _ingested(app, session, "reconcile") == before["reconcile"] + 2
