@@ -4,7 +4,9 @@ not saved yet, and the refusals of wrong values and wrong callers."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,8 +16,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.api.admin import CONFIG_ERROR_HEADER
+from messageweave.config import crypto
 from messageweave.pipeline import routing
-from tests.conftest import FreshUser, login, sample_wire
+from messageweave.store.state import ConfigStore
+from tests.conftest import FreshUser, login, sample_wire, settings_for
+from tests.integration.ops.test_metrics import value
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -162,3 +167,32 @@ async def test_without_a_configuration_or_a_mailbox_it_answers_503(
     saved = await client.put("/api/business-config", headers=admin, json=sample_wire())
     assert saved.status_code == 200, saved.text  # its JMAP server is a closed port
     assert_envelope(await client.post(PATH, headers=admin), 503, "service_unavailable")
+
+
+async def test_a_configuration_stored_before_the_save_limits_can_still_be_dry_run(
+    app: ServedApp, embedded_redis_url: str,
+) -> None:
+    """Catches the dry run judging the tried values with the save-time limits: an instance
+    upgraded with a configuration from before them (a worker token under 16 characters, which
+    it still loads and serves with) got a 422 about that token instead of its dry run."""
+    weak = {**app.wire, "worker_token": "short-token"}  # 11 characters
+    store = ConfigStore(app.redis)
+    stored = await store.business_config()
+    key = settings_for(embedded_redis_url).encryption_key
+    # written the way an older version stored it: encrypted, never checked against the limits
+    revision = await store.write_business_config(
+        crypto.encrypt(key, json.dumps(weak).encode()), stored.revision)
+    mail = append(app, "Build is green", 1, sender="Ann <ann@example.org>")
+    body = {"notify_rules": [{"name": "ann", "from": "ann@example.org"}]}
+    deadline = time.monotonic() + 10
+    while True:  # the hot reload took it, and its clients are built (503 until then)
+        live = value((await app.client.get("/metrics", headers=app.admin)).text,
+                     "messageweave_config_revision")
+        answer = await app.client.post(PATH, headers=app.admin, json=body)
+        if live == revision and answer.status_code != 503:
+            break
+        assert time.monotonic() < deadline, f"revision {live}, answer {answer.status_code}"
+        await asyncio.sleep(0.05)
+    assert answer.status_code == 200, answer.text
+    [verdict] = [m for m in answer.json()["mails"] if m["email_id"] == mail]
+    assert verdict["rule"] == "ann"
