@@ -36,11 +36,14 @@ def test_the_english_table_is_english() -> None:
 
 
 def test_the_chinese_texts_are_the_contract() -> None:
-    """Catches an edit of the contract's Chinese strings (inventory §5.2) while adding English."""
+    """Catches an edit of the contract's Chinese strings (inventory §5.2) while adding English.
+    One line is a listed deviation (reference §7): the help's consent heading said English
+    aliases do not work, which stopped being true when they did (issue #16)."""
     zh = replies.ZH
-    assert zh["help"] == (  # inventory §5.2, byte for byte
+    assert zh["help"] == (  # inventory §5.2, byte for byte but for the consent heading
         "使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。\n\n"
-        "授权示例（请按原文中文输入，不支持英文别名）：\n"
+        "授权示例（中文短语可写在句中；英文短语须单独发送：1 hour、today、7 days、"
+        "until I revoke、revoke）：\n"
         "1小时：/ai on、临时一次、临时、一次\n今天：今天\n7天：7天\n"
         "直到我撤销（最长365天）：直到我撤销、长期\n"
         "撤销授权：/ai off、关闭 ai、撤销授权、停止摘要\n"
@@ -85,6 +88,31 @@ def test_every_phrase_the_english_help_lists_does_what_it_says() -> None:
             intent = intents.parse_intent(phrase)
             assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttl, phrase
     for phrase in listed["Revoke"].split(", "):
+        assert intents.parse_intent(phrase) == intents.RevokeConsent(), phrase
+
+
+def test_every_phrase_the_chinese_help_lists_does_what_it_says() -> None:
+    """Catches the Chinese help promising what the parser does not do: it said "不支持英文别名"
+    (English aliases not supported) while `1 hour` or `revoke` sent alone worked."""
+    lines = replies.ZH["help"].split("\n")
+    heading = next(line for line in lines if line.startswith("授权示例"))
+    english = heading.split("英文短语须单独发送：", 1)[1].removesuffix("）：").split("、")
+    assert english == ["1 hour", "today", "7 days", "until I revoke", "revoke"]
+    ttls = {"1 hour": 3600, "today": 86400, "7 days": 604800, "until I revoke": 31536000}
+    for phrase in english:
+        intent = intents.parse_intent(phrase)
+        if phrase == "revoke":
+            assert intent == intents.RevokeConsent()
+        else:
+            assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttls[phrase]
+    expected = {"1小时": 3600, "今天": 86400, "7天": 604800, "直到我撤销（最长365天）": 31536000}
+    listed = dict(line.split("：", 1) for line in lines
+                  if line.split("：", 1)[0] in {*expected, "撤销授权"})
+    for heading_zh, ttl in expected.items():
+        for phrase in listed[heading_zh].split("、"):
+            intent = intents.parse_intent(phrase)
+            assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttl, phrase
+    for phrase in listed["撤销授权"].split("、"):
         assert intents.parse_intent(phrase) == intents.RevokeConsent(), phrase
 
 
