@@ -75,45 +75,45 @@ def test_an_english_grant_names_its_duration_in_english(label_key: str, label: s
         "Ask for each one with /summary <email_id>")
 
 
+TTLS = (3600, 86400, 604800, 31536000)  # 1 hour, today, 7 days, until revoked
+
+
+def assert_help_lines(help_text: str, headings: tuple[str, ...], colon: str, comma: str) -> None:
+    """The help's lines `heading<colon>phrase<comma>phrase…`: each phrase under the four grant
+    headings grants its duration (`TTLS`, in order), each under the last heading revokes."""
+    *grants, revoke = headings
+    listed = dict(line.split(colon, 1) for line in help_text.split("\n")
+                  if line.split(colon, 1)[0] in headings)
+    assert set(listed) == set(headings)
+    for heading, ttl in zip(grants, TTLS, strict=True):
+        for phrase in listed[heading].split(comma):
+            intent = intents.parse_intent(phrase)
+            assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttl, phrase
+    for phrase in listed[revoke].split(comma):
+        assert intents.parse_intent(phrase) == intents.RevokeConsent(), phrase
+
+
 def test_every_phrase_the_english_help_lists_does_what_it_says() -> None:
     """Catches help text that promises a phrase the parser does not know, or files it under the
     wrong duration."""
-    expected = {"1 hour": 3600, "Today": 86400, "7 days": 604800,
-                "Until I revoke (at most 365 days)": 31536000}
-    listed = dict(line.split(": ", 1) for line in replies.EN["help"].split("\n")
-                  if line.split(": ", 1)[0] in {*expected, "Revoke"})
-    assert set(listed) == {*expected, "Revoke"}
-    for heading, ttl in expected.items():
-        for phrase in listed[heading].split(", "):
-            intent = intents.parse_intent(phrase)
-            assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttl, phrase
-    for phrase in listed["Revoke"].split(", "):
-        assert intents.parse_intent(phrase) == intents.RevokeConsent(), phrase
+    assert_help_lines(replies.EN["help"], ("1 hour", "Today", "7 days",
+                                           "Until I revoke (at most 365 days)", "Revoke"),
+                      ": ", ", ")
 
 
 def test_every_phrase_the_chinese_help_lists_does_what_it_says() -> None:
     """Catches the Chinese help promising what the parser does not do: it said "不支持英文别名"
     (English aliases not supported) while `1 hour` or `revoke` sent alone worked."""
-    lines = replies.ZH["help"].split("\n")
-    heading = next(line for line in lines if line.startswith("授权示例"))
+    help_text = replies.ZH["help"]
+    assert_help_lines(help_text, ("1小时", "今天", "7天", "直到我撤销（最长365天）", "撤销授权"),
+                      "：", "、")
+    heading = next(line for line in help_text.split("\n") if line.startswith("授权示例"))
     english = heading.split("英文短语须单独发送：", 1)[1].removesuffix("）：").split("、")
     assert english == ["1 hour", "today", "7 days", "until I revoke", "revoke"]
-    ttls = {"1 hour": 3600, "today": 86400, "7 days": 604800, "until I revoke": 31536000}
-    for phrase in english:
+    for phrase, ttl in zip(english, TTLS, strict=False):
         intent = intents.parse_intent(phrase)
-        if phrase == "revoke":
-            assert intent == intents.RevokeConsent()
-        else:
-            assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttls[phrase]
-    expected = {"1小时": 3600, "今天": 86400, "7天": 604800, "直到我撤销（最长365天）": 31536000}
-    listed = dict(line.split("：", 1) for line in lines
-                  if line.split("：", 1)[0] in {*expected, "撤销授权"})
-    for heading_zh, ttl in expected.items():
-        for phrase in listed[heading_zh].split("、"):
-            intent = intents.parse_intent(phrase)
-            assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttl, phrase
-    for phrase in listed["撤销授权"].split("、"):
-        assert intents.parse_intent(phrase) == intents.RevokeConsent(), phrase
+        assert isinstance(intent, intents.GrantConsent) and intent.ttl_s == ttl, phrase
+    assert intents.parse_intent(english[-1]) == intents.RevokeConsent()
 
 
 def test_the_command_menu_follows_the_language() -> None:
