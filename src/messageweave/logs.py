@@ -293,10 +293,15 @@ def remedy_for(name: str) -> str | None:
     return REMEDIES.get(name)
 
 
+def is_certificate_failure(exc: BaseException) -> bool:
+    """`exc` says the peer's TLS certificate was not trusted (ssl's verify failure)."""
+    return _CERTIFICATE_FAILURE in str(exc).lower()
+
+
 def remedy(exc: BaseException) -> str | None:
     """What to check for `exc` (None when there is nothing better than its reason)."""
     names = [cls.__name__ for cls in type(exc).__mro__]
-    if any(n.startswith("Jmap") for n in names) and _CERTIFICATE_FAILURE in str(exc).lower():
+    if any(n.startswith("Jmap") for n in names) and is_certificate_failure(exc):
         return CERTIFICATE_REMEDY
     return next((REMEDIES[n] for n in names if n in REMEDIES), None)
 

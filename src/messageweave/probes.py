@@ -13,12 +13,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from messageweave.config.model import BusinessConfig
+from messageweave.logs import CERTIFICATE_REMEDY, is_certificate_failure
 from messageweave.mail.jmap import build_ssl_context
 
 WELL_KNOWN = "/.well-known/jmap"
@@ -39,9 +41,25 @@ READY_FAILURE_TTL_S = 2.0
 still gets at most one probe per this window (plus the probe's own timeout)."""
 
 
-async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+@dataclass(frozen=True)
+class ProbeFailure:
+    """Why a probe failed: `detail` is the documented short text (`/debug/jmap`, reference
+    §3); `cause` and `remedy` tell the operator what went wrong and what to check (diagnose)."""
+
+    detail: str
+    cause: str
+    remedy: str
+
+
+_JMAP_FAILED = "jmap session probe failed"
+_CHECK_SERVER = "check jmap_session_url and that the server is up"
+
+
+async def jmap_session_failure(cfg: BusinessConfig,
+                               timeout_s: float = PROBE_TIMEOUT_S) -> ProbeFailure | None:
     """None when `GET {origin}/.well-known/jmap` with Basic auth answers 2xx, else why not."""
     url = jmap_origin_probe_url(cfg.jmap_session_url)
+    origin = url.removesuffix(WELL_KNOWN)  # the configured URL holds no credentials
     auth = httpx.BasicAuth(cfg.jmap_username, cfg.jmap_password)
     try:
         async with httpx.AsyncClient(
@@ -50,10 +68,30 @@ async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEO
         ) as client:
             response = await asyncio.wait_for(client.get(url, auth=auth), timeout_s)
     except (TimeoutError, httpx.TimeoutException):
-        return "jmap session probe timed out"
-    except httpx.HTTPError:
-        return "jmap session probe failed"
-    return None if response.is_success else "jmap session probe failed"
+        return ProbeFailure("jmap session probe timed out",
+                            f"no answer from {origin} within {timeout_s:g} s", _CHECK_SERVER)
+    except httpx.ConnectError as exc:
+        if is_certificate_failure(exc):
+            return ProbeFailure(_JMAP_FAILED, "the server's certificate is not trusted",
+                                CERTIFICATE_REMEDY)
+        return ProbeFailure(_JMAP_FAILED, f"could not connect to {origin}", _CHECK_SERVER)
+    except httpx.HTTPError as exc:
+        return ProbeFailure(_JMAP_FAILED, type(exc).__name__, _CHECK_SERVER)
+    if response.is_success:
+        return None
+    status = response.status_code
+    if status in (401, 403):
+        return ProbeFailure(
+            _JMAP_FAILED, f"the server refused the username or password (HTTP {status})",
+            "check jmap_username and jmap_password")
+    return ProbeFailure(_JMAP_FAILED, f"{WELL_KNOWN} answered HTTP {status}",
+                        "check jmap_session_url: it must be the JMAP server's address")
+
+
+async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the JMAP session answers, else the short text of `jmap_session_failure`."""
+    failure = await jmap_session_failure(cfg, timeout_s)
+    return None if failure is None else failure.detail
 
 
 async def probe_telegram_get_me(

@@ -19,7 +19,7 @@ from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.push import health as push_health
-from messageweave.probes import probe_jmap_session, probe_telegram_get_me
+from messageweave.probes import jmap_session_failure, probe_telegram_get_me
 from messageweave.settings import Settings
 from messageweave.store.opstats import stream_stats
 from messageweave.store.redis import Redis, connect
@@ -90,14 +90,13 @@ async def _enabled(store: ConfigStore) -> Check:
 
 
 async def _peers(cfg: BusinessConfig) -> list[Check]:
-    jmap_error, telegram_error = await asyncio.gather(
-        probe_jmap_session(cfg), probe_telegram_get_me(cfg)
+    jmap_failure, telegram_error = await asyncio.gather(
+        jmap_session_failure(cfg), probe_telegram_get_me(cfg)
     )
     checks = [
-        _ok("jmap session", cfg.jmap_session_url) if jmap_error is None else
-        Check("jmap session", "fail", jmap_error,
-              "check the JMAP session URL, username and password (and that the server's "
-              "certificate is trusted)"),
+        _ok("jmap session", cfg.jmap_session_url) if jmap_failure is None else
+        Check("jmap session", "fail", f"{jmap_failure.detail}: {jmap_failure.cause}",
+              jmap_failure.remedy),
         _ok("telegram getMe", "the bot token is accepted") if telegram_error is None else
         Check("telegram getMe", "fail", telegram_error,
               "check the bot token and the Telegram API base URL"),

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import certifi
 import httpx
 import pytest
 import redis.asyncio as aioredis
@@ -80,6 +81,34 @@ async def test_diagnose_fails_with_a_remedy_when_telegram_rejects_the_token(
     assert code == 1
     assert "fail telegram getMe: telegram get_me probe failed" in out
     assert "check the bot token" in out and str(wire["bot_token"]) not in out
+
+
+@pytest.mark.parametrize(("case", "cause", "remedy"), [
+    ("untrusted certificate", "the server's certificate is not trusted", "jmap_ca_pem"),
+    ("wrong password", "the server refused the username or password (HTTP 401)",
+     "check jmap_username and jmap_password"),
+    ("nothing listening", "could not connect to https://127.0.0.1:",
+     "check jmap_session_url and that the server is up"),
+])
+async def test_diagnose_names_why_the_mail_server_was_not_reached(
+    client: httpx.AsyncClient, embedded_redis_url: str, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator, trust_cyrus: None, case: str, cause: str, remedy: str,
+) -> None:
+    """Catches one generic line ("jmap session probe failed", check the URL, username and
+    password) whatever went wrong: a self-signed certificate, a wrong password and a server that
+    is not there each need their own fix, and the operator must be told which."""
+    overrides: dict[str, object] = {
+        "wrong password": {"jmap_password": "wrong-SECRET"},
+        "nothing listening": {"jmap_session_url": f"https://127.0.0.1:{closed_port()}/"},
+    }.get(case, {})
+    await _configure(client, peer_wire(cyrus, telegram_emulator, **overrides))
+    env = _env(embedded_redis_url, cyrus)
+    if case == "untrusted certificate":  # public CAs only, as on a host that never saw Cyrus's
+        env.update(SSL_CERT_FILE=certifi.where(), SSL_CERT_DIR="/nonexistent")
+    code, out = await run_cli("diagnose", **env)
+    assert code == 1, out
+    assert f"fail jmap session: jmap session probe failed: {cause}" in out, out
+    assert remedy in out and "wrong-SECRET" not in out
 
 
 async def test_diagnose_fails_when_nothing_is_configured(
