@@ -13,7 +13,9 @@ uvicorn settings (`messageweave.server.serve`: the same protocol class, loop and
   (`bench.bare`);
 - `bare+redis`: a bare ASGI app that reads the body and makes one Redis round trip (an `XADD` on
   the same Redis) before its 204 (`bench.bare --redis`): the least a webhook that queues its
-  update must do, so `service / bare+redis` is what the service's own layers cost.
+  update must do, so `service / bare+redis` is what the service's own layers cost;
+- `bare+batch`: the same with the XADDs of the requests waiting at one moment in one pipelined
+  round trip (`bench.bare --redis --batched`), as the service batches its own script runs.
 
 A load generator (`--connections` tasks, each sending one request at a time; every request a
 new `update_id`, a message without text from the allowlisted chat, so the worker acknowledges it
@@ -55,7 +57,7 @@ CHAT = int(WIRE["chat_allowlist"][0])
 CLIENTS = ("raw", "httpx")
 
 
-TARGETS = ("service", "bare", "bare+redis")
+TARGETS = ("service", "bare", "bare+redis", "bare+batch")
 
 
 def _request(update_id: int, secret: str) -> bytes:
@@ -168,7 +170,9 @@ def _servers(data: Path) -> Iterator[dict[str, int]]:
              _process([*bare, str(ports["bare"])], env, data / "bare.log", ports["bare"],
                       _wait_listening), \
              _process([*bare, str(ports["bare+redis"]), "--redis"], env,
-                      data / "bare-redis.log", ports["bare+redis"], _wait_listening):
+                      data / "bare-redis.log", ports["bare+redis"], _wait_listening), \
+             _process([*bare, str(ports["bare+batch"]), "--redis", "--batched"], env,
+                      data / "bare-batch.log", ports["bare+batch"], _wait_listening):
             asyncio.run(_configure(url))
             yield ports
     finally:
@@ -212,7 +216,8 @@ def main() -> None:
         print(f"ingest /webhook/tg [{client} client]: service {rate['service']:.0f} req/s, "
               f"bare ASGI {rate['bare']:.0f} req/s (ratio {rate['service'] / rate['bare']:.2f}), "
               f"bare + one Redis round trip {rate['bare+redis']:.0f} req/s "
-              f"(ratio {rate['service'] / rate['bare+redis']:.2f}) "
+              f"(ratio {rate['service'] / rate['bare+redis']:.2f}), the same batched "
+              f"{rate['bare+batch']:.0f} req/s (ratio {rate['service'] / rate['bare+batch']:.2f}) "
               f"({args.connections} connections, {args.rounds}×{args.seconds:g} s each)")
 
 
