@@ -40,13 +40,14 @@ REPLAY_OF = "replay_of"
 
 # KEYS: dedup:tg:{update_id}, stalwart:telegram   ARGV: ttl, then field/value pairs
 # → the new entry id, or false when this update was already claimed (a Telegram redelivery).
+# A failed XADD releases the claim (as in ENQUEUE_IF_ENABLED).
 CLAIM_AND_ENQUEUE = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
   return false
 end
-local fields = {}
-for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
-return redis.call('XADD', KEYS[2], '*', unpack(fields))
+local id = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 2))
+if type(id) == 'table' and id.err then redis.call('DEL', KEYS[1]) end
+return id
 """
 
 # KEYS: stalwart:telegram, config:enabled, then dedup:tg:{update_id} of each update
@@ -54,14 +55,22 @@ return redis.call('XADD', KEYS[2], '*', unpack(fields))
 # → 0 when the service is switched off (nothing written), else one answer per update, in order:
 # its new entry id, or "" when it was already claimed (a Telegram redelivery, also one earlier in
 # the same call). The webhook's one round trip for the updates it accepts (`UpdateIngress`):
-# the switch, the dedup claims and the XADDs, for every request waiting at that moment.
+# the switch, the dedup claims and the XADDs, for every request waiting at that moment. An XADD
+# that fails releases its update's claim and fails the call: that update and the ones after it
+# are not claimed (Telegram's redelivery queues them), those before it are queued (theirs is a
+# duplicate), so no update is lost to a claim without an entry.
 ENQUEUE_IF_ENABLED = """
 if redis.call('GET', KEYS[2]) ~= '1' then return 0 end
 local out, at = {}, 2
 for k = 3, #KEYS do
   local parts = tonumber(ARGV[at])
   if redis.call('SET', KEYS[k], '1', 'NX', 'EX', ARGV[1]) then
-    out[#out + 1] = redis.call('XADD', KEYS[1], '*', unpack(ARGV, at + 1, at + parts))
+    local id = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, at + 1, at + parts))
+    if type(id) == 'table' and id.err then
+      redis.call('DEL', KEYS[k])
+      return id
+    end
+    out[#out + 1] = id
   else
     out[#out + 1] = ''
   end

@@ -10,6 +10,7 @@ import asyncio
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from messageweave.store import keys
 from messageweave.store.streams import StreamStore, SwitchedOff, UpdateIngress
@@ -130,3 +131,25 @@ async def test_a_burst_through_the_webhook_answers_each_request_and_claims_each_
                                                  json={"update_id": n}) for n in ids))
     assert [a.status_code for a in answers] == [204] * len(ids)
     assert all([await redis_client.exists(keys.dedup_tg(n)) for n in ids])
+
+
+async def test_an_update_whose_entry_cannot_be_written_keeps_no_claim(
+    redis: aioredis.Redis,
+) -> None:
+    """Catches an update lost for good: the script claimed `dedup:tg` and then the XADD failed
+    (here the stream's key holds a string), so the request was answered 503 and Telegram's
+    redelivery was taken for a duplicate and dropped. The claim must go with the failure, and
+    the updates of the same run before it stay queued (their redelivery is the duplicate)."""
+    await redis.set(keys.ENABLED, "1")
+    await redis.set(keys.STREAM_TELEGRAM, "not a stream")
+    ingress = UpdateIngress(redis)
+    outcomes = await asyncio.gather(*(ingress.enqueue_if_enabled(n, {"update_id": str(n)})
+                                      for n in (41, 42)), return_exceptions=True)
+    assert all(isinstance(o, ResponseError) for o in outcomes), outcomes
+    assert not await redis.exists(keys.dedup_tg(41), keys.dedup_tg(42))
+    with pytest.raises(ResponseError):  # the script without the switch check, the same way
+        await StreamStore(redis).enqueue_update(43, {"update_id": "43"})
+    assert not await redis.exists(keys.dedup_tg(43))
+    await redis.delete(keys.STREAM_TELEGRAM)
+    assert await ingress.enqueue_if_enabled(41, {"update_id": "41"}) is not None  # redelivered
+    assert [f["update_id"] for _, f in await redis.xrange(keys.STREAM_TELEGRAM)] == ["41"]
