@@ -20,15 +20,19 @@ uvicorn settings (`messageweave.server.serve`: the same protocol class, loop and
 A load generator (`--connections` tasks, each sending one request at a time; every request a
 new `update_id`, a message without text from the allowlisted chat, so the worker acknowledges it
 without calling Telegram) loads each server for `--seconds`, alternating for `--rounds` rounds so
-that a busy machine weighs on all alike. Every answer must be 204. `--client` picks it, and may
-be given more than once (the servers are then started once for all):
+that a busy machine weighs on all alike; after each load of the service the bench waits until
+its worker has finished the updates it queued, so its backlog takes no CPU from the next
+server (until session 5 it did: the bare servers were measured beside a worker catching up),
+and prints how long that took. Every answer must be 204. `--client` picks the load generator,
+and may be given more than once (the servers are then started once for all):
 
 - `raw` (the default): one keep-alive HTTP/1.1 connection per task, requests written as bytes
   and answers read off the socket, so the client costs as little as it can;
 - `httpx`: one `httpx.AsyncClient` pool of `--connections` connections shared by the tasks, as
   issue #14 first measured it (the client then takes a large share of the CPU itself).
 
-Each client ends with one summary line: req/s of each server and the two ratios.
+Each client ends with one summary line: req/s of each server and the service's ratio to each
+bare one.
 """
 
 from __future__ import annotations
@@ -47,9 +51,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import redis.asyncio as aioredis
 from tests.conftest import ADMIN_KEY, console_script, free_port, login, sample_wire, wait_healthy
 
 from messageweave.api.delivery import SECRET_HEADER
+from messageweave.store import keys
 from messageweave.store.redis import EmbeddedRedis
 
 WIRE = sample_wire()
@@ -156,8 +162,8 @@ def _wait_listening(url: str, proc: subprocess.Popen[str]) -> None:
 
 
 @contextmanager
-def _servers(data: Path) -> Iterator[dict[str, int]]:
-    """The three servers, started once; their ports by target."""
+def _servers(data: Path) -> Iterator[tuple[dict[str, int], str]]:
+    """The servers, started once: their ports by target, and the Redis URL."""
     redis_server = EmbeddedRedis(data / "redis")
     redis_url = redis_server.start()
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
@@ -174,22 +180,45 @@ def _servers(data: Path) -> Iterator[dict[str, int]]:
              _process([*bare, str(ports["bare+batch"]), "--redis", "--batched"], env,
                       data / "bare-batch.log", ports["bare+batch"], _wait_listening):
             asyncio.run(_configure(url))
-            yield ports
+            yield ports, redis_url
     finally:
         redis_server.stop()
 
 
-async def _compare(ports: dict[str, int], ids: Iterator[int], seconds: float, rounds: int,
-                   connections: int, client: str) -> dict[str, float]:
-    """Mean req/s of each target, loaded in turn for `rounds` rounds after a 1 s warm-up."""
+async def _drained(redis_url: str) -> float:
+    """Seconds until the service's worker has finished every update queued so far (its
+    entries are deleted when finished): the next server is loaded on a machine the service's
+    backlog no longer takes CPU from."""
+    started = time.monotonic()
+    client = aioredis.from_url(redis_url)
+    try:
+        while await client.xlen(keys.STREAM_TELEGRAM):
+            assert time.monotonic() - started < 300, "the worker did not catch up"
+            await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+    return time.monotonic() - started
+
+
+async def _compare(ports: dict[str, int], redis_url: str, ids: Iterator[int], seconds: float,
+                   rounds: int, connections: int, client: str) -> dict[str, float]:
+    """Mean req/s of each target, loaded in turn for `rounds` rounds after a 1 s warm-up; after
+    each load of the service, its worker's backlog is waited for."""
     for target in TARGETS:  # warm-up: connections, caches
         await _load(ports[target], ids, 1.0, connections, client)
+        if target == "service":
+            await _drained(redis_url)
     rates: dict[str, list[float]] = {target: [] for target in TARGETS}
     for n in range(rounds):
+        backlog = 0.0
         for target in TARGETS:
             rates[target].append(await _load(ports[target], ids, seconds, connections, client))
+            if target == "service":
+                backlog = await _drained(redis_url)
         print(f"{client} round {n + 1}: " + ", ".join(
-            f"{target} {rates[target][-1]:.0f} req/s" for target in TARGETS), flush=True)
+            f"{target} {rates[target][-1]:.0f} req/s" for target in TARGETS)
+            + f" (the service's worker finished its backlog {backlog:.1f} s after its load)",
+            flush=True)
     return {target: sum(r) / rounds for target, r in rates.items()}
 
 
@@ -206,10 +235,10 @@ def main() -> None:
     ids = itertools.count(1)
     data = Path(tempfile.mkdtemp(prefix="mwi", dir="/tmp"))
     try:
-        with _servers(data) as ports:
+        with _servers(data) as (ports, redis_url):
             for client in clients:
-                results[client] = asyncio.run(_compare(ports, ids, args.seconds, args.rounds,
-                                                       args.connections, client))
+                results[client] = asyncio.run(_compare(ports, redis_url, ids, args.seconds,
+                                                       args.rounds, args.connections, client))
     finally:
         shutil.rmtree(data, ignore_errors=True)
     for client, rate in results.items():
