@@ -458,12 +458,12 @@ async def reconcile(
 
     JMAP and Redis errors propagate (the cursor keeps its last checkpoint)."""
     lock = reconcile_lock(redis)
-    if not await lock.acquire():
-        raise ReconcileBusy("another reconcile pass is running")
     lease = _Lease(lock, renew_every_s)
-    lease.start()
     reconciler = Reconciler(redis, client, lock, roles, budget=budget, on_progress=on_progress,
                             lease=lease, digest_threshold=digest_threshold)
+    if not await lock.acquire():
+        raise ReconcileBusy("another reconcile pass is running")
+    lease.start()
     ok = False
     try:
         await client.get_session()
