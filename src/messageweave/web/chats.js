@@ -3,17 +3,11 @@
 // patches `chat_allowlist` through `PUT /api/business-config` with the stored revision.
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { load as reloadBusiness } from "./business.js";
-import { $, say } from "./dom.js";
+import { $, cell, say } from "./dom.js";
 import { t } from "./i18n.js";
 
 function seenAt(unix) {
   return new Date(Number(unix) * 1000).toISOString().slice(0, 16).replace("T", " ");
-}
-
-function cell(text) {
-  const td = document.createElement("td");
-  td.textContent = text;
-  return td;
 }
 
 function row(chat) {

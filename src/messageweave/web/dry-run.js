@@ -2,7 +2,7 @@
 // ones included, tried on the newest 20 mails of the notified mailboxes
 // (`POST /api/rules/dry-run`), shown as "which mail would match which rule". Nothing is sent.
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
-import { $, say } from "./dom.js";
+import { $, cell, say } from "./dom.js";
 import { t } from "./i18n.js";
 
 // Set by the card: `draft()` gives the body (or null when the page refused the editor), and
@@ -10,13 +10,6 @@ import { t } from "./i18n.js";
 let draft = function () { return null; };
 let rejected = function () {};
 let generation = 0;
-
-function cell(text, className) {
-  const td = document.createElement("td");
-  td.textContent = text;
-  if (className) td.className = className;
-  return td;
-}
 
 function sound(mail) {
   if (mail.action === "mute") return "—";

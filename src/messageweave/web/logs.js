@@ -1,7 +1,7 @@
 // Card "Logs": the send log (with its outcome filter) and the audit log, newest first, paged
 // with `before`.
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
-import { $, say } from "./dom.js";
+import { $, cell, say } from "./dom.js";
 import { t } from "./i18n.js";
 
 const LOG_PAGE = 20;
@@ -35,9 +35,8 @@ function logRow(name, record) {
   const tr = document.createElement("tr");
   tr.dataset.id = record.id;
   [logTime(record.time)].concat(LOGS[name].columns(record)).forEach(function (value) {
-    const td = document.createElement("td");
-    td.textContent = value === null || value === undefined || value === "" ? "—" : String(value);
-    tr.appendChild(td);
+    tr.appendChild(cell(value === null || value === undefined || value === "" ? "—"
+      : String(value)));
   });
   return tr;
 }

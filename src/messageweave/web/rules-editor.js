@@ -1,7 +1,7 @@
 // The rules editor of the notification rules card: one row per rule (add, remove, move up and
 // down), read into the wire of `notify_rules` (config/features.py), and an error shown next to
 // the rule and the field it names.
-import { $ } from "./dom.js";
+import { $, el } from "./dom.js";
 import { t } from "./i18n.js";
 
 export const MAX_RULES = 50;
@@ -43,12 +43,6 @@ export function canonicalRule(rule) {
     out.silent = rule.silent === true;
   }
   return out;
-}
-
-function el(tag, props) {
-  const node = document.createElement(tag);
-  Object.assign(node, props || {});
-  return node;
 }
 
 // A label and its input in the row's grid, with the field's help line under the input.
