@@ -34,7 +34,7 @@ from messageweave.config.service import NotConfigured
 from messageweave.mail.jmap import EmailMeta, JmapClient
 from messageweave.pipeline.buttons import notification_keyboard
 from messageweave.pipeline.notify import render_notification
-from messageweave.pipeline.routing import Route, facts_for, route_for
+from messageweave.pipeline.routing import MAIL_PROPERTIES, Route, facts_for, route_for
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.mailbox import DIGEST_KIND, DIGEST_MAX_IDS
@@ -44,7 +44,6 @@ from messageweave.store.streams import Entry
 MAX_LINES = 20
 LINE_MAX_CHARS = 100  # 20 such lines and the rest stay one Telegram message
 GET_PAGE = 256  # mails per Email/get
-PROPERTIES = ("from", "subject", "receivedAt", "mailboxIds")
 _NAMED = re.compile(r"^(.*?)\s*<[^<>]*>\s*$")
 
 class DigestInvalid(ValueError):
@@ -208,7 +207,8 @@ def email_ids_of(entry: Entry) -> list[str]:
 async def _fetch(client: JmapClient, ids: Sequence[str]) -> dict[str, EmailMeta]:
     found: dict[str, EmailMeta] = {}
     for start in range(0, len(ids), GET_PAGE):
-        for meta in await client.get_emails(ids[start:start + GET_PAGE], properties=PROPERTIES):
+        page = ids[start:start + GET_PAGE]
+        for meta in await client.get_emails(page, properties=MAIL_PROPERTIES):
             found[meta.id] = meta
     return found
 

@@ -29,7 +29,9 @@ from messageweave.mail.reconcile import in_any_mailbox, mailbox_sets
 ROLES_TTL_S = 60.0  # how long a client's mailbox list is trusted for rules on `mailbox_role`
 ROLES_REFRESH_MIN_S = 2.0  # a mailbox the list does not know reads it again, at most this often
 DRY_RUN_MAILS = 20
-DRY_RUN_PROPERTIES = ("from", "subject", "receivedAt", "mailboxIds")
+# What a route (the rules) and a notification read of a mail: the dry run and the digest fetch
+# these, not the keywords and preview of `DEFAULT_EMAIL_PROPERTIES`.
+MAIL_PROPERTIES = ("from", "subject", "receivedAt", "mailboxIds")
 
 
 def wall_clock() -> dt.datetime:
@@ -166,7 +168,7 @@ async def dry_run(cfg: BusinessConfig, client: JmapClient,
     if not notify:
         return {"checked": 0, "mails": []}
     page = await client.query_and_get(_listing_filter(notify, excluded), NEWEST_FIRST,
-                                      DRY_RUN_MAILS, properties=DRY_RUN_PROPERTIES)
+                                      DRY_RUN_MAILS, properties=MAIL_PROPERTIES)
     at = now or clock()
     mails = [_verdict(meta, route_for(cfg, facts_of(meta, roles_in(roles, meta.mailbox_ids)),
                                       at))
