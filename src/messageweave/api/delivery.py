@@ -7,6 +7,7 @@ import logging
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
@@ -63,7 +64,7 @@ class TelegramWebhook:
         svc: Services = scope["app"].state.services
         cfg = svc.config.config
         expected = cfg.telegram_webhook_secret if cfg is not None else ""
-        if not constant_time_eq(_header(scope, _SECRET_HEADER), expected):
+        if not constant_time_eq(Headers(scope=scope).get(SECRET_HEADER), expected):
             raise unauthorized()
         assert cfg is not None
         try:
@@ -88,18 +89,8 @@ class TelegramWebhook:
         await send(_EMPTY_BODY)
 
 
-_SECRET_HEADER = SECRET_HEADER.encode()
 _NO_CONTENT: Message = {"type": "http.response.start", "status": 204, "headers": []}
 _EMPTY_BODY: Message = {"type": "http.response.body", "body": b""}
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    """The first header `name` (lower case) of the request, decoded as Latin-1 like
-    Starlette's `Headers`."""
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
 
 
 async def _body(receive: Receive) -> bytes:
