@@ -96,6 +96,10 @@ def _wire_field(name: str) -> dict[str, Any]:
         "digest_threshold": {"type": "integer", "minimum": 0,
                              "maximum": features.DIGEST_THRESHOLD_MAX},
         "bot_language": {"type": "string", "enum": list(features.BOT_LANGUAGES)},
+        "telegram_updates": {"type": "string", "enum": list(features.TELEGRAM_UPDATES)},
+        "push_mode": {"type": "string", "enum": list(features.PUSH_MODES)},
+        "retry_window_s": {"type": "integer", "minimum": 0,
+                           "maximum": features.RETRY_WINDOW_MAX_S},
     }
     return others.get(name, {"type": "integer"})
 

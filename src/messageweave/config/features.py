@@ -19,6 +19,16 @@ from messageweave.errors import is_int
 BotLanguage = Literal["zh", "en"]
 BOT_LANGUAGES: tuple[BotLanguage, ...] = ("zh", "en")
 DEFAULT_BOT_LANGUAGE: BotLanguage = "zh"
+# How Telegram's updates reach us (issue #22): `auto` polls while no webhook is registered.
+TelegramUpdates = Literal["auto", "webhook", "polling"]
+TELEGRAM_UPDATES: tuple[TelegramUpdates, ...] = ("auto", "webhook", "polling")
+# Which JMAP push is used (issue #22): `auto` prefers EventSource when the session offers it.
+PushMode = Literal["auto", "eventsource", "subscription", "off"]
+PUSH_MODES: tuple[PushMode, ...] = ("auto", "eventsource", "subscription", "off")
+# How long a transient failure (the peer unreachable, 5xx, a timeout) is retried before the
+# entry is dead-lettered (issue #22): a home line's outage of minutes or hours loses nothing.
+DEFAULT_RETRY_WINDOW_S = 86_400
+RETRY_WINDOW_MAX_S = 518_400  # 6 days: below the 7-day dedup and receipt TTLs
 RuleAction = Literal["notify", "mute"]
 RULE_ACTIONS: tuple[RuleAction, ...] = ("notify", "mute")
 
@@ -224,11 +234,34 @@ def parse_bot_language(value: object) -> BotLanguage:
     raise FeatureInvalid("BOT_LANGUAGE must be zh or en")
 
 
+def parse_telegram_updates(value: object) -> TelegramUpdates:
+    for mode in TELEGRAM_UPDATES:
+        if value == mode:
+            return mode
+    raise FeatureInvalid("TELEGRAM_UPDATES must be auto, webhook or polling")
+
+
+def parse_push_mode(value: object) -> PushMode:
+    for mode in PUSH_MODES:
+        if value == mode:
+            return mode
+    raise FeatureInvalid("PUSH_MODE must be auto, eventsource, subscription or off")
+
+
+def parse_retry_window(value: object) -> int:
+    if not is_int(value) or not 0 <= value <= RETRY_WINDOW_MAX_S:
+        raise FeatureInvalid(f"RETRY_WINDOW_S must be between 0 and {RETRY_WINDOW_MAX_S}")
+    return value
+
+
 PARSERS = {
     "notify_rules": parse_rules,
     "quiet_hours": parse_quiet_hours,
     "digest_threshold": parse_digest_threshold,
     "bot_language": parse_bot_language,
+    "telegram_updates": parse_telegram_updates,
+    "push_mode": parse_push_mode,
+    "retry_window_s": parse_retry_window,
 }
 
 

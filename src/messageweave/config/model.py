@@ -20,8 +20,11 @@ from urllib.parse import SplitResult, urlsplit
 
 from messageweave.config.features import (
     DEFAULT_BOT_LANGUAGE,
+    DEFAULT_RETRY_WINDOW_S,
     PARSERS,
     BotLanguage,
+    PushMode,
+    TelegramUpdates,
     FeatureInvalid,
     NotifyRule,
     QuietHours,
@@ -170,6 +173,11 @@ class BusinessConfig:
     quiet_hours: QuietHours | None = None
     digest_threshold: int = 0
     bot_language: BotLanguage = DEFAULT_BOT_LANGUAGE
+    # Issue #22: how updates and mail changes reach an instance without a public URL, and how
+    # long a transient failure is retried before its entry is dead-lettered.
+    telegram_updates: TelegramUpdates = "auto"
+    push_mode: PushMode = "auto"
+    retry_window_s: int = DEFAULT_RETRY_WINDOW_S
 
     def to_wire(self) -> dict[str, Any]:
         wire = dataclasses.asdict(self)
@@ -217,7 +225,8 @@ def empty_values() -> dict[str, Any]:
         "degraded_reconcile_interval_s": DEFAULT_DEGRADED_RECONCILE_INTERVAL_S,
         "audit_interval_s": DEFAULT_AUDIT_INTERVAL_S, "audit_window_s": DEFAULT_AUDIT_WINDOW_S,
         "jmap_ca_pem": None, "notify_rules": [], "quiet_hours": None, "digest_threshold": 0,
-        "bot_language": DEFAULT_BOT_LANGUAGE,
+        "bot_language": DEFAULT_BOT_LANGUAGE, "telegram_updates": "auto", "push_mode": "auto",
+        "retry_window_s": DEFAULT_RETRY_WINDOW_S,
     }
 
 
