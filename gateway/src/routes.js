@@ -20,6 +20,7 @@ const ROUTE_TABLE = [
   ["/push/jmap", "POST"],
   ["/api/push/register", "POST"],
   ["/api/telegram/register-webhook", "POST"],
+  ["/api/telegram/delete-webhook", "POST"],
   ["/api/push/disable", "POST"],
   ["/reconcile", "POST", "LB_RECONCILE_TIMEOUT_MS"],
   ["/worker", "POST", "LB_WORKER_TIMEOUT_MS"],

@@ -9,6 +9,7 @@ import abc
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
@@ -136,3 +137,13 @@ class Batcher(Generic[Item, Result]):
             for _, future in self._waiting:  # left only by a cancellation: nobody runs them
                 future.cancel()
             self._waiting.clear()
+
+
+_jitter = secrets.SystemRandom()
+
+
+def jittered_backoff(failures: int, base_s: float, cap_s: float) -> float:
+    """How long to wait after the `failures`-th failure in a row: full jitter over a doubling
+    step, 0.5-1 × min(cap, base × 2^(failures-1)), so many instances never retry in step."""
+    step = min(cap_s, base_s * 2 ** max(failures - 1, 0))
+    return _jitter.uniform(step / 2, step)

@@ -2,7 +2,8 @@
 
 `build_services(settings)` connects Redis and makes the config service with its peer clients
 (`messageweave.services.Peers`); `background(svc)` starts what runs beside the HTTP server
-(config reload, worker, scheduler, gap auditor); `close(svc)` releases it all. The app
+(config reload, worker, scheduler, gap auditor, the Telegram poller and the JMAP
+EventSource holder); `close(svc)` releases it all. The app
 (`messageweave.app`) and every CLI command that talks to the peers build through here, so
 they wire the same things the same way. Nothing below this module knows it exists.
 """
@@ -20,7 +21,9 @@ from messageweave.aio import cancel
 from messageweave.config.service import ConfigService
 from messageweave.logs import add_secret_source, remove_secret_source
 from messageweave.mail.auditor import run_auditor
+from messageweave.mail.eventsource import run_eventsource
 from messageweave.mail.scheduler import run_scheduler
+from messageweave.pipeline.polling import run_poller
 from messageweave.pipeline.worker import run_worker
 from messageweave.services import Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
@@ -68,6 +71,8 @@ def background(svc: Services) -> list[asyncio.Task[None]]:
         asyncio.create_task(run_worker(svc), name="worker"),
         asyncio.create_task(run_scheduler(svc), name="scheduler"),
         asyncio.create_task(run_auditor(svc), name="gap-auditor"),
+        asyncio.create_task(run_poller(svc), name="telegram-poller"),
+        asyncio.create_task(run_eventsource(svc), name="jmap-eventsource"),
     ]
 
 

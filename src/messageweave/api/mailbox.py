@@ -19,10 +19,12 @@ from messageweave.api.services import (
 from messageweave.config.service import NotConfigured
 from messageweave.errors import ApiError, conflict, json_object, service_unavailable
 from messageweave.mail import push
+from messageweave.mail.eventsource import read_in_force
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.reconcile import ReconcileBusy, ReconcileError
 from messageweave.mail.scheduler import run_pass
 from messageweave.ops import audit
+from messageweave.pipeline.polling import read_label
 from messageweave.services import Services
 
 log = logging.getLogger(__name__)
@@ -111,16 +113,30 @@ async def disable_push(request: Request) -> JSONResponse:
 
 @router.get("/api/push/status")
 async def push_status(request: Request) -> JSONResponse:
-    """The push lifecycle as every instance sees it (read from Redis): for the admin page."""
+    """The push in force (`in_force`: EventSource or PushSubscription under `push_mode`), the
+    PushSubscription lifecycle, and how Telegram's updates arrive (`updates`), as every instance
+    sees them (read from Redis): for the admin page's callbacks card."""
     await require_admin(request)
     svc = services(request)
     now = time.time()
     try:
-        health = await push.health(svc.redis, now)
+        force = await read_in_force(svc.redis, svc.config.config, now)
+        updates = await read_label(svc)
     except RedisError as exc:
         raise service_unavailable() from exc
+    health = force.subscription
+    assert health is not None
     last = health.last_state_change
     return JSONResponse({
+        "in_force": force.label,
+        "way": force.way if force.state == "ok" else None,
+        "push_mode": svc.config.config.push_mode if svc.config.config else None,
+        "last_event_at": force.last_event,
+        "last_event_age_s": None if force.last_event is None
+        else max(0, int(now) - force.last_event),
+        "updates": updates,
+        "telegram_updates": (svc.config.config.telegram_updates if svc.config.config
+                             else None),
         "state": health.state,
         "label": health.label,
         "reason": health.reason,

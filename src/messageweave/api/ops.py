@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -11,7 +12,8 @@ from redis.exceptions import RedisError
 
 from messageweave.api.services import services
 from messageweave.errors import ApiError
-from messageweave.mail import push
+from messageweave.mail.eventsource import read_in_force
+from messageweave.pipeline.polling import read_label
 from messageweave.probes import (
     Shared,
     guarded,
@@ -21,6 +23,7 @@ from messageweave.probes import (
 )
 from messageweave.services import Services
 from messageweave.settings import Settings
+from messageweave.store.waiting import waiting_for_peers
 
 router = APIRouter()
 
@@ -64,9 +67,11 @@ class _ReadyChecks:
     configuration revision it was made with."""
 
     def __init__(self) -> None:
-        self.local: Shared[tuple[bool, str | None]] = Shared(lambda _answer: 0.0)
+        self.local: Shared[_Local] = Shared(lambda _answer: 0.0)
         self.jmap: Shared[str | None] = Shared(probe_ttl)
         self.telegram: Shared[str | None] = Shared(probe_ttl)
+        # Entries waiting for a peer out of reach (§7.11): shared while in flight, as `local`.
+        self.waiting: Shared[dict[str, object] | None] = Shared(lambda _answer: 0.0)
 
 
 def _ready_checks(request: Request) -> _ReadyChecks:
@@ -77,22 +82,35 @@ def _ready_checks(request: Request) -> _ReadyChecks:
     return checks
 
 
-async def _local_check(svc: Services) -> tuple[bool, str | None]:
-    """Reload a newer configuration, then (Redis answers, the push label)."""
+@dataclass(frozen=True)
+class _Local:
+    """The local check's answer: Redis answered; the push in force and the way Telegram's
+    updates arrive, as labels (None when Redis did not answer)."""
+
+    redis: bool
+    push: str | None = None
+    updates: str | None = None
+
+
+async def _local_check(svc: Services) -> _Local:
+    """Reload a newer configuration, then read what Redis says of the receivers."""
     await svc.config.refresh()
     try:
         await svc.store.enabled()
-        return True, (await push.health(svc.redis, time.time())).label
+        force = await read_in_force(svc.redis, svc.config.config, time.time())
+        return _Local(True, force.label, await read_label(svc))
     except RedisError:
-        return False, None
+        return _Local(False)
 
 
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
-    """200 when the configuration is complete, Redis answers and both peers' probes pass; push
-    is reported (`ok`, `degraded: <reason>`, `off`) but never fails readiness: mail still
-    arrives through the (degraded) reconcile schedule. Else 503 (the error envelope) with the
-    checks that ran and failed in `x-ready-failed`.
+    """200 when the configuration is complete, Redis answers and both peers' probes pass; the
+    push in force (`ok (eventsource)`, `ok (subscription)`, `degraded: <reason>`, `off`) and the
+    way Telegram's updates arrive (`updates`: `ok (polling)`, `ok (webhook)`,
+    `degraded: <reason>`, `off`) are reported but never fail readiness: mail still arrives
+    through the reconcile schedule, and the page says what is wrong. Else 503 (the error
+    envelope) with the checks that ran and failed in `x-ready-failed`.
 
     Anyone can call `/ready`, so a burst must cost neither the peers nor our Redis pool one
     call per request: requests share the local check in flight, and each peer's probe in
@@ -100,9 +118,9 @@ async def ready(request: Request) -> JSONResponse:
     revision probes anew."""
     svc = services(request)
     shared = _ready_checks(request)
-    redis_ok, push_label = await shared.local.get(None, lambda: _local_check(svc))
+    local = await shared.local.get(None, lambda: _local_check(svc))
     cfg, revision = svc.config.config, svc.config.revision
-    checks = {"configured": cfg is not None, "redis": redis_ok}
+    checks = {"configured": cfg is not None, "redis": local.redis}
     if cfg is not None:  # the peers can only be probed with a configuration
         jmap_error, telegram_error = await asyncio.gather(
             shared.jmap.get(revision, lambda: guarded(probe_jmap_session, cfg)),
@@ -113,4 +131,26 @@ async def ready(request: Request) -> JSONResponse:
     if failed:  # only the names of the checks: a probe's reason stays in the debug surface
         raise ApiError(503, "service_unavailable", retry=True,
                        headers={READY_FAILED_HEADER: ", ".join(failed)})
-    return JSONResponse({"status": "ready", **checks, "push": push_label})
+    waiting = await _waiting_field(svc, shared)
+    return JSONResponse({"status": "ready", **checks, "push": local.push,
+                         "updates": local.updates, **waiting})
+
+
+async def _read_waiting(svc: Services) -> dict[str, object] | None:
+    """`{"waiting": {peer: {since, entries}}}` while entries wait for a peer, `{}` when none;
+    None when Redis did not answer."""
+    try:
+        found = await waiting_for_peers(svc.redis)
+    except RedisError:
+        return None
+    return {"waiting": {peer: w.as_json() for peer, w in found.items()}} if found else {}
+
+
+async def _waiting_field(svc: Services, shared: _ReadyChecks) -> dict[str, object]:
+    """`/ready`'s `waiting` field (issue #22), one Redis round trip shared by the requests in
+    flight; Redis failing here fails readiness as the local check would."""
+    waiting = await shared.waiting.get(None, lambda: _read_waiting(svc))
+    if waiting is None:
+        raise ApiError(503, "service_unavailable", retry=True,
+                       headers={READY_FAILED_HEADER: "redis"})
+    return waiting

@@ -1,4 +1,5 @@
 """`/api/telegram/register-webhook`: point the bot's webhook at this service;
+`/api/telegram/delete-webhook`: remove it again (its pending updates stay: the poller takes them);
 `/api/telegram/refused-chats`: the chats it refused lately, to find the id to allow."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ async def post_register_webhook(request: Request) -> JSONResponse:
     runtime = svc.runtime
     if runtime is None:
         raise service_unavailable()
+    if runtime.config.telegram_updates == "polling":  # the poller would delete it again
+        raise ApiError(409, "telegram_updates_polling")
     try:
         registered = await register_webhook(
             runtime.telegram, url, runtime.config.telegram_webhook_secret,
@@ -41,6 +44,25 @@ async def post_register_webhook(request: Request) -> JSONResponse:
         raise ApiError(502, "telegram_send_failed") from exc
     await audit.record_audit(svc, audit.WEBHOOK_REGISTERED, url=registered)
     return JSONResponse({"url": registered})
+
+
+@router.post("/api/telegram/delete-webhook")
+async def post_delete_webhook(request: Request) -> JSONResponse:
+    """deleteWebhook (pending updates kept): with `telegram_updates` `auto`, the poller takes
+    over within `pipeline.polling.WEBHOOK_CHECK_S`; none is lost (Telegram keeps them until a
+    getUpdates offset confirms them) and none doubled (the `update_id` dedup)."""
+    await require_admin(request)
+    svc = services(request)
+    runtime = svc.runtime
+    if runtime is None:
+        raise service_unavailable()
+    try:
+        await runtime.telegram.delete_webhook()
+    except TelegramSendError as exc:
+        log.warning("webhook deletion refused: %s", exc.failure_class)
+        raise ApiError(502, "telegram_send_failed") from exc
+    await audit.record_audit(svc, audit.WEBHOOK_DELETED)
+    return JSONResponse({"url": ""})
 
 
 @router.get("/api/telegram/refused-chats")

@@ -18,12 +18,16 @@ from redis.exceptions import RedisError
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
-from messageweave.mail.push import health as push_health
+from messageweave.mail.eventsource import read_in_force
+from messageweave.pipeline.polling import updates_label
 from messageweave.probes import jmap_session_failure, probe_telegram_get_me
 from messageweave.settings import Settings
+from messageweave.store import keys
 from messageweave.store.opstats import stream_stats
+from messageweave.store.receivers import read_status
 from messageweave.store.redis import Redis, connect
 from messageweave.store.state import ConfigStore
+from messageweave.store.waiting import JMAP, LABELS, TELEGRAM, waiting_for_peers
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -77,8 +81,10 @@ async def _with_redis(settings: Settings, redis: Redis) -> list[Check]:
     checks.append(_ok("configuration", "stored and valid"))
     checks.append(await _enabled(store))
     checks.extend(await _peers(cfg))
+    checks.append(await _updates(redis, cfg, await store.enabled()))
     checks.append(await _push(redis, cfg, time.time()))
     checks.extend(await _queues(redis))
+    checks.extend(await _waiting(redis, cfg, time.time()))
     return checks
 
 
@@ -107,6 +113,8 @@ async def _peers(cfg: BusinessConfig) -> list[Check]:
 
 
 async def _webhook(cfg: BusinessConfig) -> Check:
+    """The webhook Telegram has on file: none is fine unless `telegram_updates` is `webhook`
+    (long polling needs none, and is what `auto` does without one)."""
     try:
         async with TelegramClient(cfg.bot_token, api_base_url=cfg.telegram_api_base_url,
                                   timeout_s=5) as bot:
@@ -114,10 +122,38 @@ async def _webhook(cfg: BusinessConfig) -> Check:
     except TelegramSendError as exc:
         return Check("telegram webhook", "fail", f"getWebhookInfo failed ({exc.failure_class})",
                      "retry; check the Telegram API base URL")
-    if not url:
+    if url:
+        return _ok("telegram webhook", url)
+    if cfg.telegram_updates == "webhook":
         return Check("telegram webhook", "warn", "no webhook set: the bot hears nothing",
-                     "register it on the admin page (POST /api/telegram/register-webhook)")
-    return _ok("telegram webhook", url)
+                     "register it on the admin page (POST /api/telegram/register-webhook), "
+                     "or set telegram_updates to auto (long polling, no public URL needed)")
+    return _ok("telegram webhook", "none: updates are received by long polling")
+
+
+_UPDATES_REMEDIES = {
+    "conflict": "another program reads this bot's updates (a second copy of the service with "
+                "another Redis, or a webhook): stop it, or give this service its own bot",
+    "unauthorized": "the bot token was refused: enter the right one on the admin page",
+    "unreachable": "check this machine's connection to the Telegram API base URL; the service "
+                   "retries with a backoff",
+    "rate_limited": "wait: the service retries after Telegram's retry_after",
+    "no_webhook": "register the webhook on the admin page, or set telegram_updates to auto",
+}
+
+
+async def _updates(redis: Redis, cfg: BusinessConfig, enabled: bool) -> Check:
+    """How Telegram's updates reach the service, as the receiving instance last reported."""
+    status = await read_status(redis, keys.UPDATES_STATUS)
+    label = updates_label(status, enabled=enabled, configured=True)
+    if label.startswith("ok"):
+        return _ok("telegram updates", f"{label} (telegram_updates is {cfg.telegram_updates})")
+    if label == "off":
+        return Check("telegram updates", "warn", "off: processing is switched off",
+                     "turn it on on the admin page (PUT /api/enabled)")
+    return Check("telegram updates", "warn", label,
+                 _UPDATES_REMEDIES.get(status.state if status else "",
+                                       "check that the service is running (messageweave run)"))
 
 
 _PUSH_REMEDIES = {
@@ -140,21 +176,34 @@ def _age(seconds: float) -> str:
 async def _push(redis: Redis, cfg: BusinessConfig, now: float) -> Check:
     """Push is `warn` unless `ok`: while it is off or degraded mail still arrives by reconcile
     (every `degraded_reconcile_interval_s` while degraded)."""
-    health = await push_health(redis, now)
+    force = await read_in_force(redis, cfg, now)
+    if force.way == "eventsource" and force.state == "ok":
+        last = ("no event yet" if force.last_event is None
+                else f"last event {_age(now - force.last_event)} ago")
+        return _ok("jmap push", f"{force.label} ({last})")
+    health = force.subscription
+    assert health is not None
     last = ("no StateChange yet" if health.last_state_change is None
             else f"last StateChange {_age(now - health.last_state_change)} ago")
     expiry = ("no expiry" if health.expires is None else "expires "
               + datetime.fromtimestamp(health.expires, UTC).strftime("%Y-%m-%d %H:%M UTC"))
-    if health.state == "off":
-        return Check("jmap push", "warn", "no push registration: new mail waits for reconcile",
-                     "register push on the admin page (POST /api/push/register)")
-    if health.state == "degraded":
-        every = cfg.degraded_reconcile_interval_s
+    if force.state == "ok":
+        return _ok("jmap push", f"ok (subscription {health.subscription_id}, {expiry}, {last})")
+    if force.state == "off":
+        why = force.reason or "no push registration"
+        return Check("jmap push", "warn", f"off ({why}): new mail waits for reconcile",
+                     "set push_mode to auto on a server with EventSource, or register push on "
+                     "the admin page (POST /api/push/register)")
+    every = cfg.degraded_reconcile_interval_s
+    if force.way == "eventsource":
         return Check("jmap push", "warn",
-                     f"{health.label} (subscription {health.subscription_id}, {expiry}, {last}): "
-                     f"new mail waits for the reconcile every {every} s",
-                     _PUSH_REMEDIES.get(health.reason or "", _PUSH_RETRY))
-    return _ok("jmap push", f"ok (subscription {health.subscription_id}, {expiry}, {last})")
+                     f"{force.label}: new mail waits for the reconcile every {every} s",
+                     "check the mail server's EventSource (eventSourceUrl) and the credentials; "
+                     "the service reconnects with a backoff")
+    return Check("jmap push", "warn",
+                 f"{force.label} (subscription {health.subscription_id}, {expiry}, {last}): "
+                 f"new mail waits for the reconcile every {every} s",
+                 _PUSH_REMEDIES.get(health.reason or "", _PUSH_RETRY))
 
 
 async def _queues(redis: Redis) -> list[Check]:
@@ -166,4 +215,28 @@ async def _queues(redis: Redis) -> list[Check]:
                                 "inspect and replay the dead letters (`messageweave dlq`)"))
         else:
             checks.append(_ok(f"queue {s.stream}", detail))
+    return checks
+
+
+_WAITING_REMEDIES = {
+    TELEGRAM: "check this machine's connection to the Telegram API base URL",
+    JMAP: "check that the mail server (jmap_session_url) is up and reachable",
+}
+
+
+async def _waiting(redis: Redis, cfg: BusinessConfig, now: float) -> list[Check]:
+    """A `warn` line per peer that deliveries wait for (issue #22, §7.11): they go out by
+    themselves once it answers, in order, or are dead-lettered after `retry_window_s`."""
+    found = await waiting_for_peers(redis)
+    if not found:
+        return [_ok("delivery", "no entry waits for an unreachable peer")]
+    checks = []
+    for peer, w in found.items():
+        since = datetime.fromtimestamp(w.since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        checks.append(Check(
+            "delivery", "warn",
+            f"waiting for {LABELS[peer]} since {since} ({_age(max(0.0, now - w.since))}; "
+            f"{w.entries} {'entry' if w.entries == 1 else 'entries'})",
+            f"{_WAITING_REMEDIES[peer]}; they go out by themselves once it answers, else to "
+            f"the DLQ {cfg.retry_window_s} s after their first failure (retry_window_s)"))
     return checks

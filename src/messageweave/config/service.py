@@ -116,6 +116,7 @@ class ConfigService:
         self.revision = 0
         self.outbound = OutboundConfig()
         self._reload_lock = asyncio.Lock()
+        self._changed = asyncio.Event()  # set (and replaced) when a revision is applied
 
     # --- reading -------------------------------------------------------------------------
     def _decode(self, ciphertext: str) -> BusinessConfig:
@@ -176,6 +177,22 @@ class ConfigService:
             self._swap(revision, cfg)
         if cfg is not None:
             await self._apply_runtime(revision, cfg)
+        self._announce()
+
+    def _announce(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def changed_within(self, seconds: float) -> bool:
+        """Wait up to `seconds` for a new revision to be applied (its clients built): True when
+        one was. For loops that sleep between tries and must see a fixed setting at once."""
+        event = self._changed
+        try:
+            async with asyncio.timeout(seconds):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def _swap(self, revision: int, cfg: BusinessConfig | None) -> None:
         if revision >= self.revision:
@@ -231,6 +248,7 @@ class ConfigService:
         async with self._reload_lock:
             self._swap(revision, cfg)
         warnings = await self._apply_runtime(revision, cfg)
+        self._announce()
         return SaveResult(revision=revision, runtime_applied=not warnings, warnings=warnings)
 
     async def _preflight_config(self, obj: object) -> BusinessConfig:

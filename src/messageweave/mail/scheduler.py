@@ -17,7 +17,11 @@ Every instance runs this loop; Redis decides which one acts:
 - while a push registration exists, `push.maintain` runs once per
   `PUSH_MAINTENANCE_INTERVAL_S` (slot `schedule:push-maintenance`; the first pass within a
   second of the registration appearing): check, renew or re-create the subscription;
-- `push:orphan:*` is swept every `ORPHAN_SWEEP_INTERVAL_S` the same way.
+- `push:orphan:*` is swept every `ORPHAN_SWEEP_INTERVAL_S` the same way;
+- when an instance starts (its first tick with a connected JMAP client) it asks for one
+  catch-up, so mail that arrived while the service was down does not wait for the periodic
+  pass (issue #22). "Degraded" is the push in force (`eventsource.in_force`): EventSource or
+  PushSubscription, under `push_mode`.
 Nothing runs while the service switch is off or no configuration is live. `clock` (Unix
 seconds) is what the push lifecycle calls "now"; tests pass their own.
 
@@ -39,6 +43,7 @@ from messageweave.config.service import NotConfigured
 from messageweave.logs import RepeatLog
 from messageweave.mail import push
 from messageweave.mail.context import MailContext
+from messageweave.mail.eventsource import read_in_force
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.reconcile import (
     Budget,
@@ -87,6 +92,7 @@ async def run_pass(
 @dataclass
 class _Timers:
     next_slot_check: float = 0.0
+    started: bool = False  # the start-up catch-up was asked for
     failures: RepeatLog = field(default_factory=lambda: RepeatLog(log))
 
 
@@ -129,6 +135,9 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     client = svc.live_jmap
     if client is not None and client.session is not None:
         account = client.account_id
+        if not timers.started:  # mail that came while no instance ran: now, not in a minute
+            timers.started = True
+            await request_catchup(svc.redis, account)
         if await take_catchup(svc.redis, account):
             if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account)
@@ -144,7 +153,7 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
                                       now=clock())
         if outcome not in ("ok", "off"):
             log.info("push maintenance: %s", outcome)
-    degraded = (await push.health(svc.redis, clock())).state == "degraded"
+    degraded = (await read_in_force(svc.redis, cfg, clock())).state == "degraded"
     interval = cfg.reconcile_interval_s
     periodic = interval > 0 and await claim_slot(svc.redis, keys.RECONCILE_SCHEDULE, interval)
     backup = degraded and await claim_slot(

@@ -102,6 +102,9 @@ def render(
     push_degraded: bool | None = None,
     push_last_state_change_age_s: float | None = None,
     push_subscription_expires: int | None = None,
+    push_way: str | None = None,
+    push_last_event_age_s: float | None = None,
+    updates_way: str | None = None,
 ) -> bytes:
     """The exposition text: process metrics plus a one-off registry of scrape-time values.
     The push values are left out when unknown (Redis down; no StateChange yet; no
@@ -128,8 +131,21 @@ def render(
         Gauge("messageweave_unknown_after_send", "Sends whose outcome is unknown.",
               registry=scrape).set(unknown_after_send)
     if push_degraded is not None:
-        Gauge("messageweave_push_degraded", "1 while a push registration exists but its "
-              "subscription is not working.", registry=scrape).set(1 if push_degraded else 0)
+        Gauge("messageweave_push_degraded", "1 while the push push_mode wants (EventSource or "
+              "a PushSubscription) is not working.", registry=scrape).set(
+                  1 if push_degraded else 0)
+    if push_way is not None:
+        Gauge("messageweave_push_in_force", "1 for the push that brings mail now "
+              "(eventsource, subscription, off).", ["way"], registry=scrape).labels(
+                  way=push_way).set(1)
+    if push_last_event_age_s is not None:
+        Gauge("messageweave_push_last_event_age_seconds",
+              "Seconds since the push in force last sent anything (an EventSource ping or "
+              "state event, a StateChange).", registry=scrape).set(max(push_last_event_age_s, 0.0))
+    if updates_way is not None:
+        Gauge("messageweave_telegram_updates_in_force", "1 for the way Telegram's updates "
+              "arrive now (polling, webhook, degraded, off).", ["way"], registry=scrape).labels(
+                  way=updates_way).set(1)
     if push_last_state_change_age_s is not None:
         Gauge("messageweave_push_last_state_change_age_seconds",
               "Seconds since the last StateChange push was accepted.",

@@ -58,6 +58,28 @@ def retry_counter(stream: str, entry_id: str) -> str:
     return f"retry:{stream}:{entry_id}"
 
 
+# Next to the retry counter (issue #22): a hash {since, waits} — `since` = the entry's first
+# failure (Unix s), which the retry window (`retry_window_s`) is measured from; `waits` = how
+# many of its failures were a peer out of reach (they do not count against `max_retries`).
+# EX refreshed by every failure; longer than the longest window (518400 s) plus the backoff cap.
+RETRY_WINDOW_TTL_S = 604_800
+
+
+def retry_window(stream: str, entry_id: str) -> str:
+    return f"retry:{stream}:{entry_id}:window"
+
+
+# Sorted set per peer (`telegram`, `jmap`; `store.waiting.PEERS`): member `{stream}/{entry_id}`
+# of an entry whose last failure was that peer out of reach, score = since when it has been
+# waiting for it (Unix s). EX refreshed by every such failure (backoff is capped at 5 min), so
+# members a crash left behind go within a day of the last one.
+DELIVERY_WAITING_TTL_S = 86_400
+
+
+def delivery_waiting(peer: str) -> str:
+    return f"delivery:waiting:{peer}"
+
+
 # Ledger: the intent written before a Telegram send (hash: consumer, started, progress), removed
 # by the commit; finding one on a later attempt means the earlier attempt died mid-send.
 INTENT_TTL_S = 604_800
@@ -265,3 +287,29 @@ def throttle_lock(client: str) -> str:
 def throttle_strikes(client: str) -> str:
     """How many locks `client` earned lately (EX `THROTTLE_STRIKES_TTL_S` from the last)."""
     return f"throttle:strikes:{client}"
+
+
+# --- receiving without a public URL (issue #22) --------------------------------------------
+# The one instance that long-polls Telegram's getUpdates: `Lock` (owner token, EX, renewed
+# every third of it); the offset is written only by the holder (`store.polling.save_offset`).
+TELEGRAM_POLL_LOCK = "lock:telegram-poll"
+TELEGRAM_POLL_LOCK_TTL_S = 10
+# What the poller (or, with a webhook, the watcher) last saw: a hash {state, detail, at,
+# since}, EX `UPDATES_STATUS_TTL_S`, so a dead holder's word expires with it.
+UPDATES_STATUS = "telegram:updates:status"
+UPDATES_STATUS_TTL_S = 60
+# The next getUpdates offset of one bot (its numeric id, the token's public part): set to the
+# last queued update_id + 1 only after that update is in `stalwart:telegram`. No EX: Telegram
+# keeps unconfirmed updates for 24 h, and the id only grows.
+TELEGRAM_POLL_OFFSET_PREFIX = "telegram:poll:offset:"
+# The one instance that holds the JMAP EventSource connection (`Lock`, as above).
+EVENTSOURCE_LOCK = "lock:jmap-eventsource"
+EVENTSOURCE_LOCK_TTL_S = 15
+# What the EventSource holder last saw: a hash {state, detail, at, last_event, connected_at},
+# EX `EVENTSOURCE_STATUS_TTL_S`.
+EVENTSOURCE_STATUS = "push:eventsource:status"
+EVENTSOURCE_STATUS_TTL_S = 120
+
+
+def telegram_poll_offset(bot_id: str) -> str:
+    return f"{TELEGRAM_POLL_OFFSET_PREFIX}{bot_id}"

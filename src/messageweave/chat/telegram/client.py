@@ -165,6 +165,24 @@ class TelegramClient(AsyncClosing):
         info = await self._call(lambda bot: bot.get_webhook_info())
         return info.url
 
+    async def delete_webhook(self) -> None:
+        """Remove the webhook (its pending updates stay, for getUpdates)."""
+        await self._call(lambda bot: bot.delete_webhook())
+
+    async def get_updates(
+        self, offset: int | None, *, timeout_s: int, limit: int = 100,
+        allowed_updates: Sequence[str] = ("message", "callback_query"),
+    ) -> list[object]:
+        """One long poll (`getUpdates`): the raw updates Telegram answered with, oldest first
+        (an update is answered again until a call's `offset` is above its `update_id`). The
+        call waits up to `timeout_s` for one; the whole call is bounded by that plus this
+        client's own timeout."""
+        budget = timeout_s + self._timeout_s
+        result = await self._call(
+            lambda bot: bot.get_updates(offset, timeout_s, limit, allowed_updates, budget),
+            budget)
+        return list(result) if isinstance(result, list) else []
+
     async def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> None:
         """Publish the command menu: (command without slash, description) pairs."""
         await self._call(lambda bot: bot.set_my_commands(commands))

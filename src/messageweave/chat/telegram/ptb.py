@@ -12,6 +12,7 @@ whatever a call raised into a `TelegramSendError`.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Awaitable, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -29,6 +30,7 @@ from telegram import (
 )
 from telegram.error import NetworkError, TelegramError
 from telegram.request import HTTPXRequest
+from telegram.warnings import PTBUserWarning
 
 from messageweave.chat.telegram.errors import FailureClass, TelegramSendError, classify
 from messageweave.chat.telegram.redaction import REDACTOR
@@ -136,13 +138,24 @@ class PtbBot:
             write_timeout=timeout_s,
             pool_timeout=timeout_s,
         )
-        # One request object for both slots: we never poll, and shutdown() closes it.
+        # getUpdates has a connection of its own (issue #22): a long poll holds it for up to
+        # `timeout` seconds, which must not take one of the sends' connections. Its read
+        # timeout is set per call (the long poll's own plus a margin).
+        self._poll_request = BotApiRequest(
+            connection_pool_size=1,
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            write_timeout=timeout_s,
+            pool_timeout=timeout_s,
+        )
         self._bot = Bot(
-            token, base_url=base_url, request=self._request, get_updates_request=self._request
+            token, base_url=base_url, request=self._request,
+            get_updates_request=self._poll_request,
         )
 
     async def shutdown(self) -> None:
         await self._request.shutdown()
+        await self._poll_request.shutdown()
 
     def send_message(
         self, chat_id: int | str, text: str, *, disable_link_preview: bool,
@@ -183,6 +196,26 @@ class PtbBot:
 
     def get_webhook_info(self) -> Awaitable[WebhookInfo]:
         return self._bot.get_webhook_info()
+
+    def delete_webhook(self) -> Awaitable[bool]:
+        return self._bot.delete_webhook(drop_pending_updates=False)
+
+    async def get_updates(self, offset: int | None, timeout_s: int, limit: int,
+                          allowed_updates: Sequence[str], read_timeout_s: float) -> object:
+        """The raw `result` of getUpdates. Not `Bot.get_updates`: it builds PTB's models of
+        every update and, when one does not parse, logs the whole answer (the owner's messages)
+        at CRITICAL. `do_api_request` warns that `get_updates` exists, which is the point."""
+        kwargs: dict[str, Any] = {"timeout": timeout_s, "limit": limit,
+                                  "allowed_updates": list(allowed_updates)}
+        if offset is not None:
+            kwargs["offset"] = offset
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PTBUserWarning)
+            return await self._bot.do_api_request(
+                "getUpdates", api_kwargs=kwargs, read_timeout=read_timeout_s,
+                write_timeout=read_timeout_s, connect_timeout=read_timeout_s,
+                pool_timeout=read_timeout_s,
+            )
 
     def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> Awaitable[bool]:
         return self._bot.set_my_commands([BotCommand(name, text) for name, text in commands])

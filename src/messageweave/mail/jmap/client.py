@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
 from messageweave.aio import AsyncClosing
+from messageweave.mail.jmap import eventsource
 from messageweave.mail.jmap.calls import CORE, MAIL, Invocation, MethodCall, MethodResponses
 from messageweave.mail.jmap.errors import (
     JmapAccountError,
@@ -320,6 +321,67 @@ class JmapClient(MailMethods, PushMethods, AsyncClosing):
             return resp.json()
         except ValueError:
             raise JmapProtocolError(f"JMAP {what} response is not JSON") from None
+
+    # ------------------------------------------------------------------ EventSource
+
+    def event_source_url(self, *, types: Sequence[str], ping_s: int) -> str | None:
+        """The session's `eventSourceUrl` expanded for `types`, `closeafter=no` and `ping`
+        (None when the session offers none). It must share the session resource's origin:
+        the credentials go with it (`JmapProtocolError` otherwise)."""
+        session = self._session
+        if session is None or not session.event_source_url:
+            return None
+        url = eventsource.expand(session.event_source_url, types=",".join(types),
+                                 closeafter="no", ping=str(ping_s))
+        try:
+            same = _origin(url) == _origin(session.url)
+        except httpx.InvalidURL:
+            same = False
+        if not same:
+            raise JmapProtocolError("session eventSourceUrl is not on the session's origin")
+        return url
+
+    async def events(self, url: str, *, ping_s: int) -> AsyncIterator[eventsource.Event]:
+        """The events of one EventSource connection (RFC 8620 §7.3), until the server closes
+        it or nothing (not even a ping) arrives for two pings and a margin: then
+        `JmapTransportError`. The first event is `eventsource.OPEN` (type `open`), as soon
+        as the server accepted the connection. A refusal raises like any request
+        (`JmapAuthError`, ...); an answer that is not `text/event-stream` (Debian's Cyrus
+        answers 204) is a `JmapProtocolError`."""
+        silence_s = 2 * ping_s + 5
+        timeout = httpx.Timeout(self._timeout, read=silence_s)
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        parser = eventsource.SseParser()
+        try:
+            async with self._http.stream("GET", url, headers=headers, timeout=timeout) as resp:
+                self._check_stream(resp)
+                yield eventsource.OPEN
+                async for line in resp.aiter_lines():
+                    event = parser.feed(line.rstrip("\r"))
+                    if event is not None:
+                        yield event
+        except httpx.TimeoutException:
+            raise JmapTransportError(
+                f"JMAP EventSource at {_origin_text(url)} was silent for {silence_s} s") from None
+        except httpx.HTTPError as exc:
+            raise JmapTransportError(
+                f"JMAP EventSource at {_origin_text(url)} failed: {type(exc).__name__}"
+            ) from None
+        raise JmapTransportError(f"JMAP EventSource at {_origin_text(url)} closed the stream")
+
+    def _check_stream(self, resp: httpx.Response) -> None:
+        if resp.status_code in (401, 403):
+            raise JmapAuthError(
+                f"JMAP server refused the credentials for EventSource (HTTP {resp.status_code})",
+                status=resp.status_code)
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise JmapTransportError(f"JMAP server error for EventSource: HTTP "
+                                     f"{resp.status_code}", status=resp.status_code)
+        kind = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+        if resp.status_code != 200 or kind != "text/event-stream":
+            raise JmapProtocolError(
+                f"JMAP EventSource answered HTTP {resp.status_code} "
+                f"{kind or 'without a content type'}, not an event stream")
 
     # ------------------------------------------------------------------ generic call
 

@@ -1,0 +1,127 @@
+"""Redis state of the two outward connections that need no public URL (issue #22): the
+Telegram poller's lease, offset and status, and the JMAP EventSource holder's lease and status.
+
+Each loop runs on one instance of the cluster at a time, the holder of a `Lock`; the offset is
+written by a script that checks the lease first (`save_offset`), so a holder that lost its lease
+(paused, partitioned) can never move it. The statuses are small hashes with an EX, written by
+the holder and read by every instance (`/ready`, `diagnose`, the page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from messageweave.aio import cancel
+from messageweave.store import keys
+from messageweave.store.mailbox import Lock
+from messageweave.store.redis import Redis, text_of
+
+# KEYS: the lease, the offset   ARGV: owner, offset → 1 stored (or already higher), 0 lease lost
+SAVE_OFFSET = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[2]) > stored then redis.call('SET', KEYS[2], ARGV[2]) end
+return 1
+"""
+
+
+def poll_lock(redis: Redis) -> Lock:
+    return Lock(redis, keys.TELEGRAM_POLL_LOCK, keys.TELEGRAM_POLL_LOCK_TTL_S)
+
+
+def eventsource_lock(redis: Redis) -> Lock:
+    return Lock(redis, keys.EVENTSOURCE_LOCK, keys.EVENTSOURCE_LOCK_TTL_S)
+
+
+def bot_id(token: str) -> str:
+    """The public part of a bot token (`123456:secret` → `123456`), naming its offset."""
+    head = token.partition(":")[0].strip()
+    return head if head.isdigit() else "unknown"
+
+
+async def read_offset(redis: Redis, token: str) -> int | None:
+    raw = text_of(await redis.get(keys.telegram_poll_offset(bot_id(token))))
+    return int(raw) if raw and raw.isdigit() else None
+
+
+async def save_offset(redis: Redis, lock: Lock, token: str, offset: int) -> bool:
+    """Store the next offset while `lock` is held (never lowering it); False = lease lost."""
+    result = await redis.eval(SAVE_OFFSET, 2, lock.key, keys.telegram_poll_offset(bot_id(token)),
+                              lock.owner, str(offset))
+    return int(result) == 1
+
+
+@dataclass(frozen=True)
+class LoopStatus:
+    """What a holder last reported: `state` (a code of the loop's own), `detail` (plain words,
+    no secret), `at` (when it was written), `since` (when this state began) and, for the
+    EventSource, `last_event` (Unix seconds of the last event); `revision`, the configuration
+    revision the holder acted on."""
+
+    state: str
+    detail: str = ""
+    at: int = 0
+    since: int = 0
+    last_event: int | None = None
+    revision: int = 0
+
+
+async def write_status(redis: Redis, key: str, ttl_s: int, status: LoopStatus) -> None:
+    at = status.at or int(time.time())
+    last = "" if status.last_event is None else str(status.last_event)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hset(key, mapping={"state": status.state, "detail": status.detail, "at": str(at),
+                                "since": str(status.since), "last_event": last,
+                                "revision": str(status.revision)})
+        pipe.expire(key, ttl_s)
+        await pipe.execute()
+
+
+async def read_status(redis: Redis, key: str) -> LoopStatus | None:
+    raw = await redis.hgetall(key)
+    if not raw:
+        return None
+    fields = {text_of(k) or "": text_of(v) or "" for k, v in raw.items()}
+    last = fields.get("last_event", "")
+    return LoopStatus(
+        fields.get("state", ""), fields.get("detail", ""), _int(fields.get("at")),
+        _int(fields.get("since")), int(last) if last.isdigit() else None,
+        _int(fields.get("revision")),
+    )
+
+
+def _int(raw: str | None) -> int:
+    return int(raw) if raw and raw.isdigit() else 0
+
+
+class LeaseLost(Exception):
+    """The loop's lease was taken over or expired while it ran."""
+
+
+async def hold(lock: Lock, body: Callable[[], Awaitable[None]], renew_s: float) -> bool:
+    """Run `body` while holding `lock`: False at once when another instance holds it. The lease
+    is renewed every `renew_s` beside the body; a renewal that finds it gone cancels the body
+    and raises `LeaseLost`. Released on the way out, whatever happened."""
+    if not await lock.acquire():
+        return False
+    body_task = asyncio.ensure_future(body())
+    try:
+        while True:
+            done, _ = await asyncio.wait({body_task}, timeout=renew_s)
+            if done:
+                body_task.result()
+                return True
+            if not await lock.renew():
+                raise LeaseLost(lock.key)
+    finally:
+        if not body_task.done():
+            with contextlib.suppress(Exception):
+                await cancel(body_task)
+        with contextlib.suppress(RedisError):
+            await lock.release()
