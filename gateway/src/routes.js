@@ -39,6 +39,8 @@ const ROUTE_TABLE = [
   ["/api/audit", "GET POST"],
   // The chats the webhook refused lately, for the admin page to offer "add to allowlist".
   ["/api/telegram/refused-chats", "GET"],
+  // Who wrote to the bot, from its token alone (getUpdates, nothing confirmed): the chat id.
+  ["/api/telegram/discover-chats", "POST"],
   // "Where is my mail?": the trace card's read-only search (?q= passed on unchanged).
   ["/api/trace", "GET"],
   // The rules card's dry run: reads the mailbox, sends and writes nothing.

@@ -196,6 +196,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "additionalProperties": False,
     }, required=False)},
     ("post", "/api/telegram/register-webhook"): {"requestBody": _body(_CALLBACK)},
+    ("post", "/api/telegram/discover-chats"): {"requestBody": _body({
+        "type": "object",
+        "properties": {name: _wire_field(name)
+                       for name in ("bot_token", "telegram_api_base_url")},
+        "additionalProperties": False,
+    }, required=False)},
     ("post", "/api/push/register"): {"requestBody": _body(_CALLBACK)},
     ("post", "/api/push/disable"): {"requestBody": _body(_CALLBACK)},
     ("post", "/push/jmap"): {"requestBody": _body(_PUSH)},

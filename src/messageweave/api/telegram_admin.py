@@ -1,6 +1,7 @@
 """`/api/telegram/register-webhook`: point the bot's webhook at this service;
 `/api/telegram/delete-webhook`: remove it again (its pending updates stay: the poller takes them);
-`/api/telegram/refused-chats`: the chats it refused lately, to find the id to allow."""
+`/api/telegram/refused-chats`: the chats it refused lately, to find the id to allow;
+`/api/telegram/discover-chats`: the chats that wrote to a bot, from its token alone (issue #22)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,39 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
+from messageweave.api.admin import invalid_configuration
 from messageweave.api.services import require_admin, services
-from messageweave.chat.telegram import TelegramSendError
+from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.chat.webhook_setup import register_webhook, webhook_url_of
+from messageweave.config.model import DEFAULT_TELEGRAM_API, ConfigInvalid, validate_bot_api
 from messageweave.errors import ApiError, invalid_request, json_object, service_unavailable
+from messageweave.logs import scrub
 from messageweave.ops import audit
 from messageweave.pipeline import service
+from messageweave.services import Services
 
 log = logging.getLogger(__name__)
 
 router = APIRouter()
+
+# Telegram's own words for a refused call (502 `telegram_send_failed`), for the admin page: the
+# body stays the bare envelope.
+TELEGRAM_ERROR_HEADER = "x-telegram-error"
+TELEGRAM_ERROR_MAX_CHARS = 200
+# What `POST /api/telegram/discover-chats` takes.
+DISCOVER_FIELDS = ("bot_token", "telegram_api_base_url")
+DISCOVER_LIMIT = 100  # getUpdates' own maximum
+
+
+def telegram_failed(svc: Services, exc: TelegramSendError) -> ApiError:
+    """502 `telegram_send_failed`, with Telegram's description (the token and every configured
+    secret removed, printable ASCII only, cut to `TELEGRAM_ERROR_MAX_CHARS`) in
+    `x-telegram-error`, so the page can say why."""
+    text = scrub(exc.description or exc.failure_class.value, svc.secrets())
+    text = " ".join(text.split())[:TELEGRAM_ERROR_MAX_CHARS]
+    safe = text.isascii() and text.isprintable()
+    return ApiError(502, "telegram_send_failed",
+                    headers={TELEGRAM_ERROR_HEADER: text} if text and safe else None)
 
 
 @router.post("/api/telegram/register-webhook")
@@ -41,7 +65,7 @@ async def post_register_webhook(request: Request) -> JSONResponse:
         )
     except TelegramSendError as exc:
         log.warning("webhook registration refused: %s", exc.failure_class)
-        raise ApiError(502, "telegram_send_failed") from exc
+        raise telegram_failed(svc, exc) from exc
     await audit.record_audit(svc, audit.WEBHOOK_REGISTERED, url=registered)
     return JSONResponse({"url": registered})
 
@@ -60,7 +84,7 @@ async def post_delete_webhook(request: Request) -> JSONResponse:
         await runtime.telegram.delete_webhook()
     except TelegramSendError as exc:
         log.warning("webhook deletion refused: %s", exc.failure_class)
-        raise ApiError(502, "telegram_send_failed") from exc
+        raise telegram_failed(svc, exc) from exc
     await audit.record_audit(svc, audit.WEBHOOK_DELETED)
     return JSONResponse({"url": ""})
 
@@ -78,3 +102,58 @@ async def get_refused_chats(request: Request) -> JSONResponse:
     except RedisError as exc:
         raise service_unavailable() from exc
     return JSONResponse({"chats": [chat.to_json() for chat in chats]})
+
+
+def _bot_api_of(svc: Services, body: bytes) -> tuple[str, str]:
+    """The token and Bot API address to ask: the body's, each one left out being the stored
+    configuration's (the address: the default when nothing is stored). 400 for a body that is
+    not an object of `DISCOVER_FIELDS` with string values; 422 naming the field for a value a
+    save would refuse."""
+    obj = json_object(body) if body.strip() else {}
+    if not set(obj) <= set(DISCOVER_FIELDS) or not all(
+            isinstance(value, str) for value in obj.values()):
+        raise invalid_request()
+    cfg = svc.config.config
+    token = obj.get("bot_token") or (cfg.bot_token if cfg is not None else "")
+    base = obj.get("telegram_api_base_url") or (
+        cfg.telegram_api_base_url if cfg is not None else DEFAULT_TELEGRAM_API)
+    try:
+        validate_bot_api(token, base)
+    except ConfigInvalid as exc:
+        raise invalid_configuration(str(exc)) from exc
+    return token, base
+
+
+@router.post("/api/telegram/discover-chats")
+async def post_discover_chats(request: Request) -> JSONResponse:
+    """Who wrote to the bot, from its token alone: `getUpdates` with `timeout=0` and no
+    offset, so nothing is confirmed and every update stays for the service's own receiver.
+    Answers ids, names and chat types, never a message's text; writes nothing. Telegram's 409
+    (a webhook is set, or another program long-polls this token) answers from the chats this
+    service refused instead (`source: "refused_chats"`, `conflict: true`)."""
+    await require_admin(request)
+    svc = services(request)
+    await svc.config.refresh()  # "the stored one" is the newest stored one
+    token, base = _bot_api_of(svc, await request.body())
+    client = TelegramClient(token, api_base_url=base,
+                            timeout_s=svc.config.outbound.telegram_timeout_ms / 1000)
+    try:
+        updates = await client.get_updates(None, timeout_s=0, limit=DISCOVER_LIMIT)
+    except TelegramSendError as exc:
+        if exc.failure_class is FailureClass.CONFLICT:
+            try:
+                refused = await service.refused_chats(svc.redis, ())
+            except RedisError as redis_exc:
+                raise service_unavailable() from redis_exc
+            chats = [service.WroteChat(chat.chat_id, chat.name, None) for chat in refused]
+            return JSONResponse({"chats": [chat.to_json() for chat in chats],
+                                 "source": "refused_chats", "conflict": True})
+        log.warning("chat discovery refused: %s", exc.failure_class)
+        if exc.failure_class is FailureClass.AUTH:
+            raise invalid_configuration("BOT_TOKEN was refused by Telegram") from exc
+        raise telegram_failed(svc, exc) from exc
+    finally:
+        await client.aclose()
+    chats = service.chats_of_updates(updates)
+    return JSONResponse({"chats": [chat.to_json() for chat in chats], "source": "telegram",
+                         "conflict": False})

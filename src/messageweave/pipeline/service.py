@@ -103,6 +103,62 @@ def _chat_name(chat: dict[str, Any], sender: object) -> str:
     return refused.short_name(" ".join(parts))
 
 
+@dataclass(frozen=True)
+class WroteChat:
+    """A chat that wrote to the bot, as `POST /api/telegram/discover-chats` lists it: its id,
+    a short name (`_chat_name`) and Telegram's chat type (None when unknown)."""
+
+    chat_id: int
+    name: str
+    type: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chat_id": self.chat_id, "name": self.name, "type": self.type}
+
+
+# The update fields that hold a Message (or a chat member change) with its `chat`.
+_CHAT_FIELDS = ("message", "edited_message", "channel_post", "edited_channel_post",
+                "my_chat_member", "chat_member")
+
+
+def _wrote_chat(update: object) -> WroteChat | None:
+    """The chat an update of getUpdates comes from, None when it names none. A button press
+    counts for the chat of its message, else for the presser's private chat."""
+    if not isinstance(update, dict):
+        return None
+    for name in _CHAT_FIELDS:
+        body = update.get(name)
+        if isinstance(body, dict) and isinstance(body.get("chat"), dict):
+            chat, sender = body["chat"], body.get("from")
+            break
+    else:
+        query = update.get("callback_query")
+        if not isinstance(query, dict):
+            return None
+        message, sender = query.get("message"), query.get("from")
+        chat = message.get("chat") if isinstance(message, dict) else None
+        if chat is None and isinstance(sender, dict):
+            chat = {**sender, "type": "private"}
+        if not isinstance(chat, dict):
+            return None
+    if not is_int(chat.get("id")):
+        return None
+    kind = chat.get("type")
+    return WroteChat(int(chat["id"]), _chat_name(chat, sender),
+                     kind if isinstance(kind, str) and kind.isidentifier() else None)
+
+
+def chats_of_updates(updates: Iterable[object]) -> list[WroteChat]:
+    """The distinct chats of `updates` (getUpdates' answer, oldest first), the chat that wrote
+    last first. Only ids, names and types: never a message's text."""
+    found: dict[int, WroteChat] = {}
+    for update in reversed(list(updates)):
+        chat = _wrote_chat(update)
+        if chat is not None and chat.chat_id not in found:
+            found[chat.chat_id] = chat
+    return list(found.values())
+
+
 async def remember_refused(redis: Redis, refusal: ChatNotAllowed) -> None:
     """Note the refused chat for the admin page (`store.refused`): one Redis write."""
     await refused.record(redis, refusal.chat_id, refusal.name)

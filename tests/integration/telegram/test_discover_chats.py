@@ -1,0 +1,131 @@
+"""`POST /api/telegram/discover-chats` (issue #22): the chat id found from the bot token alone,
+before anything is saved, against the real Bot API emulator and a real Redis."""
+
+from __future__ import annotations
+
+import httpx
+import redis.asyncio as aioredis
+
+from messageweave.store import refused
+from tests.conftest import login, sample_wire
+from tests.integration.telegram.conftest import BotChat
+from tests.integration.test_envelope import assert_envelope
+from tests.peers.telegram import TelegramEmulator
+
+ROUTE = "/api/telegram/discover-chats"
+
+
+async def _keys(redis: aioredis.Redis) -> list[str]:
+    """Every key but the admin session (the login writes it)."""
+    return sorted(k for k in await redis.keys("*") if k != "config:admin_session")
+
+
+async def test_a_start_written_before_anything_is_saved_is_found_and_stays_unconfirmed(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, bot: BotChat,
+    telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches the first hour's dead end: the chat id field said "write /start, then pick your
+    chat", but the chats card filled only through a webhook, which needs a saved configuration,
+    which needs the chat id. Also catches a discovery that confirms the updates (an `offset`
+    would take them from the service's own poller later), stores anything, or repeats what the
+    owner wrote."""
+    headers = await login(client)
+    before = await _keys(redis_client)
+    await telegram_emulator.send_user_message(
+        bot.token, bot.chat_id, "/start my secret words", first_name="Ada", username="ada_l")
+    group = -1_000_000_000_000 - bot.chat_id
+    await telegram_emulator.send_user_message(bot.token, group, "hello all", chat_type="group",
+                                              from_id=bot.chat_id)
+    await telegram_emulator.send_user_message(bot.token, bot.chat_id, "/start")
+    response = await client.post(ROUTE, headers=headers, json={
+        "bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"source": "telegram", "conflict": False, "chats": [
+        {"chat_id": bot.chat_id, "name": "Test", "type": "private"},  # wrote last: first
+        {"chat_id": group, "name": "Test group", "type": "group"},
+    ]}
+    assert "secret" not in response.text and "hello" not in response.text
+    queue = await telegram_emulator.pending_updates(bot.token)
+    assert len(queue.pending) == 3 and queue.confirmed_offset == 0
+    assert await _keys(redis_client) == before
+
+
+async def test_without_a_token_the_stored_one_is_asked(
+    client: httpx.AsyncClient, bot: BotChat, telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches a route that needs the token re-typed once one is saved (the page never shows a
+    stored secret back)."""
+    headers = await login(client)
+    saved = await client.put("/api/business-config", headers=headers, json=sample_wire(
+        bot_token=bot.token, telegram_api_base_url=telegram_emulator.base_url))
+    assert saved.status_code == 200, saved.text
+    await telegram_emulator.send_user_message(bot.token, bot.chat_id, "/start",
+                                              first_name="Grace", username="gh")
+    for body in (None, {}, {"bot_token": ""}):
+        response = await client.post(ROUTE, headers=headers, json=body)
+        assert response.status_code == 200, response.text
+        assert response.json()["chats"] == [
+            {"chat_id": bot.chat_id, "name": "Grace (@gh)", "type": "private"}]
+
+
+async def test_with_a_webhook_set_the_refused_chats_answer_and_say_so(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, bot: BotChat,
+    telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches Telegram's 409 (a webhook is set: getUpdates is refused) shown as a failure
+    when the service knows who wrote: the chats its webhook refused."""
+    headers = await login(client)
+    await telegram_emulator.set_webhook(bot.token, "https://bot.example.com/webhook/tg")
+    await refused.record(redis_client, bot.chat_id, "Ada (@ada_l)")
+    response = await client.post(ROUTE, headers=headers, json={
+        "bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"source": "refused_chats", "conflict": True, "chats": [
+        {"chat_id": bot.chat_id, "name": "Ada (@ada_l)", "type": None}]}
+
+
+async def test_a_refused_token_is_a_422_naming_it_and_nothing_is_stored(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, bot: BotChat,
+    telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches a wrong token answered as a 500, as an empty list (the user would wait for a
+    chat that can never show), or stored on the way."""
+    headers = await login(client)
+    before = await _keys(redis_client)
+    await telegram_emulator.reject_token(bot.token)
+    body = {"bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url}
+    response = await client.post(ROUTE, headers=headers, json=body)
+    assert_envelope(response, 422, "invalid_configuration")
+    assert response.headers["x-config-error"] == "BOT_TOKEN was refused by Telegram"
+    assert bot.token not in response.text
+    await telegram_emulator.clear_failures(bot.token)
+    await telegram_emulator.fail(token=bot.token, method="getUpdates", error_code=502,
+                                 description="Bad Gateway")
+    failed = await client.post(ROUTE, headers=headers, json=body)
+    assert_envelope(failed, 502, "telegram_send_failed")
+    assert failed.headers["x-telegram-error"] == "Bad Gateway"
+    await telegram_emulator.clear_failures(bot.token)
+    assert await _keys(redis_client) == before
+
+
+async def test_a_bad_body_is_refused_before_telegram_is_called(
+    client: httpx.AsyncClient, bot: BotChat, telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches a typo'd field ignored, a token a save would refuse sent to Telegram, and a
+    plain-http Bot API address (the token would cross the network in the clear)."""
+    headers = await login(client)
+    cases = [({"token": bot.token}, 400, None),
+             ({"bot_token": 123}, 400, None),
+             ([bot.token], 400, None),
+             ({}, 422, "missing or blank BOT_TOKEN"),
+             ({"bot_token": "12 34"}, 422,
+              "BOT_TOKEN may contain only printable ASCII characters, no space"),
+             ({"bot_token": bot.token, "telegram_api_base_url": "http://api.example.com"}, 422,
+              "TELEGRAM_API_BASE_URL must use HTTPS")]
+    for body, status, message in cases:
+        response = await client.post(ROUTE, headers=headers, json=body)
+        assert_envelope(response, status, "invalid_request" if status == 400
+                        else "invalid_configuration")
+        assert response.headers.get("x-config-error") == message, body
+    assert (await telegram_emulator.api_calls(bot.token)).count == 0
+    assert_envelope(await client.post(ROUTE, json={"bot_token": bot.token}), 401, "unauthorized")
