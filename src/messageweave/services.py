@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from messageweave.chat import webhook_setup
-from messageweave.chat.telegram import TelegramClient, TelegramSendError
+from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.config.features import BotLanguage
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
@@ -97,6 +97,19 @@ async def build_runtime(
     return runtime, warnings
 
 
+def telegram_probe_text(exc: TelegramSendError) -> str:
+    """A failed getMe in words (a preflight's `telegram` warning): the token refused, or the
+    Bot API not reached, with Telegram's own description."""
+    if exc.failure_class is FailureClass.AUTH:
+        why = "Telegram refused the bot token"
+    elif exc.failure_class is FailureClass.TRANSIENT and exc.status_code is None:
+        why = "the Bot API could not be reached"
+    else:
+        why = "the Bot API answered with an error"
+    status = f" (HTTP {exc.status_code})" if exc.status_code is not None else ""
+    return f"{why}{status}: {exc.description}" if exc.description else f"{why}{status}"
+
+
 async def _publish_menu(telegram: TelegramClient, language: BotLanguage) -> None:
     """The command menu in the language just switched to (register-webhook publishes it too);
     best effort: the menu only describes the commands, which work in either language."""
@@ -131,8 +144,17 @@ class Peers:
         return warnings
 
     async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
+        """What a preflight reports: the runtime's build, and Telegram's getMe for the bot
+        token at the configured Bot API address (issue #22: "Test connection" tests Telegram
+        too)."""
         runtime, warnings = await build_runtime(cfg, outbound)
-        await runtime.aclose()
+        try:
+            await runtime.telegram.get_me()
+        except TelegramSendError as exc:
+            warnings.append(Warning("telegram", "get_me",
+                                    scrub(telegram_probe_text(exc), cfg.secrets())))
+        finally:
+            await runtime.aclose()
         return warnings
 
     async def jmap(self, outbound: OutboundConfig) -> JmapClient:

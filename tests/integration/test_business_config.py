@@ -1,6 +1,7 @@
 """`/api/business-config`, preflight and bootstrap against a real Redis."""
 
 import json
+import secrets
 from typing import Any
 
 import httpx
@@ -10,8 +11,9 @@ from messageweave.config.crypto import AAD, decrypt
 from messageweave.config.model import parse_wire
 from messageweave.probes import probe_telegram_get_me
 from messageweave.store import keys
-from tests.conftest import ADMIN_KEY, admin_headers, login, sample_wire
+from tests.conftest import ADMIN_KEY, admin_headers, closed_port, login, sample_wire
 from tests.integration.test_envelope import assert_envelope
+from tests.peers.telegram import TelegramEmulator
 
 KEY = bytes.fromhex(ADMIN_KEY)
 SECRET_VALUES = ("123456:bot-token-SECRET", "webhook-secret-SECRET", "jmap-password-SECRET",
@@ -193,6 +195,31 @@ async def test_preflight_validates_and_probes_without_writing(
     partial = await client.post("/api/business-config/preflight", json={"bot_token": "x"},
                                 headers=headers)
     assert partial.json()["validation"]["errors"] == ["JSON 不是有效的业务配置对象"]
+    assert await snapshot(redis_client) == (None, None)
+
+
+async def test_preflight_tests_telegram_too_and_says_why_it_failed(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches "Test connection" passing with a wrong bot token (issue #22): it probed the mail
+    server only, so the first sign of a typo was a bot that never answered. getMe goes to the
+    configured Bot API address, and a refusal says it was the token."""
+    headers = await login(client)
+    token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
+    wire = sample_wire(bot_token=token, telegram_api_base_url=telegram_emulator.base_url)
+    ok = await client.post("/api/business-config/preflight", json=wire, headers=headers)
+    assert ok.json()["components"]["telegram"] == {"ok": True}
+    await telegram_emulator.reject_token(token)
+    refused = await client.post("/api/business-config/preflight", json=wire, headers=headers)
+    assert refused.json()["components"]["telegram"] == {"ok": False, "errors": [{
+        "component": "telegram", "step": "get_me",
+        "detail": "Telegram refused the bot token (HTTP 401): Unauthorized"}]}
+    assert token not in refused.text
+    await telegram_emulator.clear_failures(token)
+    gone = await client.post("/api/business-config/preflight", headers=headers, json=sample_wire(
+        telegram_api_base_url=f"http://127.0.0.1:{closed_port()}"))
+    [error] = gone.json()["components"]["telegram"]["errors"]
+    assert error["detail"].startswith("the Bot API could not be reached"), error
     assert await snapshot(redis_client) == (None, None)
 
 

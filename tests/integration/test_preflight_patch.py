@@ -27,7 +27,8 @@ async def test_empty_patch_probes_the_stored_configuration_with_its_stored_secre
     response = await client.post(PREFLIGHT, json={}, headers=headers)
     assert response.status_code == 200
     assert response.json() == {"persisted": False, "validation": {"ok": True, "errors": []},
-                               "components": {"jmap": {"ok": True}, "llm": None}}
+                               "components": {"jmap": {"ok": True}, "telegram": {"ok": True},
+                                              "llm": None}}
     assert await snapshot(redis_client) == before
 
 

@@ -150,4 +150,5 @@ async def test_preflight_against_real_jmap_reports_ok(
 ) -> None:
     response = await client.post("/api/business-config/preflight", headers=await login(client),
                                  json=peer_wire(cyrus, telegram_emulator))
-    assert response.json()["components"] == {"jmap": {"ok": True}, "llm": None}
+    assert response.json()["components"] == {"jmap": {"ok": True}, "telegram": {"ok": True},
+                                              "llm": None}

@@ -91,7 +91,8 @@ class _NoPeers:
         return []
 
     async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
-        return [Warning("jmap", "connect", "this process builds no peer clients")]
+        return [Warning(name, "connect", "this process builds no peer clients")
+                for name in ("jmap", "telegram")]
 
     async def aclose(self) -> None:
         pass
@@ -297,6 +298,7 @@ class ConfigService:
             "validation": {"ok": True, "errors": []},
             "components": {
                 "jmap": component("jmap"),
+                "telegram": component("telegram"),
                 "llm": component("llm") if cfg.llm_active else None,
             },
         }
