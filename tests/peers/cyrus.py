@@ -9,7 +9,8 @@ child process) with these listeners, all bound to 127.0.0.1 on free ports:
 - LMTP without authentication (`lmtpd -a`), used by `deliver`
 
 A rolling squatter keeps the Xapian index nearly current; `index()` runs it synchronously so
-text queries and SearchSnippet/get see every message. Start-up takes about half a second.
+text queries and SearchSnippet/get see every message. Start-up (and a restart) takes about half a
+second on an idle machine, up to about a second under load.
 Runs as root (Cyrus drops to the `cyrus` user) or as any other user (then `cyrus_user` is set
 to that user).
 
@@ -22,6 +23,33 @@ CI timeout, say), so no Cyrus outlives its test run.
 
 Cyrus logs to syslog only; this harness does not take over /dev/log. When start-up fails, the
 error carries the tail of `master.log` (cyrmaster's own stdout/stderr).
+
+EventSource push (RFC 8620 §7.3) needs a patched copy of httpd. Debian builds Cyrus without
+wslay (WebSocket), and Cyrus 3.6 reads `jmap_pushpoll` only inside `if (ws_enabled)` in
+`http_jmap.c:jmap_init()`. So with the stock binary `jmap_push_poll` stays 0, and the session's
+`eventSourceUrl` always answers `204 No Content`. By default (`eventsource=True`) the harness
+writes a byte-patched COPY of `/usr/lib/cyrus/bin/httpd` to `<base_dir>/bin/httpd-eventsource`.
+The package's file is never touched. Both JMAP listeners (HTTP and HTTPS) run that copy, with
+`jmap_pushpoll` set to `push_poll` seconds (default 1). The patch changes two spots in
+`jmap_init()`, which it finds by a unique byte pattern (`patch_httpd_for_eventsource`):
+
+1. The `je` after `test ws_enabled` becomes a 6-byte NOP, so `jmap_pushpoll` is always read.
+2. Right after the store to `jmap_push_poll` it writes `pop %rbx; ret`, the function's own
+   epilogue. The WebSocket capability is then not advertised, and the session JSON is the
+   stock one.
+
+If the pattern is not found (another Cyrus build), `start()` raises `CyrusError`, so tests fail
+and are never skipped. It does not raise when the caller passed `eventsource=False`; then the
+stock httpd runs and `eventSourceUrl` answers 204. After start-up the harness checks that
+EventSource answers 200. The patch is computed once per process for each stock binary sha256.
+Writing the copy takes a few milliseconds, and a restart reuses it.
+
+The data stays in `base_dir` across `stop()` / `start()`: the users, the mail, the TLS files
+and the ports. So `restart()` (or `with srv.stopped(): ...`, during which Cyrus is unreachable)
+lets a test bounce the server while a client is connected. `stop()` returns only once every
+process of the instance is gone, and so every listening socket with it. `start()` waits until
+each port can be bound with SO_REUSEADDR, which is what cyrmaster uses. Connections left in
+TIME_WAIT therefore do not hold it up.
 """
 
 from __future__ import annotations
@@ -30,6 +58,7 @@ import contextlib
 import datetime as dt
 import email.utils
 import grp
+import hashlib
 import imaplib
 import json
 import os
@@ -44,6 +73,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from base64 import b64encode
 from collections.abc import Iterable, Iterator, Sequence
@@ -51,6 +81,7 @@ from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.policy import SMTP
 from pathlib import Path
+from typing import Any
 
 HOST = "127.0.0.1"
 REALM = "localhost"  # = servername; sasldb entries are user@localhost
@@ -79,6 +110,71 @@ class CyrusError(RuntimeError):
 
 class CyrusNotInstalled(CyrusError):
     """Cyrus binaries are missing on this machine."""
+
+
+# ---------------------------------------------------------------------- EventSource patch
+
+STOCK_HTTPD = CYRUS_LIBEXEC / "httpd"
+PATCHED_HTTPD_NAME = "httpd-eventsource"
+# jmap_init():  mov (%rax),%eax ; test %eax,%eax ; je <epilogue> ;
+#               mov $'s',%esi ; mov $IMAPOPT_JMAP_PUSHPOLL,%edi ; call config_getduration
+_PUSHPOLL_BRANCH = re.compile(
+    rb"\x8b\x00\x85\xc0\x0f\x84(....)\xbe\x73\x00\x00\x00\xbf..\x00\x00\xe8", re.S
+)
+# mov %edx,(%rax) [the store to jmap_push_poll] ; lea <"wss:/jmap/ws/">(%rip),%rdx
+_PUSHPOLL_STORE = b"\x89\x10\x48\x8d\x15"
+_NOP6 = b"\x66\x0f\x1f\x44\x00\x00"  # nopw 0x0(%rax,%rax,1)
+_POP_RBX_RET = b"\x5b\xc3"
+_patched: dict[str, bytes] = {}  # sha256 of a stock httpd -> its patched bytes
+
+
+def patch_httpd_for_eventsource(stock: bytes) -> bytes:
+    """The bytes of an httpd whose `jmap_init()` reads `jmap_pushpoll` without wslay.
+
+    Raises `CyrusError` unless the expected code is found exactly once: the branch on
+    `ws_enabled`, whose target is the `pop %rbx; ret` epilogue, and, within 120 bytes after it,
+    the store to `jmap_push_poll`. Checked against Debian 12's cyrus-caldav 3.6.1 (amd64)."""
+    hits = list(_PUSHPOLL_BRANCH.finditer(stock))
+    if len(hits) != 1:
+        raise CyrusError(
+            f"EventSource patch: the jmap_init() pushpoll branch was found {len(hits)} times "
+            "(expected once): not the Cyrus 3.6 httpd this harness knows"
+        )
+    at = hits[0].start()
+    je_end = at + 10
+    target = je_end + int.from_bytes(hits[0].group(1), "little", signed=True)
+    if stock[target : target + 2] != _POP_RBX_RET:
+        raise CyrusError(
+            f"EventSource patch: the ws_enabled branch at {at:#x} does not jump to "
+            "`pop %rbx; ret`; refusing to patch an unknown build"
+        )
+    store = stock.find(_PUSHPOLL_STORE, je_end, at + 120)
+    if store < 0:
+        raise CyrusError(
+            f"EventSource patch: no store to jmap_push_poll after {at:#x}; unknown build"
+        )
+    patched = bytearray(stock)
+    patched[at + 4 : je_end] = _NOP6
+    patched[store + 2 : store + 9] = _POP_RBX_RET + b"\x90" * 5
+    return bytes(patched)
+
+
+def _patched_httpd(stock_path: Path) -> tuple[str, bytes]:
+    """(sha256 of the stock binary, patched bytes), patched once per process and binary."""
+    try:
+        stock = stock_path.read_bytes()
+    except OSError as exc:
+        raise CyrusError(f"cannot read {stock_path} to patch it for EventSource: {exc}") from exc
+    sha = hashlib.sha256(stock).hexdigest()
+    if sha not in _patched:
+        try:
+            _patched[sha] = patch_httpd_for_eventsource(stock)
+        except CyrusError as exc:
+            raise CyrusError(
+                f"{stock_path} (sha256 {sha}): {exc}. Pass eventsource=False to run the stock "
+                "httpd (its eventSourceUrl answers 204)"
+            ) from None
+    return sha, _patched[sha]
 
 
 def missing_binaries() -> list[str]:
@@ -155,13 +251,22 @@ def make_message(
 
 @dataclass
 class CyrusServer:
-    """One private Cyrus instance. Use `start()` / `stop()` or `with CyrusServer(...) as srv:`."""
+    """One private Cyrus instance. Use `start()` / `stop()` or `with CyrusServer(...) as srv:`.
+
+    `eventsource`: run the patched httpd copy so `eventSourceUrl` works (see the module
+    docstring); `push_poll`: `jmap_pushpoll` in whole seconds, how often Cyrus looks for changes
+    to push; `stock_httpd`: the binary that is copied and patched."""
 
     base_dir: Path
     users: dict[str, str] = field(default_factory=lambda: {"alice": "secret"})
     ports: CyrusPorts = field(default_factory=CyrusPorts.pick)
     admin_password: str = "admin-secret"
     startup_timeout: float = 30.0
+    eventsource: bool = True
+    push_poll: int = 1
+    stock_httpd: Path = STOCK_HTTPD
+    startup_seconds: float = field(default=0.0, init=False)  # how long the last start() took
+    _httpd: Path | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _watchdog: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -199,8 +304,56 @@ class CyrusServer:
         return f"{self.origin}/.well-known/jmap"
 
     @property
+    def http_origin(self) -> str:
+        return f"http://{HOST}:{self.ports.http}"
+
+    @property
     def http_session_url(self) -> str:
-        return f"http://{HOST}:{self.ports.http}/.well-known/jmap"
+        return f"{self.http_origin}/.well-known/jmap"
+
+    @property
+    def httpd_binary(self) -> Path:
+        """The httpd the JMAP listeners run: the patched copy, or the stock one with
+        `eventsource=False` (known once `start()` has run)."""
+        if self._httpd is not None:
+            return self._httpd
+        return self.base_dir / "bin" / PATCHED_HTTPD_NAME if self.eventsource else self.stock_httpd
+
+    @property
+    def eventsource_url(self) -> str:
+        """The HTTPS `eventSourceUrl` template of the first user's session, made absolute:
+        `https://127.0.0.1:PORT/jmap/eventsource/?types={types}&closeafter={closeafter}&ping={ping}`
+        (an RFC 6570 level-1 template; fetched from the running server on every access)."""
+        return self.session_eventsource_url()
+
+    @property
+    def http_eventsource_url(self) -> str:
+        """The same template over plain HTTP."""
+        return self.session_eventsource_url(tls=False)
+
+    def session(self, user: str | None = None, *, tls: bool = True) -> dict[str, Any]:
+        """The JMAP session resource of `user` (default: the first one), redirects followed,
+        with its URLs made absolute against the URL it was served from."""
+        user = user or next(iter(self.users))
+        url = self.session_url if tls else self.http_session_url
+        req = urllib.request.Request(
+            url, headers={"Authorization": _basic(user, self._password(user))}
+        )
+        with urllib.request.urlopen(
+            req, timeout=10, context=self.ssl_context() if tls else None
+        ) as r:
+            session: dict[str, Any] = json.load(r)
+            served_from = r.geturl()
+        for key in ("apiUrl", "downloadUrl", "uploadUrl", "eventSourceUrl"):
+            if isinstance(session.get(key), str):
+                session[key] = urllib.parse.urljoin(served_from, session[key])
+        return session
+
+    def session_eventsource_url(self, user: str | None = None, *, tls: bool = True) -> str:
+        url = self.session(user, tls=tls).get("eventSourceUrl")
+        if not isinstance(url, str) or not url:
+            raise CyrusError(f"session without eventSourceUrl: {url!r}")
+        return url
 
     @property
     def master_log(self) -> Path:
@@ -222,16 +375,22 @@ class CyrusServer:
         self.stop()
 
     def start(self) -> None:
+        """Start (or start again: same data, users and ports) and return once IMAP, LMTP and
+        JMAP answer for every user, and EventSource does unless `eventsource=False`."""
         require_cyrus()
         if self.running:
             return
+        started = time.monotonic()
+        deadline = started + self.startup_timeout
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self._check_traversable()
+        self._httpd = self._install_httpd()
         self._write_config()
         self._write_tls()
         self._write_users()
         self._chown()
         self.master_log.unlink(missing_ok=True)
+        self._wait_ports_bindable(deadline)
         with open(self.base_dir / "master.out", "ab") as out:
             self._proc = subprocess.Popen(
                 [
@@ -248,15 +407,33 @@ class CyrusServer:
             )  # fmt: skip
         self._start_watchdog()
         try:
-            deadline = time.monotonic() + self.startup_timeout
             for port in (self.ports.imap, self.ports.lmtp, self.ports.https, self.ports.http):
                 self._wait_port(port, deadline)
             for user, password in self.users.items():
                 self._first_login(user, password)
-            self._wait_session(deadline)
+            session = self._wait_session(deadline)
+            if self.eventsource:
+                self._check_eventsource(session)
         except BaseException:
             self.stop()
             raise
+        self.startup_seconds = time.monotonic() - started
+
+    def restart(self) -> None:
+        """`stop()` then `start()`: the same data dir, users and ports. Clients connected to
+        the old instance see their connections closed."""
+        self.stop()
+        self.start()
+
+    @contextlib.contextmanager
+    def stopped(self) -> Iterator[None]:
+        """Cyrus is unreachable inside the block (its ports refuse connections) and is started
+        again, with all its data, on the way out (also when the block raises)."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -271,6 +448,10 @@ class CyrusServer:
         for pid in self._leftover_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # Service children hold the listening sockets too: gone only when they are.
+        deadline = time.monotonic() + 10
+        while any(True for _ in self._leftover_pids()) and time.monotonic() < deadline:
+            time.sleep(0.02)
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None and watchdog.stdin is not None:
             watchdog.stdin.close()  # EOF: it finds nothing left to stop and exits
@@ -313,6 +494,25 @@ class CyrusServer:
                 )
         return CyrusError(f"test Cyrus in {self.base_dir}: {what}{tail}")
 
+    def _wait_ports_bindable(self, deadline: float) -> None:
+        """Wait until cyrmaster can bind every port: with SO_REUSEADDR (as cyrmaster binds),
+        sockets in TIME_WAIT from an earlier run do not count; a listener still open does."""
+        for port in (self.ports.https, self.ports.http, self.ports.imap, self.ports.lmtp):
+            while True:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    try:
+                        s.bind((HOST, port))
+                        break
+                    except OSError as exc:
+                        if time.monotonic() > deadline:
+                            raise CyrusError(
+                                f"test Cyrus in {self.base_dir}: port {HOST}:{port} stays in "
+                                f"use ({exc}); pids of this instance still alive: "
+                                f"{list(self._leftover_pids())}"
+                            ) from None
+                time.sleep(0.02)
+
     def _wait_port(self, port: int, deadline: float) -> None:
         while True:
             if self._proc is not None and self._proc.poll() is not None:
@@ -325,7 +525,7 @@ class CyrusServer:
                     raise self._fail(f"port {port} not listening") from None
                 time.sleep(0.05)
 
-    def _wait_session(self, deadline: float) -> None:
+    def _wait_session(self, deadline: float) -> dict[str, Any]:
         user, password = next(iter(self.users.items()))
         req = urllib.request.Request(
             self.session_url, headers={"Authorization": _basic(user, password)}
@@ -334,16 +534,75 @@ class CyrusServer:
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(req, timeout=5, context=self.ssl_context()) as r:
-                    session = json.load(r)
+                    session: dict[str, Any] = json.load(r)
                 if "urn:ietf:params:jmap:mail" in session.get("capabilities", {}):
-                    return
+                    return session
                 last = CyrusError(f"session without mail capability: {session}")
             except (OSError, ValueError) as exc:
                 last = exc
             time.sleep(0.1)
         raise self._fail(f"JMAP session did not answer: {last!r}")
 
+    def _check_eventsource(self, session: dict[str, Any]) -> None:
+        """The patched httpd must answer the session's eventSourceUrl with 200 and an event
+        stream (the stock one answers 204). Checked over plain HTTP: both listeners run the
+        same binary with the same configuration, and each check costs an httpd fork."""
+        template = session.get("eventSourceUrl")
+        if not isinstance(template, str) or not template:
+            raise self._fail(f"session without eventSourceUrl: {template!r}")
+        url = urllib.parse.urlsplit(
+            urllib.parse.urljoin(
+                self.http_session_url,
+                template.replace("{types}", "*")
+                .replace("{closeafter}", "state")
+                .replace("{ping}", "0"),
+            )
+        )
+        user = next(iter(self.users))
+        head = b""
+        try:
+            with socket.create_connection((HOST, self.ports.http), timeout=10) as conn:
+                conn.sendall(
+                    (
+                        f"GET {url.path}?{url.query} HTTP/1.1\r\n"
+                        f"Host: {HOST}:{self.ports.http}\r\n"
+                        f"Authorization: {_basic(user, self._password(user))}\r\n"
+                        "Accept: text/event-stream\r\n\r\n"
+                    ).encode()
+                )
+                while b"\r\n\r\n" not in head and len(head) < 8192:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+        except OSError as exc:
+            raise self._fail(f"EventSource check failed: {exc!r} after {head!r}") from None
+        status = head.split(b"\r\n", 1)[0].decode(errors="replace")
+        if " 200 " not in f"{status} " or b"text/event-stream" not in head.lower():
+            raise self._fail(
+                f"EventSource answers {status!r}, not 200 with an event stream, although "
+                f"{self.httpd_binary} runs with jmap_pushpoll {self.push_poll}s"
+            )
+
     # ------------------------------------------------------------------ setup files
+    def _install_httpd(self) -> Path:
+        """The httpd for the JMAP listeners; with `eventsource`, the patched copy in bin/
+        (rewritten only when missing or made from another stock binary)."""
+        if not self.eventsource:
+            return self.stock_httpd
+        sha, patched = _patched_httpd(self.stock_httpd)
+        target = self.base_dir / "bin" / PATCHED_HTTPD_NAME
+        stamp = target.with_name(PATCHED_HTTPD_NAME + ".sha256")
+        if target.exists() and stamp.exists() and stamp.read_text().strip() == sha:
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(PATCHED_HTTPD_NAME + ".tmp")
+        tmp.write_bytes(patched)
+        tmp.chmod(0o755)
+        tmp.replace(target)
+        stamp.write_text(sha + "\n")
+        return target
+
     def _check_traversable(self) -> None:
         if os.geteuid() != 0:
             return
@@ -393,6 +652,7 @@ class CyrusServer:
             "httpmodules": "jmap",
             "httpallowcompress": "no",
             "jmap_preview_length": "256",
+            **({"jmap_pushpoll": f"{self.push_poll}s"} if self.eventsource else {}),
             "search_engine": "xapian",
             "search_index_headers": "yes",
             "defaultsearchtier": "t1",
@@ -411,13 +671,14 @@ class CyrusServer:
         )
         c = f"-C {self.conf}"
         p = self.ports
+        httpd = self.httpd_binary
         self.master_conf.write_text(
             "# generated by tests/peers/cyrus.py; every cmd gets -C (master does not pass it on)\n"
             f'START {{\n  recover cmd="ctl_cyrusdb {c} -r"\n}}\n'
             "SERVICES {\n"
             f'  imap cmd="imapd {c}" listen="{HOST}:{p.imap}" prefork=0\n'
-            f'  http cmd="httpd {c}" listen="{HOST}:{p.http}" prefork=0\n'
-            f'  https cmd="httpd -s {c}" listen="{HOST}:{p.https}" prefork=0\n'
+            f'  http cmd="{httpd} {c}" listen="{HOST}:{p.http}" prefork=0\n'
+            f'  https cmd="{httpd} -s {c}" listen="{HOST}:{p.https}" prefork=0\n'
             f'  lmtp cmd="lmtpd -a {c}" listen="{HOST}:{p.lmtp}" prefork=0\n'
             "}\n"
             f'EVENTS {{\n  checkpoint cmd="ctl_cyrusdb {c} -c" period=30\n}}\n'
