@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from redis.exceptions import RedisError
 
 from messageweave.errors import ApiError, conflict, invalid_request, unauthorized
-from messageweave.mail.jmap import JmapClient, JmapError
+from messageweave.mail.jmap import JmapClient, JmapError, UnknownMethod
 from messageweave.mail.push_lifecycle import (
     PUSH_TYPES,
     REASONS,
@@ -244,6 +244,10 @@ async def register(
             await _replace_previous(redis, client, previous, request_id)
         try:
             sub = await create_subscription(client, callback_url, now)
+        except UnknownMethod as exc:  # Cyrus 3.6: no PushSubscription at all (issue #22)
+            log.warning("push subscription not created: the mail server has no "
+                        "PushSubscription/set")
+            raise ApiError(502, "push_not_supported") from exc
         except JmapError as exc:
             log.warning("push subscription not created: %s", type(exc).__name__)
             raise _unavailable("service_unavailable") from exc

@@ -25,6 +25,8 @@ from messageweave.store import keys
 from messageweave.store.redis import Redis
 
 DLQ_MAXLEN = 10_000
+# `/api/delivery`'s `unread` counts at most this many entries (Redis 6.2 has no `lag`).
+UNREAD_COUNT_CAP = 10_000
 ENTRY_FIELDS = {
     keys.STREAM_JMAP: ("account_id", "email_id"),
     keys.STREAM_TELEGRAM: ("update_id", "chat_id", "text"),
@@ -339,6 +341,9 @@ class StreamStore:
         return str(result) if result else None
 
     async def stats(self, stream: str) -> dict[str, int]:
+        """`length` (every entry the stream still holds, delivered ones included until the
+        trim), `unread` (not read by the group yet: waiting for a worker), `pending` (read,
+        not finished: being sent or waiting for its retry) and `dlq`."""
         length = await self.redis.xlen(stream)
         pending = 0
         try:
@@ -346,8 +351,24 @@ class StreamStore:
             pending = int(summary.get("pending") or 0)
         except ResponseError:
             pass
-        return {"length": int(length), "pending": pending,
-                "dlq": int(await self.redis.xlen(keys.dlq(stream)))}
+        return {"length": int(length), "unread": await self._unread(stream, int(length)),
+                "pending": pending, "dlq": int(await self.redis.xlen(keys.dlq(stream)))}
+
+    async def _unread(self, stream: str, length: int) -> int:
+        """Entries after the group's last-delivered-id: Redis 7's `lag` when it knows it,
+        else counted (at most `UNREAD_COUNT_CAP`); every entry while there is no group yet."""
+        try:
+            groups = await self.redis.xinfo_groups(stream)
+        except ResponseError:
+            return length
+        group = next((g for g in groups if g["name"] == keys.CONSUMER_GROUP), None)
+        if group is None:
+            return length
+        lag = group.get("lag")
+        if isinstance(lag, int):
+            return lag
+        after = f"({group['last-delivered-id']}"
+        return len(await self._raw.xrange(stream, after, "+", count=UNREAD_COUNT_CAP))
 
     # --- trace (read only: `pipeline.trace`) ----------------------------------------------
     async def entry(self, stream: str, entry_id: str) -> Entry | None:
