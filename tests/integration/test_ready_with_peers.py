@@ -41,8 +41,9 @@ async def test_ready_when_config_redis_jmap_and_telegram_answer(
     assert saved.json()["runtime_applied"] is True and saved.json()["warnings"] == []
     response = await client.get("/ready")
     assert response.status_code == 200, response.text
+    # Saved but not switched on: nothing receives updates or pushes yet (issue #22's labels).
     assert response.json() == {"status": "ready", "configured": True, "redis": True,
-                               "jmap": True, "telegram": True, "push": "off"}
+                               "jmap": True, "telegram": True, "push": "off", "updates": "off"}
 
 
 @pytest.fixture

@@ -18,10 +18,11 @@ Every instance runs this loop; Redis decides which one acts:
   `PUSH_MAINTENANCE_INTERVAL_S` (slot `schedule:push-maintenance`; the first pass within a
   second of the registration appearing): check, renew or re-create the subscription;
 - `push:orphan:*` is swept every `ORPHAN_SWEEP_INTERVAL_S` the same way;
-- when an instance starts (its first tick with a connected JMAP client) it asks for one
-  catch-up, so mail that arrived while the service was down does not wait for the periodic
-  pass (issue #22). "Degraded" is the push in force (`eventsource.in_force`): EventSource or
-  PushSubscription, under `push_mode`.
+- when an instance starts (its first tick with a connected JMAP client) and the built-in
+  schedule is on, the periodic pass runs at once, or a catch-up when a stopped instance's slot
+  is still running out, so mail that arrived while the service was down does not wait for the
+  next periodic pass (issue #22). "Degraded" is the push in force (`eventsource.in_force`):
+  EventSource or PushSubscription, under `push_mode`.
 Nothing runs while the service switch is off or no configuration is live. `clock` (Unix
 seconds) is what the push lifecycle calls "now"; tests pass their own.
 
@@ -39,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 
 from messageweave.aio import cancel, every, raise_if_cancelling
+from messageweave.config.model import BusinessConfig
 from messageweave.config.service import NotConfigured
 from messageweave.logs import RepeatLog
 from messageweave.mail import push
@@ -58,6 +60,7 @@ from messageweave.store.mailbox import (
     claim_slot,
     relay_catchup_announcements,
     request_catchup,
+    slot_free,
     take_catchup,
     watch_catchups,
 )
@@ -135,9 +138,9 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     client = svc.live_jmap
     if client is not None and client.session is not None:
         account = client.account_id
-        if not timers.started:  # mail that came while no instance ran: now, not in a minute
+        if not timers.started:
             timers.started = True
-            await request_catchup(svc.redis, account)
+            await _start_pass(svc, cfg, account)
         if await take_catchup(svc.redis, account):
             if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account)
@@ -169,6 +172,17 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
         timers.failures.recovered(SWEEP)
         if cleaned:
             log.info("swept %d orphaned push subscription(s)", cleaned)
+
+
+async def _start_pass(svc: MailContext, cfg: BusinessConfig, account: str) -> None:
+    """Mail that came while no instance ran goes out now, not a periodic interval later: with
+    the built-in schedule on, the periodic slot is taken at once, or (when the slot of a
+    stopped instance is still running out) a catch-up is asked for. With `reconcile_interval_s`
+    0 the operator's cron decides (a connected EventSource asks for its own)."""
+    if cfg.reconcile_interval_s <= 0:
+        return
+    if not await slot_free(svc.redis, keys.RECONCILE_SCHEDULE):
+        await request_catchup(svc.redis, account)
 
 
 async def _jmap_or_none(svc: MailContext, timers: _Timers) -> JmapClient | None:

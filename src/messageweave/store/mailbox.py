@@ -216,6 +216,11 @@ async def claim_slot(redis: Redis, key: str, interval_s: int) -> bool:
     return bool(await redis.set(key, "1", nx=True, ex=max(1, interval_s)))
 
 
+async def slot_free(redis: Redis, key: str) -> bool:
+    """Whether the slot `claim_slot` would take is free now (no write)."""
+    return not await redis.exists(key)
+
+
 async def request_catchup(redis: Redis, account_id: str) -> bool:
     """Flag one pending catch-up for `account_id`; False when one was already pending."""
     return bool(

@@ -26,7 +26,7 @@ from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
 READY = {"status": "ready", "configured": True, "redis": True, "jmap": True,
-         "telegram": True, "push": "off"}
+         "telegram": True, "push": "off", "updates": "off"}
 BURST = 200
 # What the emulator's getMe answers (tests/peers/telegram_emulator/server.js, BOT_USER).
 BOT_NAMES = ("TestNameBot", "Test First name")
