@@ -1,0 +1,215 @@
+"""Benchmark (not a test): the home setup of issue #22, timed where the user's clock starts.
+
+    .venv/bin/python -m bench.delivery --mails 50 --spacing-ms 1000 --chats 20
+
+`messageweave run` (what `scripts/run.sh` runs: embedded Redis, a generated admin key) is
+started in its own data directory and configured the way a new user does it from the page: a
+bot token, the JMAP account (the test Cyrus's certificate pasted as `jmap_ca_pem`, no process
+trust store), a chat id; `push_mode` and `telegram_updates` left at their defaults (`auto`), no
+webhook, no callback URL. Nothing can call it: Telegram's updates come by long polling and mail
+changes by the session's EventSource (the test Cyrus runs the harness's patched httpd, whose
+`jmap_pushpoll` is 1 s: the server itself looks for changes once a second).
+
+1. **Delivery → phone.** `--mails` mails delivered over LMTP, `--spacing-ms` apart; each timed
+   from the LMTP call to the emulator's store time of our `sendMessage` (`stored_ms`, the
+   emulator's Date.now() on this host's clock). The floor, in the same run: a bare EventSource
+   client on the same account (httpx, no app), which sends one bare `sendMessage` (to another
+   chat) the moment it reads the `state` event; timed the same way.
+2. **Chat round trip.** `--chats` times the emulator's user writes `/help`, `--spacing-ms`
+   apart (the rate governor keeps Telegram's one message a second per chat, so faster typing
+   would time the governor); timed to the store time of our reply. The floor: a minimal `getUpdates` → `sendMessage` echo loop (httpx, its
+   own bot token), timed the same way.
+
+Prints p50 / p99 / max for each, beside its floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from bench.peers import started_peers
+from bench.pipeline import pct
+from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, console_script, free_port
+from tests.peers.cyrus import CyrusServer, make_message
+from tests.peers.telegram import TelegramEmulator
+
+from messageweave.mail.jmap.eventsource import SseParser, expand
+from messageweave.settings import KEY_FILE
+
+CHAT = 9_100_001
+FLOOR_CHAT = 9_100_002
+
+
+def line(name: str, values: list[float], floor: list[float]) -> str:
+    def part(v: list[float]) -> str:
+        return (f"p50 {statistics.median(v):.0f} / p99 {pct(v, 0.99):.0f} / "
+                f"max {max(v):.0f} ms")
+    return f"{name}: ours {part(values)}; floor {part(floor)} ({len(values)} samples)"
+
+
+async def start_run(data: Path) -> tuple[asyncio.subprocess.Process, str, str]:
+    """`messageweave run` on a free port; (process, URL, admin key)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SSL_CERT_FILE", "REDIS_URL", "CONFIG_ENCRYPTION_KEY")}
+    proc = await asyncio.create_subprocess_exec(
+        console_script("messageweave"), "run", "--data-dir", str(data), "--port", str(port),
+        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as http:
+        for _ in range(300):
+            try:
+                if (await http.get(url + "/healthz", timeout=1)).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)
+    return proc, url, (data / KEY_FILE).read_text().strip()
+
+
+async def configure(url: str, key: str, cyrus: CyrusServer, emulator: TelegramEmulator,
+                    token: str) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as api:
+        session = (await api.post("/api/admin/session",
+                                  headers={"Authorization": f"Bearer {key}"})).json()["session"]
+        admin = {"Authorization": f"Bearer {session}"}
+        wire = {
+            "bot_token": token, "telegram_chat_id": CHAT, "chat_allowlist": [CHAT],
+            "telegram_api_base_url": emulator.base_url, "timezone": "Etc/UTC",
+            "jmap_session_url": cyrus.origin + "/", "jmap_username": CYRUS_USER,
+            "jmap_password": CYRUS_PASSWORD, "jmap_ca_pem": cyrus.ca_file.read_text(),
+            "llm_enabled": False, "llm_allow_net": False, "bot_language": "en",
+            "telegram_webhook_secret": secrets.token_urlsafe(24),
+            "reconcile_token": secrets.token_urlsafe(24),
+            "worker_token": secrets.token_urlsafe(24),
+        }
+        saved = await api.put("/api/business-config", headers=admin, json=wire)
+        assert saved.status_code == 200, saved.text
+        assert (await api.put("/api/enabled", headers=admin, json={"enabled": True})).is_success
+        for _ in range(600):
+            ready = await api.get("/ready")
+            body = ready.json() if ready.status_code == 200 else {}
+            if body.get("push") == "ok (eventsource)" and body.get("updates") == "ok (polling)":
+                return
+            await asyncio.sleep(0.1)
+        raise SystemExit(f"the service never got ready: {ready.text}")
+
+
+async def floor_eventsource(cyrus: CyrusServer, emulator: TelegramEmulator, token: str,
+                            stop: asyncio.Event) -> None:
+    """The bare client: on each `state` event, one bare sendMessage."""
+    session = await asyncio.to_thread(cyrus.session)
+    url = expand(session["eventSourceUrl"], types="Email", closeafter="no", ping="30")
+    auth = httpx.BasicAuth(CYRUS_USER, CYRUS_PASSWORD)
+    send = f"{emulator.base_url}/bot{token}/sendMessage"
+    async with httpx.AsyncClient(verify=str(cyrus.ca_file), auth=auth,
+                                 timeout=httpx.Timeout(10, read=None)) as http:
+        async with http.stream("GET", url) as resp:
+            parser, n = SseParser(), 0
+            async for raw in resp.aiter_lines():
+                event = parser.feed(raw.rstrip("\r"))
+                if event is not None and event.type == "state":
+                    await http.post(send, json={"chat_id": FLOOR_CHAT, "text": f"floor {n}"})
+                    n += 1
+                if stop.is_set():
+                    return
+
+
+async def floor_echo(emulator: TelegramEmulator, token: str, stop: asyncio.Event) -> None:
+    """The minimal echo loop: getUpdates (long poll) → sendMessage, nothing else."""
+    base = f"{emulator.base_url}/bot{token}"
+    offset = 0
+    async with httpx.AsyncClient(timeout=40) as http:
+        while not stop.is_set():
+            answer = (await http.post(f"{base}/getUpdates",
+                                      json={"offset": offset, "timeout": 5})).json()
+            for update in answer.get("result", []):
+                offset = update["update_id"] + 1
+                chat = update["message"]["chat"]["id"]
+                await http.post(f"{base}/sendMessage", json={"chat_id": chat, "text": "echo"})
+
+
+async def stored_after(emulator: TelegramEmulator, token: str, chat: int, count: int,
+                       timeout_s: float = 60) -> list[float]:
+    messages = await emulator.wait_for_messages(token, chat, count, timeout_s)
+    return [m.stored_ms / 1000 for m in messages]
+
+
+async def run(mails: int, spacing_s: float, chats: int) -> None:
+    with started_peers("mwd") as peers:
+        cyrus, emulator = peers.cyrus, peers.emulator
+        data = Path(tempfile.mkdtemp(prefix="mwd-run", dir="/tmp"))
+        token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
+        floor_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
+        proc, url, key = await start_run(data)
+        try:
+            await configure(url, key, cyrus, emulator, token)
+            stop = asyncio.Event()
+            bare = asyncio.create_task(floor_eventsource(cyrus, emulator, floor_token, stop))
+            await asyncio.sleep(1.0)  # the bare client connected
+            delivered: list[float] = []
+            for n in range(mails):
+                t0 = time.time()
+                raw = make_message(subject=f"delivery {n}")
+                await asyncio.to_thread(cyrus.deliver, raw)
+                delivered.append(t0)
+                await asyncio.sleep(max(0.0, spacing_s - (time.time() - t0)))
+            ours = await stored_after(emulator, token, CHAT, mails)
+            floor = await stored_after(emulator, floor_token, FLOOR_CHAT, mails)
+            stop.set()
+            bare.cancel()
+            to_phone = [(s - d) * 1000 for s, d in zip(ours, delivered, strict=True)]
+            floor_ms = [(s - d) * 1000 for s, d in zip(floor, delivered, strict=True)]
+            print(line("delivery → phone (EventSource)", to_phone, floor_ms))
+
+            echo_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
+            echo = asyncio.create_task(floor_echo(emulator, echo_token, stop := asyncio.Event()))
+            await asyncio.sleep(0.5)
+            asked, asked_floor = [], []
+            for _ in range(chats):
+                await asyncio.sleep(spacing_s)  # Telegram's 1 message/s per chat (governor)
+                asked.append(time.time())
+                await emulator.send_user_message(token, CHAT, "/help")
+                await emulator.wait_for_messages(token, CHAT, mails + len(asked), 30)
+                asked_floor.append(time.time())
+                await emulator.send_user_message(echo_token, CHAT, "/help")
+                await emulator.wait_for_messages(echo_token, CHAT, len(asked_floor), 30)
+            stop.set()
+            echo.cancel()
+            replies = (await stored_after(emulator, token, CHAT, mails + chats))[mails:]
+            echoes = await stored_after(emulator, echo_token, CHAT, chats)
+            print(line("chat round trip (long polling)",
+                       [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)],
+                       [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]))
+            print("SUMMARY delivery: " + json.dumps({
+                "mails": mails, "spacing_ms": spacing_s * 1000,
+                "p50_ms": round(statistics.median(to_phone)),
+                "p99_ms": round(pct(to_phone, 0.99)),
+                "floor_p99_ms": round(pct(floor_ms, 0.99))}))
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 30)
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mails", type=int, default=50)
+    parser.add_argument("--spacing-ms", type=int, default=1000)
+    parser.add_argument("--chats", type=int, default=20)
+    args = parser.parse_args()
+    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats))
+
+
+if __name__ == "__main__":
+    main()
