@@ -202,8 +202,10 @@ class Poller:
         mode or token must act at once): then None, and whatever Telegram answered is left
         unconfirmed, so it comes again."""
         revision = self.svc.config.revision
+        # After a failure a short call first: its answer says at once that Telegram is back.
+        timeout_s = 0 if held.failures else POLL_TIMEOUT_S
         poll = asyncio.ensure_future(telegram.get_updates(
-            held.offset, timeout_s=POLL_TIMEOUT_S, allowed_updates=ALLOWED_UPDATES))
+            held.offset, timeout_s=timeout_s, allowed_updates=ALLOWED_UPDATES))
         changed = asyncio.ensure_future(self.svc.config.changed_within(POLL_TIMEOUT_S + 30))
         try:
             await asyncio.wait({poll, changed}, return_when=asyncio.FIRST_COMPLETED)

@@ -3,8 +3,10 @@ app is served in process, so nothing can call it, and it must still hear its own
 
 from __future__ import annotations
 
+import itertools
 import random
 import string
+import time
 
 from messageweave.config.model import parse_wire
 from messageweave.pipeline import buttons, polling
@@ -193,3 +195,34 @@ async def test_webhook_mode_does_not_poll(polled: ServedApp) -> None:
     assert (await polled.emulator.api_calls(polled.token, "getUpdates")).count == polls
     assert delivery.update_id in (await polled.emulator.pending_updates(polled.token)).pending
     assert await polled.emulator.sent_messages(polled.token, polled.chat) == []
+
+
+async def test_429_waits_retry_after_and_network_errors_back_off(polled: ServedApp) -> None:
+    """Catches: a 429's `retry_after` ignored (Telegram answers a client that keeps calling
+    with longer bans) and a dropped connection retried in a hot loop; both are reported, and
+    polling comes back by itself."""
+    await polled.emulator.fail(token=polled.token, method="getUpdates", error_code=429,
+                               retry_after=3, times=1)
+    await polled.emulator.send_user_message(polled.token, polled.chat, "/help")  # ends the poll
+    await until_status(polled, "updates", "degraded: Telegram asked us to slow down")
+    calls = (await polled.emulator.api_calls(polled.token, "getUpdates")).times_ms
+
+    async def called_again() -> bool:
+        return (await polled.emulator.api_calls(polled.token, "getUpdates")).count > len(calls)
+    await until(called_again, "a getUpdates after the 429")
+    after = (await polled.emulator.api_calls(polled.token, "getUpdates")).times_ms
+    assert after[len(calls)] - calls[-1] >= 2900, "called again before retry_after"
+    await until_status(polled, "updates", "ok (polling)")
+
+    rule_ms = time.time() * 1000
+    await polled.emulator.fail(token=polled.token, method="getUpdates", close=True, times=3)
+    await polled.emulator.send_user_message(polled.token, polled.chat, "/help")
+    await until_status(polled, "updates", "degraded: Telegram is unreachable")
+    await until_status(polled, "updates", "ok (polling)")
+    times = [t for t in (await polled.emulator.api_calls(polled.token, "getUpdates")).times_ms
+             if t > rule_ms]
+    # The long poll in flight (begun before the rule) returns the /help; the next three calls
+    # are dropped, each retried after a jittered backoff from 0.5-1 s, doubling; the fourth
+    # answers.
+    gaps = [b - a for a, b in itertools.pairwise(times[:4])]
+    assert len(gaps) == 3 and all(gap >= 400 for gap in gaps), (times, gaps)
