@@ -7,7 +7,11 @@ plus our compatibility layer) on a free 127.0.0.1 port and stops it after the se
 Point the code under test at `emulator.base_url` (the `telegram_api_base_url`); any token works,
 so give each test its own token and chat id and they will not see each other's messages.
 The async helpers play the other side: read what the bot sent, play the human writing to the bot
-(delivered to the bot's webhook, with the secret header), and make Bot API calls fail.
+(delivered to the bot's webhook, with the secret header, or queued for getUpdates), and make Bot
+API calls fail. They also look inside: the bot's getUpdates queue (`pending_updates`,
+`wait_for_long_poll`) and how often it called a method (`api_calls`); and they can play the bot
+itself (`get_updates`, `set_webhook`, `delete_webhook`, `bot_api`) when a test checks the
+emulator rather than our client.
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ class Delivery:
     """What happened to a simulated user message.
 
     `queued` when the bot had no webhook (it waits for getUpdates); otherwise the webhook's HTTP
-    `status`, or `error` when the webhook could not be reached.
+    `status` to the first attempt, or `error` when the webhook could not be reached (a failed
+    delivery stays pending and is resent). `skipped`: its type is not in the bot's
+    allowed_updates, so Telegram dropped it.
     """
 
     update_id: int
@@ -68,6 +74,7 @@ class Delivery:
     queued: bool
     status: int | None = None
     error: str | None = None
+    skipped: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,55 @@ class Pressed:
     queued: bool
     status: int | None = None
     error: str | None = None
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateQueue:
+    """A bot's update queue as the emulator holds it (`/control/updates`)."""
+
+    pending: list[int]  # update_ids not yet confirmed (getUpdates) or delivered (webhook)
+    confirmed_offset: int  # every update_id below it is confirmed and forgotten; 0: none yet
+    allowed_updates: list[str] | None  # the remembered allowed_updates; None: every type
+    polling: bool  # a getUpdates long poll is open now
+
+
+@dataclass(frozen=True)
+class ApiCalls:
+    """The Bot API calls the emulator has seen (`/control/calls`), refused ones included."""
+
+    count: int
+    times_ms: list[int]  # arrival times, Unix ms, oldest first
+
+
+@dataclass(frozen=True)
+class BotApiAnswer:
+    """A Bot API answer as it came: the HTTP status and the JSON body."""
+
+    status_code: int
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.body.get("ok") is True
+
+    @property
+    def result(self) -> Any:
+        return self.body.get("result")
+
+    @property
+    def error_code(self) -> int | None:
+        code = self.body.get("error_code")
+        return None if code is None else int(code)
+
+    @property
+    def description(self) -> str | None:
+        return self.body.get("description")
+
+    @property
+    def retry_after(self) -> int | None:
+        value = (self.body.get("parameters") or {}).get("retry_after")
+        return None if value is None else int(value)
 
 
 class TelegramEmulator:
@@ -212,6 +268,7 @@ class TelegramEmulator:
             queued=delivery is None,
             status=None if delivery is None else delivery.get("status"),
             error=None if delivery is None else delivery.get("error"),
+            skipped=delivery is not None and "skipped" in delivery,
         )
 
     async def press_button(
@@ -240,6 +297,7 @@ class TelegramEmulator:
             queued=delivery is None,
             status=None if delivery is None else delivery.get("status"),
             error=None if delivery is None else delivery.get("error"),
+            skipped=delivery is not None and "skipped" in delivery,
         )
 
     async def callback_answers(self, token: str) -> list[dict[str, Any]]:
@@ -314,21 +372,119 @@ class TelegramEmulator:
         await self._control("/control/failures/clear", {} if token is None else {"token": token})
 
     async def webhook_deliveries(self, token: str | None = None) -> list[dict[str, Any]]:
-        """Every webhook attempt: update_id, url, secret_sent, and status or error."""
+        """Every webhook attempt, oldest first: update_id, url, attempt (1 for the first, more
+        for a resend), secret_sent, and status or error."""
         body = {} if token is None else {"token": token}
         return list(await self._control("/control/webhookDeliveries", body))
 
+    async def pending_updates(self, token: str) -> UpdateQueue:
+        """Bot `token`'s updates not yet confirmed or delivered, its confirmed offset, its
+        remembered allowed_updates and whether a getUpdates long poll is open."""
+        return _update_queue(await self._control("/control/updates", {"token": token}))
+
+    async def wait_for_long_poll(
+        self, token: str, polling: bool = True, timeout_s: float = 5.0
+    ) -> UpdateQueue:
+        """Wait until a getUpdates long poll of `token` is open (`polling=False`: until none
+        is), or `timeout_s`; the emulator answers when it happens, no sleeping here. Returns
+        the queue then: check `.polling`."""
+        body = {"token": token, "until_polling": polling, "timeout_ms": int(timeout_s * 1000)}
+        return _update_queue(await self._control("/control/updates", body, timeout_s + 10))
+
+    async def api_calls(self, token: str, method: str | None = None) -> ApiCalls:
+        """How many Bot API calls of `method` (any, when None; case-insensitive) the emulator
+        has seen with `token`, refused ones included, and when each arrived."""
+        body: dict[str, Any] = {"token": token}
+        if method is not None:
+            body["method"] = method
+        result = await self._control("/control/calls", body)
+        return ApiCalls(count=int(result["count"]), times_ms=[int(t) for t in result["times_ms"]])
+
     async def reset(self) -> None:
-        """Forget all messages, webhooks, commands, failure rules and deliveries."""
+        """Forget all messages, updates, webhooks (and their resends), allowed_updates,
+        commands, failure rules, deliveries and call counts; an open long poll answers []."""
         await self._control("/control/reset", {})
 
-    async def _control(self, path: str, body: dict[str, Any]) -> Any:
-        async with httpx.AsyncClient(base_url=self.base_url, trust_env=False, timeout=15) as client:
+    # --- the bot's side, for tests of the emulator itself ------------------------------------
+
+    async def bot_api(
+        self,
+        token: str,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_s: float = 15.0,
+    ) -> BotApiAnswer:
+        """Call Bot API `method` as bot `token`, form-encoded like python-telegram-bot (lists
+        and objects as JSON text, None left out); the answer as it came, errors included."""
+        form = {
+            key: value if isinstance(value, str) else json.dumps(value)
+            for key, value in (params or {}).items()
+            if value is not None
+        }
+        async with httpx.AsyncClient(
+            base_url=self.base_url, trust_env=False, timeout=timeout_s
+        ) as client:
+            response = await client.post(f"/bot{token}/{method}", data=form)
+        return BotApiAnswer(status_code=response.status_code, body=response.json())
+
+    async def get_updates(
+        self,
+        token: str,
+        *,
+        offset: int | None = None,
+        limit: int | None = None,
+        timeout_s: int | None = None,
+        allowed_updates: list[str] | None = None,
+    ) -> BotApiAnswer:
+        """getUpdates as the bot; `timeout_s` is its `timeout` parameter, the long poll's
+        in seconds (the HTTP request waits 10 s longer)."""
+        params = {"offset": offset, "limit": limit, "timeout": timeout_s,
+                  "allowed_updates": allowed_updates}
+        return await self.bot_api(token, "getUpdates", params,
+                                  timeout_s=(timeout_s or 0) + 10)
+
+    async def set_webhook(
+        self,
+        token: str,
+        url: str,
+        *,
+        secret_token: str | None = None,
+        allowed_updates: list[str] | None = None,
+        drop_pending_updates: bool | None = None,
+    ) -> BotApiAnswer:
+        """setWebhook as the bot."""
+        return await self.bot_api(token, "setWebhook", {
+            "url": url, "secret_token": secret_token, "allowed_updates": allowed_updates,
+            "drop_pending_updates": drop_pending_updates,
+        })
+
+    async def delete_webhook(
+        self, token: str, *, drop_pending_updates: bool | None = None
+    ) -> BotApiAnswer:
+        """deleteWebhook as the bot."""
+        return await self.bot_api(token, "deleteWebhook",
+                                  {"drop_pending_updates": drop_pending_updates})
+
+    async def _control(self, path: str, body: dict[str, Any], timeout_s: float = 15) -> Any:
+        async with httpx.AsyncClient(
+            base_url=self.base_url, trust_env=False, timeout=timeout_s
+        ) as client:
             response = await client.post(path, json=body)
         data = response.json()
         if response.status_code != 200 or not data.get("ok"):
             raise EmulatorError(f"{path} -> {response.status_code} {data}")
         return data["result"]
+
+
+def _update_queue(result: dict[str, Any]) -> UpdateQueue:
+    allowed = result["allowed_updates"]
+    return UpdateQueue(
+        pending=[int(u) for u in result["pending"]],
+        confirmed_offset=int(result["confirmed_offset"]),
+        allowed_updates=None if allowed is None else [str(a) for a in allowed],
+        polling=bool(result["polling"]),
+    )
 
 
 def install_packages() -> None:

@@ -3,7 +3,9 @@
 // unmodified on disk) plus a compatibility layer that swaps a few of its routes at start-up.
 //
 // Env: TTA_PORT (default 0 = any free port), TTA_HOST (loopback only, default 127.0.0.1),
-//      TTA_STORE_TIMEOUT seconds before stored messages are purged (default 3600).
+//      TTA_STORE_TIMEOUT seconds before stored messages and updates are purged (default 3600),
+//      TTA_WEBHOOK_RETRY_MS the first delay before a failed webhook delivery is resent
+//      (default 1000; it doubles on each failure, up to 60 s).
 // When listening it prints one line to stdout: `TTA_READY {"port":N,"pid":P,"version":"4.2.1"}`.
 //
 // What the layer changes, and why (measured against python-telegram-bot 22.8):
@@ -20,19 +22,76 @@
 //     recorded. editMessageReplyMarkup replaces (or, without reply_markup, removes) the stored
 //     keyboard and answers the edited Message (the package: null, and ignores a removal); 400
 //     "message to edit not found", 400 "message is not modified" for the same keyboard.
-//   * setWebhook answers true, checks secret_token's alphabet, keeps allowed_updates.
-//   * getWebhookInfo, setMyCommands, getMyCommands, deleteMyCommands are implemented;
-//     getUpdates answers 409 while a webhook is set (as Telegram does).
+//   * setWebhook answers true, checks secret_token's alphabet ("Webhook is already set", and
+//     nothing changes, for the same url and secret without drop_pending_updates, as the Bot API
+//     server does); getWebhookInfo, setMyCommands, getMyCommands, deleteMyCommands are
+//     implemented.
+//   * getUpdates as the Bot API documents it (https://core.telegram.org/bots/api#getupdates;
+//     the package ignores every parameter and marks an update read as soon as it returns it,
+//     so a bot that crashes before handling it loses it):
+//       - an update stays queued, and is returned again, until a getUpdates with an `offset`
+//         greater than its update_id confirms it; confirmed updates are forgotten. A negative
+//         offset -N returns the last N queued updates and forgets the earlier ones.
+//       - `limit` 1-100 (default 100), `timeout` in seconds (default 0); out-of-range values
+//         are clamped, as the Bot API server does (its timeout maximum is 50 s).
+//       - long poll: with nothing to return and timeout > 0 the call waits, and answers as soon
+//         as an update arrives (updates arriving in the same event-loop turn come together),
+//         or with [] at the deadline.
+//       - `allowed_updates` (a JSON array, form, query or JSON body) is remembered for later
+//         calls until another list is given; [] means every type (the default). It is one
+//         setting per bot, shared with setWebhook's allowed_updates, as in Telegram: a call
+//         without the parameter keeps the previous list (setWebhook used to reset it). An
+//         update of a type not in the list is dropped when it arrives (never queued, never
+//         delivered; the control routes report it as `skipped`); updates queued before the
+//         list changed are still returned, as the documentation warns. Kinds here: message,
+//         callback_query. A value that is not a JSON array: 400 "can't parse allowed updates
+//         list" (the emulator's choice; Telegram's answer to it is not documented).
+//       - 409 "Conflict: can't use getUpdates method while webhook is active; use
+//         deleteWebhook to delete the webhook first" while a webhook is set.
+//       - a second getUpdates that starts to long-poll while another long poll of the same
+//         token is open ends the EARLIER one with 409 "Conflict: terminated by other getUpdates
+//         request; make sure that only one bot instance is running". Chosen from the Bot API
+//         server's source (tdlib/telegram-bot-api, Client::do_get_updates): the earlier poll is
+//         aborted only when the new call itself waits; a call that answers at once (timeout=0)
+//         leaves the open poll alone, and so does the emulator.
+//       - setWebhook ends an open long poll with 409 "Conflict: terminated by setWebhook
+//         request" (the Bot API server's abort_long_poll), not with what it has.
+//     Not followed: the Bot API server delays a 409 by 3 s when it answered another 409 less
+//     than 3 s before (fail_query_conflict), and stretches a short poll repeated with the same
+//     offset within 3 s to a 3 s long poll; neither is documented, and the emulator answers at
+//     once so that /control/calls shows a client that hot-loops on 409. It does not refuse a
+//     second setWebhook within 1 s (429) either. Queued updates are kept TTA_STORE_TIMEOUT
+//     (Telegram: 24 hours).
+//   * deleteWebhook (and setWebhook with an empty url) removes the webhook; queued updates
+//     stay for getUpdates unless drop_pending_updates is true ("Webhook was deleted", or
+//     "Webhook is already deleted" when none was set). setWebhook with drop_pending_updates
+//     drops them as well.
+//   * webhook deliveries, one update at a time per bot, in update_id order: updates that were
+//     queued for getUpdates and not confirmed go to a newly set webhook (Telegram delivers
+//     them), then new ones. A delivery that fails (non-2xx answer or no connection) is kept and
+//     resent after TTA_WEBHOOK_RETRY_MS, then 2x, 4x ... up to 60 s, for as long as the webhook
+//     stays set; a deleted webhook puts it back in the getUpdates queue, a new webhook gets it
+//     at once. getWebhookInfo.pending_update_count counts every update not yet confirmed or
+//     delivered. Not followed: Telegram resends the first failure at once (then 2 s, 4 s ...
+//     up to about a minute, or the webhook's Retry-After) and holds later updates of the same
+//     chat behind a failing one; the emulator waits the first delay (so one failed attempt can
+//     be observed alone) and lets newer updates through meanwhile (so /control/userMessage
+//     still answers with the webhook's answer to that update). Telegram delivers several chats
+//     in parallel (max_connections); the emulator one update at a time.
 //   * webhook deliveries carry X-Telegram-Bot-Api-Secret-Token, lose the internal `botToken`
-//     field, honour allowed_updates, and a non-2xx answer is recorded instead of killing node
-//     (the package's unhandled promise rejection ends the process).
+//     field, and a non-2xx answer is recorded instead of killing node (the package's unhandled
+//     promise rejection ends the process).
 //   * unknown methods get a Telegram-shaped 404 instead of a bare HTTP 500.
+//   * every Bot API call is counted (method, time) for /control/calls, failed ones included.
 //
 // Control API for tests (POST, JSON, no /bot prefix):
 //   /control/userMessage   {token, chat_id, text, from_id?, first_name?, username?,
 //                           chat_type?, title?}  plays the human: builds the Update, delivers it
-//                           to the webhook (waits for the answer) or queues it for getUpdates.
-//                           -> {update_id, message_id, delivery: {status}|{error}|null}
+//                           to the webhook (waits for the answer to its first attempt) or queues
+//                           it for getUpdates.
+//                           -> {update_id, message_id, delivery: {status}|{error}|{skipped}|null}
+//                           (null: queued for getUpdates, or the webhook was deleted before the
+//                           update's turn; skipped: its type is not in allowed_updates)
 //   /control/callback      {token, chat_id, message_id?, data, from_id?, first_name?} plays
 //                           the human pressing a button under the bot's message `message_id`:
 //                           a callback_query Update {id, from, message (as stored now, keyboard
@@ -45,16 +104,34 @@
 //   /control/failures      {token?, method?, chat_id?, error_code?, description?, retry_after?,
 //                           migrate_to_chat_id?, delay_ms?, close?, raw_body?, result_override?,
 //                           skip?, times?}
-//                           -> {id}. Makes matching Bot API calls fail like Telegram would;
-//                           `skip` lets that many matching calls through first.
+//                           -> {id}. Makes matching Bot API calls (getUpdates included) fail like
+//                           Telegram would, before the call does anything (a refused getUpdates
+//                           confirms nothing); `skip` lets that many matching calls through first.
 //                           `result_override` (alone) is a fault Telegram never produces: the
 //                           call is carried out, but its `ok: true` answer has these fields of
 //                           `result` replaced (the package once echoed fields as strings).
 //   /control/failures/clear {token?}  removes the rules (of one token, or all)
-//   /control/webhookDeliveries {token?} -> [{update_id, url, status|error, secret_sent}]
-//   /control/reset         {} forgets messages, webhooks, commands, failure rules, deliveries
+//   /control/webhookDeliveries {token?} -> [{update_id, url, attempt, status|error,
+//                           secret_sent}], every attempt, oldest first
+//   /control/updates       {token, until_polling?, timeout_ms?} -> {pending: [update_id...],
+//                           confirmed_offset: N, allowed_updates: [...]|null, polling: bool}:
+//                           the updates not yet confirmed or delivered (oldest first), the
+//                           offset below which every update is confirmed (0: none yet), the
+//                           remembered allowed_updates (null: every type), whether a getUpdates
+//                           long poll is open now. With until_polling (true/false) it answers
+//                           once `polling` has that value, or after timeout_ms (default 5000)
+//                           with whatever it is then: a test waits for a long poll without
+//                           sleeping.
+//   /control/calls         {token, method?} -> {count, times_ms: [...]}: the Bot API calls of
+//                           that token (of that method, case-insensitive, as Telegram's method
+//                           names are) the emulator has seen, refused ones included; times_ms
+//                           are arrival times (Unix ms), oldest first
+//   /control/reset         {} forgets messages, updates, webhooks (and pending resends),
+//                           allowed_updates, commands, failure rules, deliveries and call counts;
+//                           an open long poll is answered with []
 'use strict';
 
+const http = require('http');
 const axios = require('axios');
 const TelegramServer = require('telegram-test-api');
 const { routes } = require('telegram-test-api/lib/routes/index');
@@ -64,6 +141,8 @@ const { version } = require('telegram-test-api/package.json');
 const port = Number(process.env.TTA_PORT || 0);
 const host = process.env.TTA_HOST || '127.0.0.1';
 const storeTimeout = Number(process.env.TTA_STORE_TIMEOUT || 3600);
+const webhookRetryMs = Number(process.env.TTA_WEBHOOK_RETRY_MS || 1000);
+const WEBHOOK_RETRY_MAX_MS = 60000;
 
 if (!['127.0.0.1', 'localhost', '::1'].includes(host)) {
   console.error(`refusing to bind to ${host}: loopback only`);
@@ -78,12 +157,19 @@ const QUERY_INVALID = 'Bad Request: query is too old and response timeout expire
 const NOT_MODIFIED = 'Bad Request: message is not modified: specified new message content and reply'
   + ' markup are exactly the same as a current content and reply markup of the message';
 const COMMAND = /^[a-z0-9_]{1,32}$/;
+const LONG_POLL_MAX_TIMEOUT_S = 50; // the Bot API server's maximum; larger values are clamped
+const WEBHOOK_ACTIVE = "Conflict: can't use getUpdates method while webhook is active;"
+  + ' use deleteWebhook to delete the webhook first';
+const OTHER_GET_UPDATES = 'Conflict: terminated by other getUpdates request;'
+  + ' make sure that only one bot instance is running';
+const BY_SET_WEBHOOK = 'Conflict: terminated by setWebhook request';
+const BAD_ALLOWED_UPDATES = "Bad Request: can't parse allowed updates list";
 const DEFAULT_DESCRIPTIONS = {
   400: 'Bad Request: chat not found',
   401: 'Unauthorized',
   403: 'Forbidden: bot was blocked by the user',
   404: 'Not Found',
-  409: 'Conflict: terminated by other getUpdates request; make sure that only one bot instance is running',
+  409: OTHER_GET_UPDATES,
   500: 'Internal Server Error',
   502: 'Bad Gateway',
 };
@@ -122,6 +208,17 @@ const replaceRoute = (file, name, fn) => {
   const i = routes.indexOf(orig);
   if (i < 0) throw new Error(`telegram-test-api route ${name} not found`);
   routes[i] = fn;
+};
+
+// --- call log: every Bot API call, before anything can refuse it ----------------------------
+
+const callLog = (app, srv) => {
+  app.all('/bot:token/:method', (req, _res, next) => {
+    const { token, method } = req.params;
+    if (!srv.calls[token]) srv.calls[token] = [];
+    srv.calls[token].push({ method: method.toLowerCase(), time: Date.now() });
+    next();
+  });
 };
 
 // --- failure injection: runs before every Bot API route -------------------------------------
@@ -299,13 +396,37 @@ replaceRoute('answerCallbackQuery', 'answerCallbackQuery', (app, srv) => {
   });
 });
 
+// allowed_updates of a call: {absent} when not given (the previous list stays), {list} (null
+// for [] = every type), or {invalid}. Form-encoded clients send it as JSON text.
+const allowedUpdatesParam = (req) => {
+  const raw = param(req, 'allowed_updates');
+  if (raw === undefined || raw === '') return { absent: true };
+  const value = jsonParam(req, 'allowed_updates');
+  if (!Array.isArray(value)) return { invalid: true };
+  return { list: value.length ? value.map(String) : null };
+};
+
+// An integer parameter as the Bot API server reads one: absent -> default, else clamped.
+const intParam = (req, name, dflt, min, max) => {
+  const raw = param(req, name);
+  if (raw === undefined || raw === '') return dflt;
+  const n = Number.parseInt(String(raw), 10);
+  const value = Number.isFinite(n) ? n : 0;
+  return Math.min(max, Math.max(min, value));
+};
+
+const isTrue = (req, name) => ['true', '1'].includes(String(param(req, name)).toLowerCase());
+
 replaceRoute('setWebhook', 'setWebhook', (app, srv) => {
   handle(app, '/bot:token/setWebhook', (req, res) => {
     const { token } = req.params;
     const url = param(req, 'url');
+    const drop = isTrue(req, 'drop_pending_updates');
     if (!url) { // Telegram: an empty url removes the webhook
-      srv.deleteWebhook(token);
-      return res.json({ ok: true, result: true, description: 'Webhook was deleted' });
+      const had = Boolean(srv.webhooks[token]);
+      srv.removeWebhook(token, drop);
+      return res.json({ ok: true, result: true,
+        description: had ? 'Webhook was deleted' : 'Webhook is already deleted' });
     }
     if (!/^https?:\/\/[^/]+/.test(String(url))) {
       return fail(res, 400, 'Bad Request: bad webhook: An HTTPS URL must be provided for webhook');
@@ -314,30 +435,57 @@ replaceRoute('setWebhook', 'setWebhook', (app, srv) => {
     if (secret !== undefined && !SECRET_TOKEN.test(String(secret))) {
       return fail(res, 400, 'Bad Request: secret token contains unallowed characters');
     }
-    const allowed = jsonParam(req, 'allowed_updates');
-    if (allowed !== undefined && !Array.isArray(allowed)) {
-      return fail(res, 400, "Bad Request: can't parse allowed updates list");
+    const allowed = allowedUpdatesParam(req);
+    if (allowed.invalid) return fail(res, 400, BAD_ALLOWED_UPDATES);
+    if (!allowed.absent) srv.botState(token).allowed = allowed.list;
+    const webhook = {
+      url: String(url), secret_token: secret === undefined ? undefined : String(secret),
+    };
+    const current = srv.webhooks[token];
+    if (current && current.url === webhook.url && current.secret_token === webhook.secret_token
+        && !drop) { // the Bot API server changes nothing (resends keep their schedule)
+      return res.json({ ok: true, result: true, description: 'Webhook is already set' });
     }
-    const drop = String(param(req, 'drop_pending_updates')) === 'true';
-    if (drop) {
-      srv.storage.userMessages.forEach((u) => { if (u.botToken === token) u.isRead = true; });
-    }
-    srv.setWebhook({
-      url: String(url),
-      secret_token: secret === undefined ? undefined : String(secret),
-      allowed_updates: allowed,
-    }, token);
+    srv.installWebhook(token, webhook, drop);
     return res.json({ ok: true, result: true, description: 'Webhook was set' });
+  });
+});
+
+replaceRoute('deleteWebhook', 'deleteWebhook', (app, srv) => {
+  handle(app, '/bot:token/deleteWebhook', (req, res) => {
+    const { token } = req.params;
+    const had = Boolean(srv.webhooks[token]);
+    srv.removeWebhook(token, isTrue(req, 'drop_pending_updates'));
+    res.json({ ok: true, result: true,
+      description: had ? 'Webhook was deleted' : 'Webhook is already deleted' });
   });
 });
 
 replaceRoute('getUpdates', 'getUpdates', (app, srv) => {
   handle(app, '/bot:token/getUpdates', (req, res) => {
-    if (srv.webhooks[req.params.token]) {
-      return fail(res, 409, "Conflict: can't use getUpdates method while webhook is active;"
-        + ' use deleteWebhook to delete the webhook first');
+    const { token } = req.params;
+    if (srv.webhooks[token]) return fail(res, 409, WEBHOOK_ACTIVE);
+    const allowed = allowedUpdatesParam(req);
+    if (allowed.invalid) return fail(res, 400, BAD_ALLOWED_UPDATES);
+    const offset = intParam(req, 'offset', 0, -(2 ** 31), 2 ** 31 - 1);
+    const limit = intParam(req, 'limit', 100, 1, 100);
+    const timeoutS = intParam(req, 'timeout', 0, 0, LONG_POLL_MAX_TIMEOUT_S);
+    const st = srv.botState(token);
+    if (!allowed.absent) st.allowed = allowed.list;
+    srv.confirmUpdates(token, offset);
+    if (timeoutS === 0 || srv.takeUpdates(token, limit).length) {
+      return res.json({ ok: true, result: srv.takeUpdates(token, limit) });
     }
-    return res.json({ ok: true, result: srv.getUpdates(req.params.token) });
+    if (st.poll) srv.endPoll(token, 'conflict'); // the EARLIER poll gives way
+    const poll = { res, limit, timer: null, waking: false };
+    poll.timer = setTimeout(() => srv.endPoll(token, 'answer', poll), timeoutS * 1000);
+    // the response's close, not the request's: Node emits a request's 'close' once its body is
+    // read; a client that gave up leaves no open poll behind
+    res.on('close', () => {
+      if (st.poll === poll) srv.endPoll(token, 'gone', poll);
+    });
+    srv.setPoll(token, poll);
+    return undefined;
   });
 });
 
@@ -351,10 +499,10 @@ const extraBotRoutes = [
     handle(app, '/bot:token/getWebhookInfo', (req, res) => {
       const { token } = req.params;
       const wh = srv.webhooks[token];
-      const pending = srv.storage.userMessages.filter((u) => u.botToken === token && !u.isRead);
       const result = { url: wh ? wh.url : '', has_custom_certificate: false,
-        pending_update_count: pending.length };
-      if (wh && wh.allowed_updates) result.allowed_updates = wh.allowed_updates;
+        pending_update_count: srv.pendingUpdates(token).length };
+      const { allowed } = srv.botState(token);
+      if (allowed) result.allowed_updates = allowed;
       const lastError = srv.lastWebhookError[token];
       if (wh && lastError) {
         result.last_error_date = lastError.date;
@@ -511,7 +659,40 @@ const controlRoutes = [
     });
   },
   (app, srv) => {
+    app.post('/control/updates', (req, res) => {
+      const b = req.body || {};
+      if (!b.token) return fail(res, 400, 'token is required');
+      const answer = () => res.json({ ok: true, result: srv.updatesView(b.token) });
+      if (typeof b.until_polling !== 'boolean' || srv.isPolling(b.token) === b.until_polling) {
+        return answer();
+      }
+      const waiter = { until: b.until_polling, done: null, timer: null };
+      const st = srv.botState(b.token);
+      waiter.done = () => {
+        clearTimeout(waiter.timer);
+        st.pollWaiters = st.pollWaiters.filter((w) => w !== waiter);
+        answer();
+      };
+      const waitMs = Number(b.timeout_ms) > 0 ? Number(b.timeout_ms) : 5000;
+      waiter.timer = setTimeout(waiter.done, waitMs);
+      st.pollWaiters.push(waiter);
+      return undefined;
+    });
+  },
+  (app, srv) => {
+    app.post('/control/calls', (req, res) => {
+      const b = req.body || {};
+      if (!b.token) return fail(res, 400, 'token is required');
+      const method = b.method === undefined ? undefined : String(b.method).toLowerCase();
+      const times = (srv.calls[b.token] || [])
+        .filter((c) => method === undefined || c.method === method)
+        .map((c) => c.time);
+      return res.json({ ok: true, result: { count: times.length, times_ms: times } });
+    });
+  },
+  (app, srv) => {
     app.post('/control/reset', (_req, res) => {
+      srv.resetUpdates();
       srv.storage.userMessages = [];
       srv.storage.botMessages = [];
       srv.webhooks = {};
@@ -521,10 +702,10 @@ const controlRoutes = [
   },
 ];
 
-// Order matters: failure injection first, the catch-all 404 last.
+// Order matters: the call log, then failure injection first, the catch-all 404 last.
 const unknownIdx = routes.indexOf(require('telegram-test-api/lib/routes/bot/unknownMethod').unknownMethod);
 routes.splice(unknownIdx, 1, ...extraBotRoutes, unknownMethodRoute);
-routes.unshift(failureInjection, ...controlRoutes);
+routes.unshift(callLog, failureInjection, ...controlRoutes);
 
 // --- server behaviour -----------------------------------------------------------------------
 
@@ -536,6 +717,8 @@ TelegramServer.prototype.resetCompatState = function resetCompatState() {
   this.commands = {};
   this.callbackQueries = {};
   this.callbackAnswers = [];
+  this.botStates = {};
+  this.calls = {};
 };
 
 // A Message as Telegram answers it. The package echoes the raw request parameters instead, so
@@ -575,26 +758,167 @@ TelegramServer.formatUpdate = function formatUpdate(update) {
   return body;
 };
 
-// Returns the delivery record, or undefined when the update was queued for getUpdates.
-TelegramServer.prototype.addUserUpdate = async function addUserUpdate(update) {
-  if (!update.botToken) throw new Error('The update must contain a `botToken` field.');
-  const webhook = this.webhooks[update.botToken];
-  update.updateId = this.updateId;
-  this.updateId += 1;
-  if (!webhook) {
-    this.storage.userMessages.push(update);
-    return undefined;
+// --- updates: the getUpdates queue, long polls, webhook deliveries ---------------------------
+//
+// A user update lives in storage.userMessages (the package's store, which also purges it after
+// TTA_STORE_TIMEOUT) with isRead=false while it is pending: not yet confirmed by getUpdates,
+// nor delivered to a webhook. Pending updates are the getUpdates queue when no webhook is set,
+// and the webhook's backlog when one is. Per bot, botState(token) keeps the rest.
+
+const kindOf = (update) => ('callbackQuery' in update ? 'callback_query' : 'message');
+
+TelegramServer.prototype.botState = function botState(token) {
+  if (!this.botStates[token]) {
+    this.botStates[token] = {
+      confirmedOffset: 0, // every update_id below it is confirmed (forgotten)
+      allowed: null, // the remembered allowed_updates; null: every type
+      poll: null, // the open getUpdates long poll {res, limit, timer, waking}
+      pollWaiters: [], // /control/updates calls waiting for `polling` to change
+      fifo: [], // updates due for a webhook attempt, update_id order
+      pumping: false,
+    };
   }
-  const kind = 'callbackQuery' in update ? 'callback_query' : 'message';
-  if (Array.isArray(webhook.allowed_updates) && webhook.allowed_updates.length
-      && !webhook.allowed_updates.includes(kind)) {
-    return { update_id: update.updateId, url: webhook.url, skipped: 'not in allowed_updates' };
+  return this.botStates[token];
+};
+
+TelegramServer.prototype.pendingUpdates = function pendingUpdates(token) {
+  return this.storage.userMessages.filter((u) => u.botToken === token && !u.isRead);
+};
+
+const forget = (update) => {
+  update.isRead = true;
+  if (update.retryTimer) clearTimeout(update.retryTimer);
+  update.retryTimer = null;
+};
+
+// getUpdates' offset: a positive one confirms (forgets) every update below it; -N keeps the
+// last N pending updates and forgets the earlier ones; 0 changes nothing.
+TelegramServer.prototype.confirmUpdates = function confirmUpdates(token, offset) {
+  const st = this.botState(token);
+  const pending = this.pendingUpdates(token);
+  if (offset > 0) {
+    pending.filter((u) => u.updateId < offset).forEach(forget);
+    st.confirmedOffset = Math.max(st.confirmedOffset, offset);
+  } else if (offset < 0 && pending.length) {
+    const kept = pending.slice(Math.max(0, pending.length + offset));
+    pending.slice(0, pending.length - kept.length).forEach(forget);
+    st.confirmedOffset = Math.max(st.confirmedOffset, kept[0].updateId);
   }
+};
+
+// What getUpdates answers: the oldest `limit` pending updates (none in a webhook attempt).
+TelegramServer.prototype.takeUpdates = function takeUpdates(token, limit) {
+  return this.pendingUpdates(token).filter((u) => !u.inFlight).slice(0, limit)
+    .map((u) => TelegramServer.formatUpdate(u));
+};
+
+TelegramServer.prototype.isPolling = function isPolling(token) {
+  return Boolean(this.botStates[token] && this.botStates[token].poll);
+};
+
+const pollChanged = (st) => {
+  const polling = Boolean(st.poll);
+  st.pollWaiters.filter((w) => w.until === polling).forEach((w) => w.done());
+};
+
+TelegramServer.prototype.setPoll = function setPoll(token, poll) {
+  const st = this.botState(token);
+  st.poll = poll;
+  pollChanged(st);
+};
+
+// Ends the open long poll (or `only` that one): 'answer' with the pending updates, 'conflict'
+// (another getUpdates), 'setwebhook', 'empty' ([]), 'gone' (the client left: no answer).
+TelegramServer.prototype.endPoll = function endPoll(token, how, only) {
+  const st = this.botState(token);
+  const { poll } = st;
+  if (!poll || (only && poll !== only)) return;
+  st.poll = null;
+  clearTimeout(poll.timer);
+  if (how === 'conflict') fail(poll.res, 409, OTHER_GET_UPDATES);
+  else if (how === 'setwebhook') fail(poll.res, 409, BY_SET_WEBHOOK);
+  else if (how === 'empty') poll.res.json({ ok: true, result: [] });
+  else if (how === 'answer') {
+    poll.res.json({ ok: true, result: this.takeUpdates(token, poll.limit) });
+  }
+  pollChanged(st);
+};
+
+// A new pending update for getUpdates: an open long poll answers, after this event-loop turn
+// (updates added together come together, as the Bot API server waits a moment too).
+TelegramServer.prototype.wakePoll = function wakePoll(token) {
+  const st = this.botState(token);
+  const { poll } = st;
+  if (!poll || poll.waking || this.webhooks[token]) return;
+  poll.waking = true;
+  setImmediate(() => this.endPoll(token, 'answer', poll));
+};
+
+TelegramServer.prototype.updatesView = function updatesView(token) {
+  const st = this.botState(token);
+  return {
+    pending: this.pendingUpdates(token).map((u) => u.updateId),
+    confirmed_offset: st.confirmedOffset,
+    allowed_updates: st.allowed,
+    polling: Boolean(st.poll),
+  };
+};
+
+// The first attempt of a fresh update settles what /control/userMessage waits for.
+const settle = (update, value) => {
+  const resolve = update.onFirstAttempt;
+  update.onFirstAttempt = null;
+  if (resolve) resolve(value);
+};
+
+const insertInOrder = (fifo, update) => {
+  if (fifo.includes(update)) return;
+  const at = fifo.findIndex((u) => u.updateId > update.updateId);
+  if (at < 0) fifo.push(update);
+  else fifo.splice(at, 0, update);
+};
+
+// setWebhook: ends an open long poll, then hands every pending update, oldest first, to the
+// new webhook (resends due later start again at once: a new webhook, as in Telegram).
+TelegramServer.prototype.installWebhook = function installWebhook(token, webhook, drop) {
+  const st = this.botState(token);
+  this.endPoll(token, 'setwebhook');
+  const previous = this.webhooks[token];
+  if (!previous || previous.url !== webhook.url) delete this.lastWebhookError[token];
+  if (drop) this.pendingUpdates(token).forEach(forget);
+  this.setWebhook(webhook, token);
+  this.pendingUpdates(token).forEach((u) => {
+    if (u.retryTimer) clearTimeout(u.retryTimer);
+    u.retryTimer = null;
+    u.failures = 0;
+    if (!u.inFlight) insertInOrder(st.fifo, u);
+  });
+  this.pumpWebhook(token);
+};
+
+// deleteWebhook: pending updates (those waiting for a resend too) go back to getUpdates.
+TelegramServer.prototype.removeWebhook = function removeWebhook(token, drop) {
+  const st = this.botState(token);
+  this.deleteWebhook(token);
+  const waiting = st.fifo;
+  st.fifo = [];
+  waiting.forEach((u) => settle(u, undefined));
+  this.pendingUpdates(token).forEach((u) => {
+    if (u.retryTimer) clearTimeout(u.retryTimer);
+    u.retryTimer = null;
+    u.failures = 0;
+  });
+  if (drop) this.pendingUpdates(token).forEach(forget);
+};
+
+// One webhook attempt; the delivery record (without botToken).
+TelegramServer.prototype.deliverOnce = async function deliverOnce(update, webhook) {
   const headers = { 'content-type': 'application/json' };
   if (webhook.secret_token) headers['X-Telegram-Bot-Api-Secret-Token'] = webhook.secret_token;
+  update.attempts = (update.attempts || 0) + 1;
   const rec = {
     botToken: update.botToken, update_id: update.updateId, url: webhook.url,
-    secret_sent: Boolean(webhook.secret_token), time: Date.now(),
+    attempt: update.attempts, secret_sent: Boolean(webhook.secret_token), time: Date.now(),
   };
   try {
     const resp = await axios({
@@ -607,14 +931,108 @@ TelegramServer.prototype.addUserUpdate = async function addUserUpdate(update) {
   }
   this.webhookDeliveries.push(rec);
   if (rec.error || rec.status > 299) {
+    const reason = http.STATUS_CODES[rec.status] || '';
     this.lastWebhookError[update.botToken] = {
       date: nowSeconds(),
-      message: rec.error ? `Connection failed: ${rec.error}` : `Wrong response from the webhook: ${rec.status}`,
+      message: rec.error ? `Connection failed: ${rec.error}`
+        : `Wrong response from the webhook: ${rec.status} ${reason}`.trim(),
     };
     console.error(`webhook delivery failed: update ${rec.update_id} -> ${rec.status || rec.error}`);
   }
   const { botToken: _t, ...result } = rec;
   return result;
+};
+
+const expired = (update) => Date.now() - update.time > storeTimeout * 1000;
+
+// Delivers the bot's due updates one at a time, oldest first, while a webhook is set.
+TelegramServer.prototype.pumpWebhook = async function pumpWebhook(token) {
+  const st = this.botState(token);
+  if (st.pumping) return;
+  st.pumping = true;
+  try {
+    while (st.fifo.length) {
+      const webhook = this.webhooks[token];
+      if (!webhook) break;
+      const update = st.fifo.shift();
+      if (update.isRead) {
+        settle(update, undefined);
+        continue;
+      }
+      update.inFlight = true;
+      // eslint-disable-next-line no-await-in-loop
+      const rec = await this.deliverOnce(update, webhook);
+      update.inFlight = false;
+      if (rec.error === undefined && rec.status <= 299) forget(update);
+      else if (!update.isRead && this.webhooks[token] && this.webhooks[token] !== webhook) {
+        insertInOrder(st.fifo, update); // a new webhook was set meanwhile: it gets it now
+      } else if (!update.isRead) this.retryLater(update);
+      settle(update, rec);
+    }
+  } finally {
+    st.pumping = false;
+  }
+};
+
+// A failed delivery stays pending: resent after a delay while a webhook is set, or back in the
+// getUpdates queue when none is.
+TelegramServer.prototype.retryLater = function retryLater(update) {
+  const token = update.botToken;
+  if (!this.webhooks[token]) {
+    this.wakePoll(token);
+    return;
+  }
+  update.failures = (update.failures || 0) + 1;
+  const delay = Math.min(WEBHOOK_RETRY_MAX_MS, webhookRetryMs * 2 ** (update.failures - 1));
+  update.retryTimer = setTimeout(() => {
+    update.retryTimer = null;
+    if (update.isRead || !this.webhooks[token]) return;
+    if (expired(update)) {
+      forget(update);
+      return;
+    }
+    insertInOrder(this.botState(token).fifo, update);
+    this.pumpWebhook(token);
+  }, delay);
+};
+
+// A user update from the control routes. Returns the first delivery attempt's record, a
+// {skipped} record when allowed_updates excludes its type, or undefined when it was queued for
+// getUpdates (or the webhook went away before its turn).
+TelegramServer.prototype.addUserUpdate = async function addUserUpdate(update) {
+  if (!update.botToken) throw new Error('The update must contain a `botToken` field.');
+  const token = update.botToken;
+  const st = this.botState(token);
+  const webhook = this.webhooks[token];
+  update.updateId = this.updateId;
+  this.updateId += 1;
+  if (st.allowed && !st.allowed.includes(kindOf(update))) {
+    const skipped = { update_id: update.updateId, skipped: 'not in allowed_updates' };
+    if (webhook) skipped.url = webhook.url;
+    return skipped;
+  }
+  update.isRead = false;
+  this.storage.userMessages.push(update);
+  if (!webhook) {
+    this.wakePoll(token);
+    return undefined;
+  }
+  const first = new Promise((resolve) => { update.onFirstAttempt = resolve; });
+  insertInOrder(st.fifo, update);
+  this.pumpWebhook(token);
+  return first;
+};
+
+// /control/reset: open long polls answer [], resends and waiting control calls stop.
+TelegramServer.prototype.resetUpdates = function resetUpdates() {
+  Object.keys(this.botStates).forEach((token) => {
+    const st = this.botStates[token];
+    this.endPoll(token, 'empty');
+    st.fifo.forEach((u) => settle(u, undefined));
+    st.fifo = [];
+    st.pollWaiters.slice().forEach((w) => w.done());
+  });
+  this.storage.userMessages.forEach(forget);
 };
 
 process.on('unhandledRejection', (e) => console.error('unhandledRejection:', e && e.message));
@@ -629,6 +1047,9 @@ server.start().then(() => {
   console.error(`cannot listen on ${host}:${port}: ${e && e.message}`);
   process.exit(1);
 });
-const stop = () => server.stop().then(() => process.exit(0));
+const stop = () => {
+  server.resetUpdates(); // an open long poll would hold the shutdown for up to 50 s
+  server.stop().then(() => process.exit(0));
+};
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
