@@ -53,10 +53,14 @@ def test_the_chinese_texts_are_the_contract() -> None:
         "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
         "正文和 AI 结果不会持久化，也不会写入日志。\n"
         "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。")
-    assert replies.consent_granted("zh", intents.LABEL_TODAY, 42) == (
-        "AI摘要授权已开启：今天，到期时间 Unix 42；仍需使用 /summary <email_id> 请求")
-    assert replies.summary_without_consent("zh", None, "S") == (
-        " — S\n授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。")
+    # Deviations (reference §7.12, issue #22): the expiry in the configured zone, not Unix
+    # seconds; a line of what to send before the contract's hint, which stays the last line.
+    assert replies.consent_granted("zh", intents.LABEL_TODAY, 42, "Asia/Shanghai") == (
+        "AI摘要授权已开启：今天，到期时间 1970-01-01 08:00（Asia/Shanghai）；"
+        "仍需使用 /summary <email_id> 请求")
+    assert replies.summary_without_consent("zh", None, "S", "e-1") == (
+        " — S\n授权：发送 /ai on（1小时）、今天、7天 或 直到我撤销，然后再发送 /summary e-1。\n"
+        "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。")
     assert zh["consent_revoked"] == "AI摘要授权已撤销"
     assert zh["missing_email_id"] == "请提供邮件 ID，例如：摘要 e-123"
 
@@ -70,9 +74,33 @@ def test_the_chinese_texts_are_the_contract() -> None:
 ])
 def test_an_english_grant_names_its_duration_in_english(label_key: str, label: str) -> None:
     """Catches the Chinese label (`今天`) leaking into an English confirmation."""
-    assert replies.consent_granted("en", label_key, 1700000000) == (
-        f"AI summaries are on: {label}, until Unix 1700000000. "
+    assert replies.consent_granted("en", label_key, 1700000000, "Europe/Berlin") == (
+        f"AI summaries are on: {label}, until 2023-11-14 23:13 (Europe/Berlin). "
         "Ask for each one with /summary <email_id>")
+
+
+def test_the_consent_expiry_is_in_the_configured_zone_not_unix_seconds() -> None:
+    """Catches `/ai on` answering "until Unix 1700000000" (issue #22): a time nobody can
+    read; the expiry is written as the notifications write times, in the configured zone."""
+    for language in ("zh", "en"):
+        text = replies.consent_granted(language, intents.LABEL_ONE_HOUR, 1700000000, "Asia/Tokyo")
+        assert "Unix" not in text and "1700000000" not in text
+        assert "2023-11-15 07:13" in text and "Asia/Tokyo" in text
+
+
+def test_the_hint_without_consent_says_what_to_send_in_both_languages() -> None:
+    """Catches the hint under a summary without consent saying "choose a consent period again"
+    without saying how (issue #22): every phrase it names grants consent, and it names the
+    mail's own /summary command to send again."""
+    for language, sep in (("zh", "、"), ("en", ", ")):
+        line = replies.summary_without_consent(language, "Bob", "S", "e-7").split("\n")[1]
+        assert "/summary e-7" in line
+        named = re.split(r"\s*(?:、|,| or | 或 )\s*", re.sub(
+            r"^.*?send\s*|^.*?发送\s*|[,，]\s*then.*$|，然后.*$", "", line))
+        phrases = [re.sub(r"[（(].*?[)）]", "", p).strip() for p in named if p.strip()]
+        assert len(phrases) == 4, (language, phrases, sep)
+        for phrase in phrases:
+            assert isinstance(intents.parse_intent(phrase), intents.GrantConsent), phrase
 
 
 TTLS = (3600, 86400, 604800, 31536000)  # 1 hour, today, 7 days, until revoked

@@ -10,10 +10,12 @@ from messageweave.store.redis import Redis
 
 
 async def grant(
-    redis: Redis, chat_id: int, intent: GrantConsent, now: float, language: BotLanguage
+    redis: Redis, chat_id: int, intent: GrantConsent, now: float, language: BotLanguage,
+    timezone: str,
 ) -> str:
+    """Grant, and the confirmation with the expiry in `timezone` (the configured one)."""
     expires_at = await consent.grant(redis, chat_id, intent.ttl_s, now)
-    return replies.consent_granted(language, intent.label_key, expires_at)
+    return replies.consent_granted(language, intent.label_key, expires_at, timezone)
 
 
 async def revoke(redis: Redis, chat_id: int, language: BotLanguage) -> str:

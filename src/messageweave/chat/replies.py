@@ -1,6 +1,7 @@
 """Every user-visible string the bot sends, one table per language (inventory §5.2, issue #16).
 
-`ZH` is the contract's text byte for byte; `EN` says the same in English. Both tables have the
+`ZH` is the contract's text byte for byte but for the lines reference §7 lists (§7.12: the
+consent's expiry and the hint of what to send); `EN` says the same in English. Both tables have the
 same keys and the same `{placeholders}` (tests/unit/test_replies.py checks it), so a reply is
 `texts(cfg.bot_language)[key].format(...)` wherever it is sent. Plain dicts, so a feature's
 strings can be folded in as more keys.
@@ -8,12 +9,16 @@ strings can be folded in as more keys.
 
 from __future__ import annotations
 
+import datetime as dt
+import zoneinfo
 from collections.abc import Mapping
 
 from messageweave.config.features import BotLanguage
 
 # The same in every language: what `truncate` appends to a cut subject or preview.
 ELLIPSIS = "…"
+# How a time is written (`pipeline.notify.TIME_FORMAT`, the notifications' own).
+TIME_FORMAT = "%Y-%m-%d %H:%M"
 
 ZH: dict[str, str] = {
     "help": (
@@ -36,7 +41,8 @@ ZH: dict[str, str] = {
         "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。"
     ),
     "consent_granted": (
-        "AI摘要授权已开启：{label}，到期时间 Unix {expires_at}；仍需使用 /summary <email_id> 请求"
+        "AI摘要授权已开启：{label}，到期时间 {expires_at}（{zone}）；"
+        "仍需使用 /summary <email_id> 请求"
     ),
     "consent_revoked": "AI摘要授权已撤销",
     # The labels of `chat.intents.GrantConsent.label_key`.
@@ -46,8 +52,11 @@ ZH: dict[str, str] = {
     "label_seven_days": "7天",
     "label_until_revoked": "直到撤销（最长365天）",
     "missing_email_id": "请提供邮件 ID，例如：摘要 e-123",
+    # The line of what to send (issue #22) comes before the contract's own last line.
     "summary_without_consent": (
-        "{sender} — {subject}\n授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+        "{sender} — {subject}\n"
+        "授权：发送 /ai on（1小时）、今天、7天 或 直到我撤销，然后再发送 /summary {email_id}。\n"
+        "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
     ),
     # Not in the original (it sent an empty message, which Telegram refuses): mail without text.
     "summary_no_text": "（这封邮件没有文本正文）",
@@ -111,7 +120,7 @@ EN: dict[str, str] = {
         "Without an AI model, or when it fails, you get the beginning of the mail instead."
     ),
     "consent_granted": (
-        "AI summaries are on: {label}, until Unix {expires_at}. "
+        "AI summaries are on: {label}, until {expires_at} ({zone}). "
         "Ask for each one with /summary <email_id>"
     ),
     "consent_revoked": "AI summary consent revoked",
@@ -122,7 +131,10 @@ EN: dict[str, str] = {
     "label_until_revoked": "until revoked (at most 365 days)",
     "missing_email_id": "Please give an email id, e.g. /summary e-123",
     "summary_without_consent": (
-        "{sender} — {subject}\nNo valid consent (expired or never given); for an AI summary, "
+        "{sender} — {subject}\n"
+        "To consent, send /ai on (1 hour), today, 7 days or until I revoke, then "
+        "/summary {email_id} again.\n"
+        "No valid consent (expired or never given); for an AI summary, "
         "choose a consent period again."
     ),
     "summary_no_text": "(This mail has no text body)",
@@ -172,13 +184,23 @@ def texts(language: BotLanguage) -> Mapping[str, str]:
     return TEXTS[language]
 
 
-def consent_granted(language: BotLanguage, label_key: str, expires_at: int) -> str:
+def local_time(unix: int, timezone: str) -> str:
+    """`unix` in the IANA zone `timezone`, 24-hour, as the notifications show times."""
+    moment = dt.datetime.fromtimestamp(unix, tz=zoneinfo.ZoneInfo(timezone))
+    return moment.strftime(TIME_FORMAT)
+
+
+def consent_granted(language: BotLanguage, label_key: str, expires_at: int,
+                    timezone: str) -> str:
+    """The grant's confirmation: the expiry in the configured time zone, named (issue #22:
+    it said `Unix 1700000000`)."""
     table = texts(language)
-    return table["consent_granted"].format(label=table[label_key], expires_at=expires_at)
+    return table["consent_granted"].format(
+        label=table[label_key], expires_at=local_time(expires_at, timezone), zone=timezone)
 
 
 def summary_without_consent(
-    language: BotLanguage, sender: str | None, subject: str | None
+    language: BotLanguage, sender: str | None, subject: str | None, email_id: str
 ) -> str:
     return texts(language)["summary_without_consent"].format(
-        sender=sender or "", subject=subject or "")
+        sender=sender or "", subject=subject or "", email_id=email_id)

@@ -63,7 +63,8 @@ async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | N
         case intents.Help():
             return replies.texts(language)["help"]
         case intents.GrantConsent():
-            return await consent.grant(ctx.redis, message.chat_id, intent, ctx.now(), language)
+            return await consent.grant(ctx.redis, message.chat_id, intent, ctx.now(), language,
+                                       ctx.config.timezone)
         case intents.RevokeConsent():
             return await consent.revoke(ctx.redis, message.chat_id, language)
         case intents.MissingEmailId():

@@ -48,7 +48,8 @@ async def summary_text(
     now: float,
 ) -> str:
     if not await consent.is_valid(redis, chat_id, now):
-        return replies.summary_without_consent(config.bot_language, mail.sender, mail.subject)
+        return replies.summary_without_consent(config.bot_language, mail.sender, mail.subject,
+                                               mail.id)
     text = mail.text or ""
     if not text.strip():
         return replies.texts(config.bot_language)["summary_no_text"]

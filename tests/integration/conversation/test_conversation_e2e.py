@@ -11,12 +11,14 @@ import time
 
 import httpx
 
+from messageweave.chat.replies import local_time
 from messageweave.store import keys
 from tests.integration.conversation.conftest import llm_wire
 from tests.peers.fakellm import SUMMARY, FakeLlm
 from tests.served import ServedApp
 
 HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
+ZONE = "Asia/Tokyo"  # peer_wire's time zone
 
 
 async def bot_api(served: ServedApp, method: str) -> dict:
@@ -88,13 +90,16 @@ async def test_an_english_bot_answers_and_publishes_its_menu_in_english(
                  "stop summaries"):
         await served.say(text)
         said = await served.replies(len(said) + 1)
+        if text == "today":
+            expiry = int(await served.redis.get(keys.consent_ai(served.chat)))
     help_text, without, granted, summary, revoked = said
     assert help_text.startswith("How to use:\nWhen a mail arrives, you first get a notification")
-    assert without == ("Bob Example <bob@example.org> — March invoice\nNo valid consent "
+    assert without == ("Bob Example <bob@example.org> — March invoice\nTo consent, send "
+                       "/ai on (1 hour), today, 7 days or until I revoke, then "
+                       f"/summary {email_id} again.\nNo valid consent "
                        "(expired or never given); for an AI summary, choose a consent period "
                        "again.")
-    expiry = granted.removeprefix("AI summaries are on: today, until Unix ").split(".")[0]
-    assert granted == (f"AI summaries are on: today, until Unix {expiry}. "
+    assert granted == (f"AI summaries are on: today, until {local_time(expiry, ZONE)} ({ZONE}). "
                        "Ask for each one with /summary <email_id>")
     assert summary == SUMMARY
     assert revoked == "AI summary consent revoked"
@@ -111,7 +116,8 @@ async def test_consent_phrases_set_their_ttl_and_revoke_deletes_it(served: Serve
         reply = (await served.replies(n))[-1]
         expiry = int(await served.redis.get(key))
         assert before + ttl <= expiry <= int(time.time()) + ttl
-        assert reply == (f"AI摘要授权已开启：{label}，到期时间 Unix {expiry}；"
+        until = f"{local_time(expiry, ZONE)}（{ZONE}）"
+        assert reply == (f"AI摘要授权已开启：{label}，到期时间 {until}；"
                          "仍需使用 /summary <email_id> 请求")
         assert ttl - 3 <= await served.redis.ttl(key) <= ttl
     await served.say("/ai off")
@@ -127,7 +133,9 @@ async def test_summary_with_and_without_consent(
     before = await fakellm_server.total_requests()
     await served.say(f"/summary {email_id}")
     [without] = await served.replies(1)
-    assert without == f"Bob Example <bob@example.org> — March invoice\n{HINT}"
+    assert without == (f"Bob Example <bob@example.org> — March invoice\n授权：发送 /ai on"
+                       f"（1小时）、今天、7天 或 直到我撤销，然后再发送 /summary {email_id}。"
+                       f"\n{HINT}")
     assert await fakellm_server.total_requests() == before  # no content left the server
 
     await served.say("/ai on")

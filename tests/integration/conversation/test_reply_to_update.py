@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from messageweave.chat.replies import EN, ZH
+from messageweave.chat.replies import EN, ZH, local_time
 from messageweave.config.model import parse_wire
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient, JmapError
@@ -31,6 +31,17 @@ HELP = ZH["help"]
 HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
 EN_HINT = ("No valid consent (expired or never given); for an AI summary, "
            "choose a consent period again.")
+ZONE = "Asia/Shanghai"  # sample_wire's time zone, the chat fixture's
+
+
+def how_to(email_id: str, language: str = "zh") -> str:
+    """The line before the hint that says what to send (issue #22)."""
+    if language == "en":
+        return ("To consent, send /ai on (1 hour), today, 7 days or until I revoke, then "
+                f"/summary {email_id} again.")
+    return f"授权：发送 /ai on（1小时）、今天、7天 或 直到我撤销，然后再发送 /summary {email_id}。"
+
+
 BODY = ("Hi Alice,\nplease confirm the March invoice (1200 EUR) by Friday. "
         "The signed copy is attached.\nBob")
 
@@ -67,7 +78,7 @@ async def test_consent_phrase_stores_the_expiry_with_its_ttl(
     [reply] = await chat.say(phrase)
     expiry = int(await chat.redis.get(keys.consent_ai(chat.chat_id)))
     assert before + ttl <= expiry <= int(time.time()) + ttl
-    assert reply == (f"AI摘要授权已开启：{label}，到期时间 Unix {expiry}；"
+    assert reply == (f"AI摘要授权已开启：{label}，到期时间 {local_time(expiry, ZONE)}（{ZONE}）；"
                      "仍需使用 /summary <email_id> 请求")
     assert ttl - 2 <= await chat.redis.ttl(keys.consent_ai(chat.chat_id)) <= ttl
 
@@ -106,7 +117,8 @@ async def test_summary_without_consent_is_metadata_and_the_hint_and_no_llm_reque
     email_id = mail(cyrus, subject="Quarterly report")
     before = await fakellm_server.total_requests()
     replies = await chat.with_llm(fakellm_server).say(f"/summary {email_id}")
-    assert replies == [f"Bob Example <bob@example.org> — Quarterly report\n{HINT}"]
+    assert replies == [
+        f"Bob Example <bob@example.org> — Quarterly report\n{how_to(email_id)}\n{HINT}"]
     assert await fakellm_server.total_requests() == before
 
 
@@ -330,7 +342,7 @@ async def test_english_consent_phrase_stores_the_expiry_and_confirms_in_english(
     [reply] = await chat.speaking("en").say(phrase)
     expiry = int(await chat.redis.get(keys.consent_ai(chat.chat_id)))
     assert before + ttl <= expiry <= int(time.time()) + ttl
-    assert reply == (f"AI summaries are on: {label}, until Unix {expiry}. "
+    assert reply == (f"AI summaries are on: {label}, until {local_time(expiry, ZONE)} ({ZONE}). "
                      "Ask for each one with /summary <email_id>")
 
 
@@ -338,7 +350,7 @@ async def test_an_english_phrase_to_a_chinese_bot_is_answered_in_chinese(chat: C
     """Catches the English phrases working only when bot_language is en (the decision: always)."""
     [reply] = await chat.say("7 days")
     expiry = int(await chat.redis.get(keys.consent_ai(chat.chat_id)))
-    assert reply == (f"AI摘要授权已开启：7天，到期时间 Unix {expiry}；"
+    assert reply == (f"AI摘要授权已开启：7天，到期时间 {local_time(expiry, ZONE)}（{ZONE}）；"
                      "仍需使用 /summary <email_id> 请求")
     assert await chat.say("stop summaries") == ["AI摘要授权已撤销"]
 
@@ -360,7 +372,7 @@ async def test_english_summary_without_consent_is_metadata_and_the_hint(
     english = chat.speaking("en").with_llm(fakellm_server)
     before = await fakellm_server.total_requests()
     assert await english.say(f"/summary {email_id}") == [
-        f"Bob Example <bob@example.org> — Quarterly report\n{EN_HINT}"]
+        f"Bob Example <bob@example.org> — Quarterly report\n{how_to(email_id, 'en')}\n{EN_HINT}"]
     assert await fakellm_server.total_requests() == before
     assert await english.say("/summary") == ["Please give an email id, e.g. /summary e-123"]
     await english.say("once")

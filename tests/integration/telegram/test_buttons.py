@@ -177,7 +177,9 @@ async def test_summary_without_consent_gets_the_consent_hint(served: ServedApp) 
     answer = await press(served, message, data_of(message, buttons.SUMMARY))
     assert answer["text"] is None  # answered at once; the reply is a message
     reply = await replied(served, served.chat)
-    assert reply.text == f"Bob Example <bob@example.org> — Quarterly report\n{HINT}"
+    assert reply.text == (f"Bob Example <bob@example.org> — Quarterly report\n授权：发送 /ai on"
+                          f"（1小时）、今天、7天 或 直到我撤销，然后再发送 /summary {email_id}。"
+                          f"\n{HINT}")
     assert not await served.redis.exists(keys.button_action(buttons.SUMMARY, email_id))
 
 
