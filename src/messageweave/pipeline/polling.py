@@ -223,7 +223,7 @@ class Poller:
                            telegram: TelegramClient) -> bool:
         """Whether a webhook receives the updates now (the holder then only watches). With
         `polling`, a registered webhook is deleted instead (its pending updates stay)."""
-        url = await telegram.get_webhook_info()
+        url = await telegram.webhook_url()
         held.check_webhook = cfg.telegram_updates == "webhook"
         if cfg.telegram_updates == "polling" and url:
             await telegram.delete_webhook()

@@ -5,16 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+import httpx
+
 from messageweave.aio import AsyncClosing
-from messageweave.chat.telegram.errors import FailureClass, TelegramSendError
+from messageweave.chat.telegram.errors import FailureClass, TelegramSendError, classify
 from messageweave.chat.telegram.redaction import REDACTOR
 from messageweave.chat.telegram.split import split_text
-from messageweave.chat.telegram.transport import EXCHANGE, PLAIN, Exchange, Keyboard, SendOptions
+from messageweave.chat.telegram.transport import (
+    EXCHANGE,
+    PLAIN,
+    Exchange,
+    Keyboard,
+    NotOk,
+    SendOptions,
+    error_fields,
+    ok_result,
+)
 
 if TYPE_CHECKING:
     from messageweave.chat.telegram.ptb import PtbBot
@@ -53,6 +65,7 @@ class TelegramClient(AsyncClosing):
         self._api_base_url = api_base_url.rstrip("/")
         self._timeout_s = timeout_s
         self._ptb: PtbBot | None = None  # built by the first call (`_bot`)
+        self._poll_http: httpx.AsyncClient | None = None  # the poller's (`_bare_http`)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -61,9 +74,11 @@ class TelegramClient(AsyncClosing):
 
     async def aclose(self) -> None:
         with self._lock:
-            self._closed, ptb = True, self._ptb
+            self._closed, ptb, bare = True, self._ptb, self._poll_http
         if ptb is not None:
             await ptb.shutdown()
+        if bare is not None:
+            await bare.aclose()
 
     def _bot(self) -> PtbBot:
         """The bot, built on the first call: python-telegram-bot is imported only then, so a
@@ -165,9 +180,20 @@ class TelegramClient(AsyncClosing):
         info = await self._call(lambda bot: bot.get_webhook_info())
         return info.url
 
+    # --- the poller's calls (issue #22): bare httpx, no python-telegram-bot -----------------
+    # An idle instance that only polls never sends: it must not pay PTB's memory for that
+    # (docs/benchmarks.md, idle memory). The answers are read by the same rules as the PTB
+    # transport's (`transport.error_fields`, `transport.ok_result`, `classify`).
+
     async def delete_webhook(self) -> None:
         """Remove the webhook (its pending updates stay, for getUpdates)."""
-        await self._call(lambda bot: bot.delete_webhook())
+        await self._bare("deleteWebhook", {"drop_pending_updates": False}, self._timeout_s)
+
+    async def webhook_url(self) -> str:
+        """The webhook URL Telegram has on file ('' when none is set), without PTB."""
+        result = await self._bare("getWebhookInfo", {}, self._timeout_s)
+        url = result.get("url") if isinstance(result, dict) else None
+        return url if isinstance(url, str) else ""
 
     async def get_updates(
         self, offset: int | None, *, timeout_s: int, limit: int = 100,
@@ -177,11 +203,50 @@ class TelegramClient(AsyncClosing):
         (an update is answered again until a call's `offset` is above its `update_id`). The
         call waits up to `timeout_s` for one; the whole call is bounded by that plus this
         client's own timeout."""
-        budget = timeout_s + self._timeout_s
-        result = await self._call(
-            lambda bot: bot.get_updates(offset, timeout_s, limit, allowed_updates, budget),
-            budget)
+        params: dict[str, object] = {"timeout": timeout_s, "limit": limit,
+                                     "allowed_updates": list(allowed_updates)}
+        if offset is not None:
+            params["offset"] = offset
+        result = await self._bare("getUpdates", params, timeout_s + self._timeout_s)
         return list(result) if isinstance(result, list) else []
+
+    def _bare_http(self) -> httpx.AsyncClient:
+        with self._lock:
+            if self._closed:
+                raise TelegramSendError(FailureClass.TRANSIENT, None, "the client is closed")
+            if self._poll_http is None:
+                # One connection: the poller's calls are one at a time, and never take a
+                # connection of the sends (PTB's pool).
+                # The system's trust (OpenSSL's default paths, SSL_CERT_FILE / SSL_CERT_DIR
+                # included), read on demand: not certifi's whole bundle (about 1 MB).
+                self._poll_http = httpx.AsyncClient(
+                    limits=httpx.Limits(max_connections=1), follow_redirects=False,
+                    trust_env=False, verify=ssl.create_default_context())
+            return self._poll_http
+
+    async def _bare(self, method: str, params: dict[str, object], timeout_s: float) -> object:
+        url = f"{self._api_base_url}/bot{self._token}/{method}"
+        http = self._bare_http()
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await http.post(url, json=params, timeout=timeout_s)
+        except (TimeoutError, httpx.TimeoutException):
+            raise TelegramSendError(FailureClass.TRANSIENT, None,
+                                    f"{method} timed out after {timeout_s:g} s") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            description = REDACTOR.redact(f"{type(exc).__name__}: {exc}")[:300]
+            raise TelegramSendError(FailureClass.TRANSIENT, None, description) from None
+        if not response.is_success:
+            fields = error_fields(response.status_code, response.content)
+            description = REDACTOR.redact(fields.description)[:300]
+            raise TelegramSendError(
+                classify(response.status_code, description, fields.retry_after),
+                fields.retry_after, description, status_code=response.status_code)
+        try:
+            return ok_result(response.content)
+        except NotOk:
+            raise TelegramSendError(FailureClass.TRANSIENT, None, "unreadable answer",
+                                    status_code=response.status_code) from None
 
     async def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> None:
         """Publish the command menu: (command without slash, description) pairs."""

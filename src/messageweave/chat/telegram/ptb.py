@@ -11,10 +11,7 @@ whatever a call raised into a `TelegramSendError`.
 
 from __future__ import annotations
 
-import json
-import warnings
 from collections.abc import Awaitable, Sequence
-from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -30,11 +27,19 @@ from telegram import (
 )
 from telegram.error import NetworkError, TelegramError
 from telegram.request import HTTPXRequest
-from telegram.warnings import PTBUserWarning
 
 from messageweave.chat.telegram.errors import FailureClass, TelegramSendError, classify
 from messageweave.chat.telegram.redaction import REDACTOR
-from messageweave.chat.telegram.transport import EXCHANGE, PLAIN, Exchange, Keyboard, SendOptions
+from messageweave.chat.telegram.transport import (
+    EXCHANGE,
+    PLAIN,
+    Exchange,
+    Keyboard,
+    NotOk,
+    SendOptions,
+    error_fields,
+    ok_result,
+)
 
 _MAX_DESCRIPTION = 300
 
@@ -60,37 +65,18 @@ class UnreadableAnswer(TelegramError):
         self.status = status
 
 
-# A proxy's "the upstream failed / did not answer in time" page: it may have forwarded the call.
-_MAYBE_FORWARDED = (HTTPStatus.BAD_GATEWAY, HTTPStatus.GATEWAY_TIMEOUT)
-
-
 def _error_answer(status: int, payload: bytes) -> ErrorAnswer:
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):  # e.g. an HTML page from a proxy in front of the Bot API
-        try:
-            phrase = HTTPStatus(status).phrase
-        except ValueError:
-            phrase = f"HTTP {status}"
-        return ErrorAnswer(status, phrase, None, maybe_sent=status in _MAYBE_FORWARDED)
-    description = str(body.get("description") or f"HTTP {status}")
-    parameters = body.get("parameters")
-    raw_retry = parameters.get("retry_after") if isinstance(parameters, dict) else None
-    retry_after = float(raw_retry) if isinstance(raw_retry, int | float) else None
-    return ErrorAnswer(status, description, retry_after)
+    fields = error_fields(status, payload)
+    return ErrorAnswer(status, fields.description, fields.retry_after,
+                       maybe_sent=fields.maybe_sent)
 
 
 def _ok_result(status: int, payload: bytes) -> object:
     """The `result` of a 2xx `{"ok": true, ...}` answer, else `UnreadableAnswer`."""
     try:
-        body = json.loads(payload)
-    except ValueError:  # not JSON, or not UTF-8
-        body = None
-    if not isinstance(body, dict) or body.get("ok") is not True or "result" not in body:
-        raise UnreadableAnswer(status)
-    return body["result"]
+        return ok_result(payload)
+    except NotOk:
+        raise UnreadableAnswer(status) from None
 
 
 async def _trace_exchange(request: httpx.Request) -> None:
@@ -138,24 +124,14 @@ class PtbBot:
             write_timeout=timeout_s,
             pool_timeout=timeout_s,
         )
-        # getUpdates has a connection of its own (issue #22): a long poll holds it for up to
-        # `timeout` seconds, which must not take one of the sends' connections. Its read
-        # timeout is set per call (the long poll's own plus a margin).
-        self._poll_request = BotApiRequest(
-            connection_pool_size=1,
-            connect_timeout=timeout_s,
-            read_timeout=timeout_s,
-            write_timeout=timeout_s,
-            pool_timeout=timeout_s,
-        )
+        # One request object for both slots: we never poll through PTB (the poller's calls
+        # are `TelegramClient`'s bare ones), and shutdown() closes it.
         self._bot = Bot(
-            token, base_url=base_url, request=self._request,
-            get_updates_request=self._poll_request,
+            token, base_url=base_url, request=self._request, get_updates_request=self._request
         )
 
     async def shutdown(self) -> None:
         await self._request.shutdown()
-        await self._poll_request.shutdown()
 
     def send_message(
         self, chat_id: int | str, text: str, *, disable_link_preview: bool,
@@ -196,26 +172,6 @@ class PtbBot:
 
     def get_webhook_info(self) -> Awaitable[WebhookInfo]:
         return self._bot.get_webhook_info()
-
-    def delete_webhook(self) -> Awaitable[bool]:
-        return self._bot.delete_webhook(drop_pending_updates=False)
-
-    async def get_updates(self, offset: int | None, timeout_s: int, limit: int,
-                          allowed_updates: Sequence[str], read_timeout_s: float) -> object:
-        """The raw `result` of getUpdates. Not `Bot.get_updates`: it builds PTB's models of
-        every update and, when one does not parse, logs the whole answer (the owner's messages)
-        at CRITICAL. `do_api_request` warns that `get_updates` exists, which is the point."""
-        kwargs: dict[str, Any] = {"timeout": timeout_s, "limit": limit,
-                                  "allowed_updates": list(allowed_updates)}
-        if offset is not None:
-            kwargs["offset"] = offset
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PTBUserWarning)
-            return await self._bot.do_api_request(
-                "getUpdates", api_kwargs=kwargs, read_timeout=read_timeout_s,
-                write_timeout=read_timeout_s, connect_timeout=read_timeout_s,
-                pool_timeout=read_timeout_s,
-            )
 
     def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> Awaitable[bool]:
         return self._bot.set_my_commands([BotCommand(name, text) for name, text in commands])

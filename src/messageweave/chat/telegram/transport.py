@@ -8,8 +8,10 @@ for it, whether the whole request was written (httpcore's `trace` extension) and
 from __future__ import annotations
 
 import contextvars
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 # An inline keyboard: rows of (button text, callback_data) pairs.
@@ -69,3 +71,52 @@ class Exchange:
 EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
     "messageweave_telegram_exchange", default=None
 )
+
+
+# --- reading an answer (shared by the PTB transport and the bare calls of `client`) ---------
+
+# A proxy's "the upstream failed / did not answer in time" page: it may have forwarded the call.
+MAYBE_FORWARDED = (HTTPStatus.BAD_GATEWAY, HTTPStatus.GATEWAY_TIMEOUT)
+
+
+@dataclass(frozen=True)
+class ErrorFields:
+    """What a non-2xx Bot API answer says: its description, `parameters.retry_after`, and
+    whether the call may have been forwarded all the same (a proxy's non-JSON 502/504)."""
+
+    description: str
+    retry_after: float | None
+    maybe_sent: bool = False
+
+
+def error_fields(status: int, payload: bytes) -> ErrorFields:
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):  # e.g. an HTML page from a proxy in front of the Bot API
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = f"HTTP {status}"
+        return ErrorFields(phrase, None, maybe_sent=status in MAYBE_FORWARDED)
+    description = str(body.get("description") or f"HTTP {status}")
+    parameters = body.get("parameters")
+    raw_retry = parameters.get("retry_after") if isinstance(parameters, dict) else None
+    retry_after = float(raw_retry) if isinstance(raw_retry, int | float) else None
+    return ErrorFields(description, retry_after)
+
+
+class NotOk(ValueError):
+    """A 2xx answer that is not `{"ok": true, "result": ...}`."""
+
+
+def ok_result(payload: bytes) -> object:
+    """The `result` of a 2xx `{"ok": true, ...}` answer, else `NotOk`."""
+    try:
+        body = json.loads(payload)
+    except ValueError:  # not JSON, or not UTF-8
+        body = None
+    if not isinstance(body, dict) or body.get("ok") is not True or "result" not in body:
+        raise NotOk
+    return body["result"]
