@@ -42,3 +42,27 @@ def test_a_secret_with_quotes_or_backslashes_is_redacted_inside_json_fields() ->
     assert "pa" not in record["detail"].replace("<secret>", "")
     assert record["detail"] == "got <secret>"
     assert record["ünicode"] == "é<secret>"
+
+
+def test_a_non_ascii_secret_is_redacted_in_ascii_escaped_json() -> None:
+    """Catches (issue #24, a surviving mutant): the `json.dumps(value)` form (ensure_ascii,
+    `p\\u00e4ss…`) dropped from the expanded secrets, so a log message quoting a JSON body
+    written with Python's default `json.dumps` kept a non-ASCII password readable."""
+    secret = "pässwörd-geheim-1234"
+    stream = io.StringIO()
+    handler = configure_logging(stream)
+
+    def source() -> list[str | None]:
+        return [secret]
+
+    add_secret_source(source)
+    try:
+        body = json.dumps({"password": secret})  # ensure_ascii=True: p\u00e4ssw\u00f6rd…
+        assert secret not in body
+        logging.getLogger("test.redaction").warning("upstream said %s", body)
+    finally:
+        remove_secret_source(source)
+        logging.getLogger().removeHandler(handler)
+    record = json.loads(stream.getvalue().strip())
+    assert "geheim" not in record["message"], record["message"]
+    assert "<secret>" in record["message"]
