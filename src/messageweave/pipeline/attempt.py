@@ -5,6 +5,11 @@ attempt a lease, a renewer keeps it alive while the attempt runs, and `Ledger.ma
 right before each Telegram call (the fence), so no two paths ever send one entry twice
 (`docs/reference.md` §1.3.1). A failed attempt is retried with backoff (inline when the retry is
 due soon, holding the chat's lane) or dead-lettered; every end is one line of the send log.
+
+A peer out of reach (Telegram or the mail server: connection refused or reset, DNS, a timeout,
+a 5xx) is waited for, with backoff capped at `BACKOFF_CAP_S`, for up to `retry_window_s`
+(§7.11), always inline on the continuous worker: the chat's later entries wait behind the one
+that waits, and a send (or mail read) that gets through to that peer wakes it at once.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from messageweave.pipeline.ledger import (
     terminal_record,
 )
 from messageweave.services import Services
-from messageweave.store import keys
+from messageweave.store import keys, waiting
 from messageweave.store.streams import Entry, dlq_payload
 
 log = logging.getLogger(__name__)
@@ -53,10 +58,21 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 300.0
 
 
-def backoff_s(attempt: int) -> float:
-    """Exponential with jitter: about 1, 2, 4 … seconds, capped at 5 minutes."""
-    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
-    return float(delay * random.uniform(0.8, 1.2))
+def backoff_s(attempt: int, base_s: float = BACKOFF_BASE_S,
+              cap_s: float = BACKOFF_CAP_S) -> float:
+    """Exponential with ±20 % jitter: about 1, 2, 4 … seconds, never more than `cap_s`
+    (5 minutes). Tests scale `base_s` and `cap_s` down (`WorkerOptions`)."""
+    delay = base_s * 2 ** min(max(0, attempt - 1), 64)
+    return float(min(cap_s, delay * random.uniform(0.8, 1.2)))
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A retry an attempt scheduled: due in `delay_s`; `peer` when it waits for a peer out of
+    reach (the continuous worker then waits for it inline, whatever the delay)."""
+
+    delay_s: float
+    peer: str | None = None
 
 
 
@@ -92,11 +108,17 @@ class Deliverer:
     """Attempts at entries for one consumer: its ledger, the rate governor, the send log."""
 
     def __init__(self, svc: Services, ledger: Ledger, governor: Governor, *,
-                 inline_retry_max_s: float) -> None:
+                 inline_retry_max_s: float, backoff_base_s: float = BACKOFF_BASE_S,
+                 backoff_cap_s: float = BACKOFF_CAP_S) -> None:
         self.svc = svc
         self.ledger = ledger
         self.governor = governor
         self.inline_retry_max_s = inline_retry_max_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        # Set (and dropped) when a call gets through to a peer (key: the peer), to wake the
+        # entries that wait for it (`pause`); the None key wakes on any peer.
+        self._answered: dict[str | None, asyncio.Event] = {}
         self._renewers: set[asyncio.Task[None]] = set()
         # Leases of attempts a Redis error ended before they could give them back: released
         # (by token) by the next maintenance pass, so the entry does not wait for the TTL.
@@ -105,7 +127,8 @@ class Deliverer:
         self.mail = MailPrefetch(svc)
 
     async def process(self, entry: Entry, after: asyncio.Future[None] | None = None,
-                      sent: asyncio.Future[None] | None = None) -> str:
+                      sent: asyncio.Future[None] | None = None, *,
+                      hold_for_peers: bool = True) -> str:
         """Deliver one entry through the ledger; returns the outcome (`delivered`, `muted` (a
         rule said so: nothing sent, the entry ends `skipped`), `skipped` (finished already),
         `busy`, `fenced`, `retry`, `dead_letter`, `unknown`, `interrupted`).
@@ -113,14 +136,22 @@ class Deliverer:
         `after` is the chat lane's turn to wait for; `sent` (this entry's place in the lane) is
         resolved as soon as every message of the entry went out, before the commit, so the
         next entry of the chat can send meanwhile (the caller resolves it in any other case).
-        A retry due within `inline_retry_max_s` is waited for here, holding the chat's lane;
-        each retry is a new attempt with a new lease."""
+        A retry due within `inline_retry_max_s` is waited for here, holding the chat's lane,
+        and so is, with `hold_for_peers`, every retry that waits for a peer out of reach (the
+        continuous worker: the chat's later entries must not overtake it; a drain, which
+        answers a request, does not hold); each retry is a new attempt with a new lease."""
         try:
             while True:
-                outcome, delay = await self._attempt(entry, after, sent)
-                if delay is None:
+                outcome, retry = await self._attempt(entry, after, sent)
+                if retry is None:
                     return outcome
-                await asyncio.sleep(delay)
+                inline = retry.delay_s <= self.inline_retry_max_s
+                if not inline and not (hold_for_peers and retry.peer is not None):
+                    return outcome  # the due set brings it back (`Worker._recoverable`)
+                if retry.peer is None:
+                    await asyncio.sleep(retry.delay_s)  # e.g. a 429's retry_after: no waking
+                else:
+                    await self.pause(retry.delay_s, retry.peer)
         except RedisError as exc:
             raise_if_cancelling()
             log.warning("delivery of %s %s interrupted: %s", entry.stream, entry.id,
@@ -129,9 +160,22 @@ class Deliverer:
         finally:
             self.mail.forget(entry)  # not used (busy, terminal, cancelled): nothing kept
 
+    async def pause(self, delay_s: float, peer: str | None = None) -> None:
+        """Sleep `delay_s`, or less: until a call gets through to `peer` (any peer: None)."""
+        event = self._answered.setdefault(peer, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), max(0.0, delay_s))
+
+    def _answered_by(self, peer: str) -> None:
+        """A call got through to `peer`: wake what waits for it (and for any peer)."""
+        for key in (peer, None):
+            event = self._answered.pop(key, None)
+            if event is not None:
+                event.set()
+
     async def _attempt(self, entry: Entry, after: asyncio.Future[None] | None,
-                       sent: asyncio.Future[None] | None) -> tuple[str, float | None]:
-        """One attempt under one lease → (outcome, delay before the next attempt or None)."""
+                       sent: asyncio.Future[None] | None) -> tuple[str, Retry | None]:
+        """One attempt under one lease → (outcome, the retry it scheduled or None)."""
         begin = await self.ledger.begin(entry.stream, entry.id)
         if begin.state == "terminal":
             return "skipped", None  # finished by another path; BEGIN acked it
@@ -183,7 +227,7 @@ class Deliverer:
 
     async def _try(self, entry: Entry, attempt: _Attempt, begin: Begin,
                    after: asyncio.Future[None] | None,
-                   sent: asyncio.Future[None] | None) -> tuple[str, float | None]:
+                   sent: asyncio.Future[None] | None) -> tuple[str, Retry | None]:
         if begin.unknown_after_send:
             resolved = await self._resolve_unknown(entry, attempt)
             if resolved is not None:
@@ -241,6 +285,8 @@ class Deliverer:
         if ordered and after is not None:
             await asyncio.shield(after)
         outgoing = await outgoing_for(entry, self.svc, self.mail)
+        if not ordered:
+            self._answered_by(waiting.JMAP)  # a notification's mail was read
         if not ordered and after is not None:
             await asyncio.shield(after)  # our turn in the chat lane
         runtime = self.svc.runtime
@@ -284,13 +330,14 @@ class Deliverer:
                 await self._telegram_failed(attempt, bot, message, Progress(index, number), exc)
             else:
                 attempt.telegram_s += time.monotonic() - started
+                self._answered_by(waiting.TELEGRAM)
         return ids
 
     async def _telegram_failed(self, attempt: _Attempt, bot: str, message: Outgoing,
                                progress: Progress, exc: TelegramSendError) -> None:
         status = exc.status_code if exc.status_code is not None else "-"
         failure = DeliveryFailure(exc.failure_class, f"telegram {status}: {exc.description}",
-                                  exc.retry_after, message.chat_id)
+                                  exc.retry_after, message.chat_id, peer=waiting.TELEGRAM)
         if exc.maybe_sent:
             raise _MaybeSent(failure)  # the intent stays `sending`: outcome unknown
         await self.ledger.mark(attempt.lease, progress, "failed")
@@ -299,19 +346,24 @@ class Deliverer:
         raise failure
 
     async def _failed(self, entry: Entry, attempt: _Attempt,
-                      failure: DeliveryFailure) -> tuple[str, float | None]:
-        """Count the attempt: dead-letter it, or schedule a retry (inline when it is soon)."""
+                      failure: DeliveryFailure) -> tuple[str, Retry | None]:
+        """Count the attempt: dead-letter it, or schedule a retry. A peer out of reach waits
+        for up to `retry_window_s` from the entry's first failure; any other retryable failure
+        has `max_retries` (§7.11); the rest are dead-lettered at once."""
         retryable = failure.failure_class.retryable
         attempts = await self.ledger.attempts(entry.stream, entry.id)
         if failure.failure_class == FailureClass.RATE_LIMIT and failure.retry_after:
             delay = failure.retry_after + random.uniform(0, 0.2)
         else:
-            delay = backoff_s(attempts + 1)
+            delay = backoff_s(attempts + 1, self.backoff_base_s, self.backoff_cap_s)
+        cfg = self.svc.config.config
+        window_s = cfg.retry_window_s if cfg is not None else 0
+        peer = failure.peer if retryable and window_s > 0 else None
         outcome = await self.ledger.retry_or_dlq(
             attempt.lease, payload=dlq_payload(entry.stream, entry.fields),
             failure_class=failure.failure_class.value, reason=failure.reason,
             max_attempts=self.svc.config.outbound.max_retries + 1, permanent=not retryable,
-            delay_s=delay,
+            delay_s=delay, peer=peer, window_s=window_s,
         )
         if outcome.fenced:
             return "fenced", None
@@ -321,7 +373,9 @@ class Deliverer:
             await self._record(entry, attempt, "dead_letter", failure.failure_class.value)
             return "dead_letter", None
         await self._record(entry, attempt, "retry", failure.failure_class.value)
-        return "retry", delay if delay <= self.inline_retry_max_s else None
+        if outcome.due_ms:  # the window's end may come before the backoff's
+            delay = min(delay, max(0.0, outcome.due_ms / 1000 - time.time()))
+        return "retry", Retry(delay, peer)
 
     async def _record(self, entry: Entry, attempt: _Attempt, outcome: str,
                       failure_class: str | None = None,

@@ -9,7 +9,13 @@ from dataclasses import dataclass
 
 from messageweave.chat.telegram import PLAIN, FailureClass, SendOptions
 from messageweave.config.service import NotConfigured
-from messageweave.mail.jmap import EmailMeta, JmapAuthError, JmapError
+from messageweave.mail.jmap import (
+    EmailMeta,
+    JmapAuthError,
+    JmapError,
+    JmapTransportError,
+    ServerUnavailable,
+)
 from messageweave.pipeline import digest
 from messageweave.pipeline.buttons import Press, handle_press, notification_keyboard
 from messageweave.pipeline.conversation import (
@@ -20,7 +26,7 @@ from messageweave.pipeline.conversation import (
 from messageweave.pipeline.notify import render_notification
 from messageweave.pipeline.routing import facts_for, route_for
 from messageweave.services import Services
-from messageweave.store import keys
+from messageweave.store import keys, waiting
 from messageweave.store.streams import Entry
 
 
@@ -32,15 +38,29 @@ class Outgoing:
 
 
 class DeliveryFailure(Exception):
-    """A classified failure; `reason` is short and never holds mail content or a secret."""
+    """A classified failure; `reason` is short and never holds mail content or a secret.
+
+    `peer` names the peer (`store.waiting.PEERS`) a `transient` failure found out of reach —
+    connection refused or reset, DNS, a timeout, a 5xx: the entry waits for it, with capped
+    backoff, for up to `retry_window_s` (docs/reference.md §7.11). None for anything else."""
 
     def __init__(self, failure_class: FailureClass, reason: str,
-                 retry_after: float | None = None, chat_id: int | None = None) -> None:
+                 retry_after: float | None = None, chat_id: int | None = None,
+                 peer: str | None = None) -> None:
         super().__init__(reason)
         self.failure_class = failure_class
         self.reason = reason[:300]
         self.retry_after = retry_after
         self.chat_id = chat_id
+        self.peer = peer if failure_class == FailureClass.TRANSIENT else None
+
+
+def jmap_failure(exc: JmapError) -> DeliveryFailure:
+    """A mailbox read that failed, as a delivery failure: `transient`, waiting for the mail
+    server when it was out of reach (network, timeout, HTTP 5xx/429, `serverUnavailable`)."""
+    unreachable = isinstance(exc, JmapTransportError | ServerUnavailable)
+    return DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}",
+                           peer=waiting.JMAP if unreachable else None)
 
 
 class Muted(Exception):
@@ -144,7 +164,7 @@ def _mail_failures() -> Iterator[None]:
     except JmapAuthError as exc:
         raise DeliveryFailure(FailureClass.AUTH, "jmap authentication failed") from exc
     except JmapError as exc:
-        raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
+        raise jmap_failure(exc) from exc
 
 
 async def _digest(entry: Entry, svc: Services) -> list[Outgoing]:
@@ -190,7 +210,9 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     if "callback_id" in entry.fields:  # a button pressed (issue #16)
         try:
             pressed = await handle_press(Press.of(entry.id, entry.fields), svc, cfg)
-        except (JmapError, NotConfigured) as exc:
+        except JmapError as exc:
+            raise jmap_failure(exc) from exc
+        except NotConfigured as exc:
             raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
         return [Outgoing(r.chat_id, r.text, r.options) for r in pressed]
     text = entry.fields.get("text")
@@ -204,6 +226,8 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.jmap)
     try:
         replies = await reply_to_update(IncomingMessage(chat_id, text), ctx)
-    except (JmapError, NotConfigured) as exc:
+    except JmapError as exc:
+        raise jmap_failure(exc) from exc
+    except NotConfigured as exc:
         raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
     return [Outgoing(r.chat_id, r.text) for r in replies]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from messageweave.pipeline.governor import GCRA, Lanes
-from messageweave.store import keys
+from messageweave.store import keys, waiting
 from messageweave.store.redis import Redis
 from messageweave.store.streams import forgotten_when_finished
 
@@ -127,28 +127,65 @@ redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 return 1
 """
 
-# KEYS: committed, inflight, intent, retry counter, retry_due, stream
-# ARGV: terminal record (JSON), committed ttl, group, entry id, forget (0/1)
+# KEYS: committed, inflight, intent, retry counter, retry_due, stream, retry window, then the
+#       waiting set of each peer (`store.waiting.waiting_keys`)
+# ARGV: terminal record (JSON), committed ttl, group, entry id, forget (0/1), waiting member
 COMMIT = """
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[7])
 redis.call('ZREM', KEYS[5], ARGV[4])
+for i = 8, #KEYS do redis.call('ZREM', KEYS[i], ARGV[6]) end
 redis.call('XACK', KEYS[6], ARGV[3], ARGV[4])
 if ARGV[5] == '1' then redis.call('XDEL', KEYS[6], ARGV[4]) end
 return 1
 """
 
-# KEYS: retry counter, stream, dlq, inflight, retry_due, intent, committed
+# KEYS: retry counter, stream, dlq, inflight, retry_due, intent, committed, retry window, then
+#       the waiting set of each peer (`store.waiting.waiting_keys`)
 # ARGV: group, entry id, max attempts, retry ttl, permanent (0/1), due ms, payload,
-#       failure class, reason, failed_at, dlq maxlen, lease, committed ttl, forget (0/1)
-# → {1, attempts} dead-lettered (terminal record written, acked, deleted when forgotten; the
-#   payload is the caller's `dlq_payload`, without private fields), {0, attempts} scheduled for a
-#   retry (lease released), {-1, 0} the lease is not ours (nothing written).
+#       failure class, reason, failed_at, dlq maxlen, lease, committed ttl, forget (0/1),
+#       peer (1-based position in `store.waiting.PEERS`, 0 = not a peer out of reach),
+#       retry window s (0 = off), retry window ttl, waiting ttl, now ms, waiting member
+# → {1, attempts, 0} dead-lettered (terminal record written, acked, deleted when forgotten; the
+#   payload is the caller's `dlq_payload`, without private fields), {0, attempts, due ms}
+#   scheduled for a retry (lease released), {-1, 0, 0} the lease is not ours (nothing written).
+# A peer out of reach (with the window on) waits until `since` + window, `since` being the
+# entry's first failure: its due time is cut to the window's end, and a failure at or after
+# that end dead-letters it. Every other retryable failure counts against `max attempts`, the
+# peer waits left out (§7.11).
 RETRY_OR_DLQ = """
-if redis.call('GET', KEYS[4]) ~= ARGV[12] then return {-1, 0} end
+if redis.call('GET', KEYS[4]) ~= ARGV[12] then return {-1, 0, 0} end
 local n = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-if ARGV[5] == '1' or n >= tonumber(ARGV[3]) then
+local now_ms = tonumber(ARGV[19])
+local now_s = math.floor(now_ms / 1000)
+redis.call('HSETNX', KEYS[8], 'since', now_s)
+redis.call('EXPIRE', KEYS[8], ARGV[17])
+local peer, window, member = tonumber(ARGV[15]), tonumber(ARGV[16]), ARGV[20]
+local due = tonumber(ARGV[6])
+local dead = ARGV[5] == '1'
+if not dead and peer > 0 and window > 0 then
+  redis.call('HINCRBY', KEYS[8], 'waits', 1)
+  local ends = (tonumber(redis.call('HGET', KEYS[8], 'since')) + window) * 1000
+  if now_ms >= ends then
+    dead = true
+  else
+    if due > ends then due = ends end
+    for i = 9, #KEYS do
+      if i == 8 + peer then
+        redis.call('ZADD', KEYS[i], 'NX', now_s, member)
+        redis.call('EXPIRE', KEYS[i], ARGV[18])
+      else
+        redis.call('ZREM', KEYS[i], member)
+      end
+    end
+  end
+elseif not dead then
+  local waits = tonumber(redis.call('HGET', KEYS[8], 'waits') or '0')
+  dead = n - waits >= tonumber(ARGV[3])
+  for i = 9, #KEYS do redis.call('ZREM', KEYS[i], member) end
+end
+if dead then
   local dlq_id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[11], '*', 'payload', ARGV[7],
     'source_id', ARGV[2], 'failure_class', ARGV[8], 'reason', ARGV[9], 'attempts', n,
     'failed_at', ARGV[10])
@@ -156,13 +193,14 @@ if ARGV[5] == '1' or n >= tonumber(ARGV[3]) then
     failure_class = ARGV[8], attempts = n, at = tonumber(ARGV[10])}), 'EX', ARGV[13])
   redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
   if ARGV[14] == '1' then redis.call('XDEL', KEYS[2], ARGV[2]) end
-  redis.call('DEL', KEYS[1], KEYS[4], KEYS[6])
+  redis.call('DEL', KEYS[1], KEYS[4], KEYS[6], KEYS[8])
   redis.call('ZREM', KEYS[5], ARGV[2])
-  return {1, n}
+  for i = 9, #KEYS do redis.call('ZREM', KEYS[i], member) end
+  return {1, n, 0}
 end
-redis.call('ZADD', KEYS[5], ARGV[6], ARGV[2])
+redis.call('ZADD', KEYS[5], due, ARGV[2])
 redis.call('DEL', KEYS[4])
-return {0, n}
+return {0, n, due}
 """
 
 DLQ_MAXLEN = 10_000
@@ -207,6 +245,7 @@ class Outcome:
     dead_lettered: bool
     attempts: int
     fenced: bool = False
+    due_ms: int = 0  # a retry: when it is due (the window's end may have brought it forward)
 
 
 def _forget(stream: str) -> str:
@@ -298,31 +337,42 @@ class Ledger:
         """Write the terminal record and ack (and delete a forgotten entry). Not fenced: what
         was sent gets its receipt."""
         stream, entry_id = lease.stream, lease.entry_id
+        peers = waiting.waiting_keys()
         await self.redis.eval(
-            COMMIT, 6, keys.delivery_committed(stream, entry_id), lease.inflight_key,
-            keys.delivery_intent(stream, entry_id), keys.retry_counter(stream, entry_id),
-            keys.retry_due(stream), stream,
+            COMMIT, 7 + len(peers), keys.delivery_committed(stream, entry_id),
+            lease.inflight_key, keys.delivery_intent(stream, entry_id),
+            keys.retry_counter(stream, entry_id), keys.retry_due(stream), stream,
+            keys.retry_window(stream, entry_id), *peers,
             json.dumps(record, separators=(",", ":")), keys.COMMITTED_TTL_S,
-            keys.CONSUMER_GROUP, entry_id, _forget(stream),
+            keys.CONSUMER_GROUP, entry_id, _forget(stream), waiting.member(stream, entry_id),
         )
 
     async def retry_or_dlq(
         self, lease: Lease, *, payload: str, failure_class: str, reason: str,
-        max_attempts: int, permanent: bool, delay_s: float,
+        max_attempts: int, permanent: bool, delay_s: float, peer: str | None = None,
+        window_s: int = 0,
     ) -> Outcome:
+        """Count a failed attempt: a retry due in `delay_s`, or the dead letter. `peer` names
+        the peer a failure found out of reach (`store.waiting.PEERS`): with `window_s` > 0 it
+        waits until the window from the entry's first failure is over, whatever
+        `max_attempts` says (§7.11)."""
         stream, entry_id = lease.stream, lease.entry_id
         now = time.time()
+        peers = waiting.waiting_keys()
         reply = await self.redis.eval(
-            RETRY_OR_DLQ, 7, keys.retry_counter(stream, entry_id), stream, keys.dlq(stream),
-            lease.inflight_key, keys.retry_due(stream), keys.delivery_intent(stream, entry_id),
-            keys.delivery_committed(stream, entry_id),
+            RETRY_OR_DLQ, 8 + len(peers), keys.retry_counter(stream, entry_id), stream,
+            keys.dlq(stream), lease.inflight_key, keys.retry_due(stream),
+            keys.delivery_intent(stream, entry_id), keys.delivery_committed(stream, entry_id),
+            keys.retry_window(stream, entry_id), *peers,
             keys.CONSUMER_GROUP, entry_id, max(1, max_attempts), keys.RETRY_TTL_S,
             "1" if permanent else "0", int((now + delay_s) * 1000), payload, failure_class,
             reason, int(now), DLQ_MAXLEN, lease.value, keys.COMMITTED_TTL_S,
-            _forget(stream),
+            _forget(stream), waiting.peer_position(peer), max(0, window_s),
+            keys.RETRY_WINDOW_TTL_S, keys.DELIVERY_WAITING_TTL_S, int(now * 1000),
+            waiting.member(stream, entry_id),
         )
         code = int(reply[0])
-        return Outcome(code == 1, int(reply[1]), fenced=code == -1)
+        return Outcome(code == 1, int(reply[1]), fenced=code == -1, due_ms=int(reply[2]))
 
     async def release(self, lease: Lease) -> None:
         """Give the entry back (shutdown): due again at once, if the lease is still ours."""
@@ -335,12 +385,22 @@ class Ledger:
                                               start=0, num=limit)
         return [str(r) for r in rows]
 
-    async def waiting(self, stream: str, entry_ids: list[str]) -> set[str]:
-        """Those of `entry_ids` whose backoff is not over yet."""
+    async def waiting(self, stream: str, entry_ids: list[str]) -> dict[str, float]:
+        """Those of `entry_ids` whose backoff is not over yet → when each is due (Unix s)."""
         now_ms = time.time() * 1000
         scores = await self.redis.zmscore(keys.retry_due(stream), entry_ids)
-        return {i for i, score in zip(entry_ids, scores, strict=True)
+        return {i: score / 1000 for i, score in zip(entry_ids, scores, strict=True)
                 if score is not None and score > now_ms}
+
+    async def due_at(self, stream: str, entry_id: str) -> float | None:
+        """When the entry's retry is due (Unix ms), None when it is not waiting for one."""
+        score = await self.redis.zscore(keys.retry_due(stream), entry_id)
+        return None if score is None else float(score)
+
+    async def defer(self, stream: str, entry_id: str, due_ms: float) -> None:
+        """Make an entry that was not attempted due at `due_ms` (behind the entry of its chat
+        that waits until then: a drain keeps the chat's order so)."""
+        await self.redis.zadd(keys.retry_due(stream), {entry_id: due_ms})
 
     async def attempts(self, stream: str, entry_id: str) -> int:
         value = await self.redis.get(keys.retry_counter(stream, entry_id))

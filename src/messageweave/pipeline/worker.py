@@ -15,6 +15,9 @@ Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
   `HEARTBEAT_INTERVAL_S` by its own loop) is gone is dead: its pending entries are claimed at
   once and the consumer is removed from the group;
 - entries whose backoff is over (`delivery:retry_due:{stream}`) are claimed and retried;
+  the continuous worker also takes a dead consumer's entries whose backoff is not over, and
+  each waits for it in its chat's lane, so the chat's later entries stay behind it; the read
+  loop reads new entries only after the first pass, so they queue behind those too;
 - this process's own pending entries idle for `OWN_IDLE_MS` (e.g. after a Redis error) are
   retried unless this process is working on them; entries idle past the reference's threshold
   on a live but stuck consumer are taken over with XAUTOCLAIM (the fallback);
@@ -39,7 +42,7 @@ from redis.exceptions import RedisError
 
 from messageweave.aio import cancel, raise_if_cancelling
 from messageweave.logs import RepeatLog
-from messageweave.pipeline.attempt import Deliverer
+from messageweave.pipeline.attempt import BACKOFF_BASE_S, BACKOFF_CAP_S, Deliverer
 from messageweave.pipeline.events import lane_of
 from messageweave.pipeline.governor import Governor
 from messageweave.pipeline.ledger import Ledger
@@ -68,6 +71,10 @@ class WorkerOptions:
     inline_retry_max_s: float = 30.0
     shutdown_grace_s: float = 3.0
     lease_ttl_s: int = keys.INFLIGHT_TTL_S
+    # The retry backoff (`attempt.backoff_s`): base × 2^(n−1), capped. Tests scale both down,
+    # so an outage of seconds runs through as many capped waits as one of minutes would.
+    backoff_base_s: float = BACKOFF_BASE_S
+    backoff_cap_s: float = BACKOFF_CAP_S
 
 
 def consumer_name() -> str:
@@ -108,7 +115,13 @@ class Worker:
         self._active: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[str]] = set()
         self.deliverer = Deliverer(svc, self.ledger, self.governor,
-                                   inline_retry_max_s=self.options.inline_retry_max_s)
+                                   inline_retry_max_s=self.options.inline_retry_max_s,
+                                   backoff_base_s=self.options.backoff_base_s,
+                                   backoff_cap_s=self.options.backoff_cap_s)
+        # Entries taken from a dead consumer before their backoff was over → when it is (Unix
+        # s): each waits for it in its chat's lane (`_run_one`).
+        self._not_before: dict[tuple[str, str], float] = {}
+        self._first_pass = asyncio.Event()  # the maintenance loop's first pass is over
         self.process = self.deliverer.process
         self._slots = asyncio.Semaphore(self.options.concurrency)
         self._running = 0
@@ -128,6 +141,9 @@ class Worker:
 
     async def _read_loop(self) -> None:
         ready = False
+        # What a stopped worker left (a chat's waiting entry and those behind it) takes its
+        # places in the lanes before anything newer is read.
+        await self._first_pass.wait()
         while True:
             try:
                 if not ready:
@@ -200,6 +216,10 @@ class Worker:
     async def _run_one(self, entry: Entry, prev: asyncio.Future[None] | None,
                        mine: asyncio.Future[None]) -> str:
         try:
+            not_before = self._not_before.pop((entry.stream, entry.id), None)
+            if not_before is not None and not_before > time.time():
+                # its backoff, holding the lane (a call that gets through to a peer ends it)
+                await self.deliverer.pause(not_before - time.time())
             return await self.process(entry, prev, mine)
         finally:
             self._running -= 1
@@ -256,13 +276,25 @@ class Worker:
         beating = asyncio.create_task(self._keep_beating(), name="drain-heartbeat")
         result = DrainResult()
         taken: list[Entry] = []
+        # A chat whose entry was left waiting for its retry (lane → when it is due, ms): the
+        # chat's later entries of the batch are not attempted, but made due right after it.
+        blocked: dict[int, float] = {}
         try:
             taken += self._take(await self._recoverable(batch))
             taken += self._take(await self.streams.read_new(self.consumer, batch, None))
             for entry in taken:
+                lane = lane_of(entry, self.svc)
                 prev, mine = self._ticket(entry)
                 try:
-                    outcome = await self.process(entry, prev, mine)
+                    if lane in blocked:
+                        await self.ledger.defer(entry.stream, entry.id, blocked[lane])
+                        outcome = "deferred"
+                    else:
+                        outcome = await self.process(entry, prev, mine, hold_for_peers=False)
+                        if outcome == "retry":
+                            due = await self.ledger.due_at(entry.stream, entry.id)
+                            if due is not None:
+                                blocked[lane] = due
                 finally:
                     self._active.discard((entry.stream, entry.id))
                     if not mine.done():
@@ -285,7 +317,7 @@ class Worker:
                     await self.streams.ensure_groups()
                     ready = True
                 await self.deliverer.release_orphans()
-                for entry in await self._recoverable(50):
+                for entry in await self._recoverable(50, hold=True):
                     await self.spawn(entry)
                 self._passes += 1
                 if self._passes % TRIM_EVERY == 1:
@@ -296,14 +328,20 @@ class Worker:
                 self.failures.failed(MAINTENANCE, exc)
             else:
                 self.failures.recovered(MAINTENANCE)
+            finally:
+                self._first_pass.set()
             raise_if_cancelling()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
-    async def _recoverable(self, limit: int) -> list[Entry]:
-        """Entries to (re)process now: dead consumers' work, due retries, stalled entries."""
-        out: list[Entry] = []
+    async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
+        """Entries to (re)process now: dead consumers' work, due retries, stalled entries,
+        oldest first in each stream (a chat's lane takes them in that order). With `hold`
+        (the continuous worker), a dead consumer's entries whose backoff is not over are
+        taken too, to wait for it in their lanes (`_not_before`)."""
+        unique: list[Entry] = []
+        seen: set[tuple[str, str]] = set()
         for stream in keys.STREAMS:
-            out += await self._claim_dead(stream, limit)
+            out = await self._claim_dead(stream, limit, hold)
             due = [i for i in await self.ledger.due(stream, limit)
                    if (stream, i) not in self._active]
             claimed = await self.streams.claim(stream, self.consumer, due)
@@ -311,16 +349,14 @@ class Worker:
                 await self.ledger.forget_due(stream, gone)  # acked or trimmed meanwhile
             out += claimed
             out += await self._stalled(stream, limit)
-        seen: set[tuple[str, str]] = set()
-        unique = []
-        for entry in out:
-            key = (entry.stream, entry.id)
-            if key not in seen and key not in self._active:
-                seen.add(key)
-                unique.append(entry)
+            for entry in sorted(out, key=_stream_order):
+                key = (entry.stream, entry.id)
+                if key not in seen and key not in self._active:
+                    seen.add(key)
+                    unique.append(entry)
         return unique
 
-    async def _claim_dead(self, stream: str, limit: int) -> list[Entry]:
+    async def _claim_dead(self, stream: str, limit: int, hold: bool = False) -> list[Entry]:
         out: list[Entry] = []
         for name, pending in await self.streams.consumers(stream):
             if name == self.consumer or await self.streams.alive(name):
@@ -329,17 +365,23 @@ class Worker:
                 ids = await self.streams.pending_of(stream, name, limit)
                 claimed = await self.streams.claim(stream, self.consumer, ids)
                 log.info("claimed %d entries of dead consumer on %s", len(ids), stream)
-                out += await self._not_deferred(stream, claimed)
+                out += await self._not_deferred(stream, claimed, hold)
                 if len(ids) < pending:
                     continue
             await self.streams.remove_consumer(stream, name)
         return out
 
-    async def _not_deferred(self, stream: str, entries: list[Entry]) -> list[Entry]:
-        """Leave out entries whose backoff is not over yet (the due set brings them back)."""
+    async def _not_deferred(self, stream: str, entries: list[Entry],
+                            hold: bool = False) -> list[Entry]:
+        """Leave out entries whose backoff is not over yet (the due set brings them back);
+        with `hold`, keep them, each to wait for its backoff in its lane (`_not_before`)."""
         if not entries:
             return []
         waiting = await self.ledger.waiting(stream, [e.id for e in entries])
+        if hold:
+            for entry_id, due in waiting.items():
+                self._not_before[(stream, entry_id)] = due
+            return entries
         return [e for e in entries if e.id not in waiting]
 
     async def _stalled(self, stream: str, limit: int) -> list[Entry]:
@@ -350,6 +392,15 @@ class Worker:
         stuck = await self.streams.autoclaim(stream, self.consumer, idle_threshold_ms(self.svc),
                                              limit)
         return entries + await self._not_deferred(stream, stuck)
+
+def _stream_order(entry: Entry) -> tuple[int, int]:
+    """A stream id (`{ms}-{seq}`) as numbers: the order the stream holds its entries in."""
+    ms, _, seq = entry.id.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return 0, 0
+
 
 _WORKERS: dict[int, Worker] = {}
 

@@ -76,6 +76,9 @@ async def test_a_transient_telegram_error_is_retried_within_seconds(pipeline: Se
 
 
 async def test_retries_end_in_the_dlq_after_max_attempts(pipeline: ServedApp) -> None:
+    """With `retry_window_s` 0 (issue #22: the old behaviour), a 5xx counts against
+    `max_retries` like any retryable failure: two attempts, then the DLQ."""
+    await pipeline.configure(retry_window_s=0)
     saved = await pipeline.client.put("/api/config", headers=pipeline.admin, json={
         "jmap_timeout_ms": 15000, "telegram_timeout_ms": 10000, "llm_timeout_ms": 30000,
         "max_retries": 1})

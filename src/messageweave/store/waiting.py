@@ -1,0 +1,63 @@
+"""Which peer delivery is waiting for, and since when (issue #22; docs/reference.md §7.11).
+
+An entry whose last attempt failed because Telegram or the mail server was out of reach
+(connection refused or reset, DNS, a timeout, a 5xx) waits for that peer, with capped backoff,
+for up to `retry_window_s`. While it does, it is a member `{stream}/{entry_id}` of
+`delivery:waiting:{peer}`, scored with since when it has waited for that peer. The ledger's
+scripts keep these sets: `RETRY_OR_DLQ` adds the entry (and takes it out of the other peer's),
+`COMMIT` and the dead letter take it out. `waiting_for_peers` reads them for `/ready` and
+`diagnose`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messageweave.store import keys
+from messageweave.store.redis import Redis
+
+TELEGRAM = "telegram"
+JMAP = "jmap"
+PEERS = (TELEGRAM, JMAP)
+LABELS = {TELEGRAM: "Telegram", JMAP: "the mail server"}
+
+
+def member(stream: str, entry_id: str) -> str:
+    return f"{stream}/{entry_id}"
+
+
+def waiting_keys() -> list[str]:
+    """One waiting set per peer, in the order of `PEERS` (the ledger's scripts take them so)."""
+    return [keys.delivery_waiting(peer) for peer in PEERS]
+
+
+def peer_position(peer: str | None) -> int:
+    """The scripts' peer argument: 1-based position in `PEERS`, 0 for no peer."""
+    return PEERS.index(peer) + 1 if peer in PEERS else 0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Entries waiting for one peer: how many, and since when the longest-waiting one has."""
+
+    peer: str
+    since: int  # Unix seconds
+    entries: int
+
+    def as_json(self) -> dict[str, int]:
+        return {"since": self.since, "entries": self.entries}
+
+
+async def waiting_for_peers(redis: Redis) -> dict[str, Waiting]:
+    """Each peer something waits for (none: absent), in one round trip."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in waiting_keys():
+            pipe.zrange(key, 0, 0, withscores=True)
+            pipe.zcard(key)
+        replies = await pipe.execute()
+    out: dict[str, Waiting] = {}
+    for n, peer in enumerate(PEERS):
+        first, count = replies[2 * n], int(replies[2 * n + 1] or 0)
+        if first and count:
+            out[peer] = Waiting(peer, int(float(first[0][1])), count)
+    return out
