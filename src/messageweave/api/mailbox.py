@@ -120,7 +120,8 @@ async def push_status(request: Request) -> JSONResponse:
     svc = services(request)
     now = time.time()
     try:
-        force = await read_in_force(svc.redis, svc.config.config, now)
+        force = await read_in_force(svc.redis, svc.config.config, now,
+                                    enabled=await svc.store.enabled())
         updates = await read_label(svc)
     except RedisError as exc:
         raise service_unavailable() from exc

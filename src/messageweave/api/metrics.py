@@ -42,7 +42,8 @@ async def get_metrics(request: Request) -> Response:
         streams = await stream_stats(svc.redis)
         unknown = await unknown_after_send(svc.redis)
         stored: int | None = await svc.store.business_revision()
-        force = await read_in_force(svc.redis, svc.config.config, now)
+        force = await read_in_force(svc.redis, svc.config.config, now,
+                                    enabled=await svc.store.enabled())
         health = force.subscription
         updates = await read_label(svc)
         redis_up = True

@@ -96,8 +96,8 @@ async def _local_check(svc: Services) -> _Local:
     """Reload a newer configuration, then read what Redis says of the receivers."""
     await svc.config.refresh()
     try:
-        await svc.store.enabled()
-        force = await read_in_force(svc.redis, svc.config.config, time.time())
+        enabled = await svc.store.enabled()
+        force = await read_in_force(svc.redis, svc.config.config, time.time(), enabled=enabled)
         return _Local(True, force.label, await read_label(svc))
     except RedisError:
         return _Local(False)

@@ -82,7 +82,7 @@ async def _with_redis(settings: Settings, redis: Redis) -> list[Check]:
     checks.append(await _enabled(store))
     checks.extend(await _peers(cfg))
     checks.append(await _updates(redis, cfg, await store.enabled()))
-    checks.append(await _push(redis, cfg, time.time()))
+    checks.append(await _push(redis, cfg, time.time(), await store.enabled()))
     checks.extend(await _queues(redis))
     checks.extend(await _waiting(redis, cfg, time.time()))
     return checks
@@ -173,10 +173,10 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)} s"
 
 
-async def _push(redis: Redis, cfg: BusinessConfig, now: float) -> Check:
+async def _push(redis: Redis, cfg: BusinessConfig, now: float, enabled: bool) -> Check:
     """Push is `warn` unless `ok`: while it is off or degraded mail still arrives by reconcile
     (every `degraded_reconcile_interval_s` while degraded)."""
-    force = await read_in_force(redis, cfg, now)
+    force = await read_in_force(redis, cfg, now, enabled=enabled)
     if force.way == "eventsource" and force.state == "ok":
         last = ("no event yet" if force.last_event is None
                 else f"last event {_age(now - force.last_event)} ago")

@@ -125,10 +125,14 @@ def in_force(cfg: BusinessConfig | None, es: LoopStatus | None,
     return PushInForce("degraded", "eventsource", reason, es.last_event, sub)
 
 
-async def read_in_force(redis: Redis, cfg: BusinessConfig | None, now: float) -> PushInForce:
-    """`in_force` from Redis (two reads), as every instance sees it."""
-    es = await read_status(redis, keys.EVENTSOURCE_STATUS)
-    return in_force(cfg, es, await push_lifecycle.health(redis, now))
+async def read_in_force(redis: Redis, cfg: BusinessConfig | None, now: float, *,
+                        enabled: bool = True) -> PushInForce:
+    """`in_force` from Redis (two reads), as every instance sees it; `off` while processing
+    is switched off (nothing holds the EventSource then)."""
+    sub = await push_lifecycle.health(redis, now)
+    if not enabled:
+        return PushInForce("off", reason="processing is switched off", subscription=sub)
+    return in_force(cfg, await read_status(redis, keys.EVENTSOURCE_STATUS), sub)
 
 
 async def ask_catchup(redis: Redis, account_id: str) -> None:

@@ -168,9 +168,9 @@ class Poller:
                 return
             if cfg.bot_token != held.token:  # another bot: its own offset
                 held = _Held(cfg.bot_token, await read_offset(self.svc.redis, cfg.bot_token))
-            if self._refused_token == cfg.bot_token:
+            if self._refused_token == cfg.bot_token:  # nothing to ask until it changes
                 await self._report(held, "unauthorized")
-                await asyncio.sleep(IDLE_S)
+                await self._pause(WEBHOOK_CHECK_S)
                 continue
             await self._step(held, cfg, runtime.telegram)
 
@@ -230,8 +230,8 @@ class Poller:
             log.info("telegram_updates is polling: the registered webhook was deleted")
             return False
         if url:
+            held.failures, held.check_webhook = 0, True
             await self._report(held, "webhook")
-            held.check_webhook = True
             return True
         if cfg.telegram_updates == "webhook":
             await self._report(held, "no_webhook")
@@ -278,6 +278,8 @@ class Poller:
             return
         if kind is FailureClass.CONFLICT:
             held.check_webhook = True  # a webhook registered meanwhile is not a conflict
+            if held.failures == 1:
+                return  # look at once: setWebhook ends a long poll with this 409 too
             await self._report(held, "conflict")
             await self._pause(backoff_s(held.failures, CONFLICT_BASE_S))
             return
