@@ -15,6 +15,7 @@ from messageweave.store import keys
 from tests.browser.conftest import LiveService, PageRun, save_configuration
 from tests.conftest import ADMIN_KEY, CYRUS_PASSWORD, CYRUS_USER, sample_wire
 from tests.peers.cyrus import CyrusServer
+from tests.peers.telegram import TelegramEmulator
 
 SECRETS = ("123456:bot-token-SECRET", "webhook-secret-SECRET", "jmap-password-SECRET",
            "reconcile-SECRET", "worker-token-SECRET")
@@ -75,7 +76,11 @@ def test_setup_mode_lists_the_missing_variables_and_offers_no_sign_in(
     page = page_run.page
     open_page(page, setup_service)
     expect(page.locator("#setup-summary")).to_contain_text("Setup mode")
-    expect(page.locator("#setup-missing li")).to_have_text(["REDIS_URL", "CONFIG_ENCRYPTION_KEY"])
+    # The one place the page names the variable: it says which one to set (reference §7.12).
+    expect(page.locator("#setup-missing li")).to_have_text([
+        "REDIS_URL — where Redis is (redis://…)",
+        "CONFIG_ENCRYPTION_KEY — the admin key: 64 hex characters you keep "
+        "(it also encrypts the settings)"])
     expect(page.locator("#auth-card")).to_be_hidden()
     page.click("#setup-recheck")
     expect(page.locator("#setup-missing li")).to_have_count(2)
@@ -90,7 +95,7 @@ def test_sign_in_rejects_a_wrong_credential_then_accepts_the_right_one_by_keyboa
     expect(page.locator("#setup-summary")).to_contain_text("configured")
     page.fill("#auth-key", "00" * 32)
     page.keyboard.press("Enter")
-    expect(page.locator("#auth-msg")).to_contain_text("Wrong credential")
+    expect(page.locator("#auth-msg")).to_have_text("Wrong key. Check the admin key and try again.")
     expect(page.locator("#admin")).to_be_hidden()
     shot(page, "sign-in-wrong-credential")
     page.fill("#auth-key", "")
@@ -119,16 +124,21 @@ def test_first_save_sends_the_full_configuration_and_lists_runtime_warnings(
     page.fill("#f-chat_allowlist", "4242, -1001234567890123")
     page.fill("#tz-filter", "Tokyo")
     page.select_option("#f-timezone", "Asia/Tokyo")
+    page.select_option("#f-telegram_updates", wire["telegram_updates"])
+    page.select_option("#f-push_mode", wire["push_mode"])
     with page.expect_request(is_put) as sent:
         page.click("#biz-save")
     body = body_of(sent.value)
-    expected = {**wire, "timezone": "Asia/Tokyo"}
+    expected = {**wire, "timezone": "Asia/Tokyo", "bot_language": "en"}
     assert {k: body[k] for k in expected} == expected
     assert body["llm_api_key"] is None and "revision" not in body
-    # The JMAP port of sample_wire is closed: saved (green), not applied and why (red).
-    expect(page.locator("#biz-msg")).to_have_text("Saved (revision 1).")
+    # The JMAP port of sample_wire is closed: saved (green), not applied and why (red); the
+    # first save switched processing on (issue #22).
+    expect(page.locator("#biz-msg")).to_have_text(
+        "Saved (revision 1). Processing is switched on.")
     expect(page.locator("#biz-warnings li").first).to_contain_text("Not hot-reloaded")
-    expect(page.locator("#biz-warnings li").nth(1)).to_contain_text("jmap · connect:")
+    expect(page.locator("#biz-warnings li").nth(1)).to_contain_text(
+        "Mail server (JMAP) · connect:")
     expect(page.locator("#biz-state")).to_contain_text("revision 1")
     shot(page, "first-save-warnings")
 
@@ -194,12 +204,14 @@ def test_a_rejected_value_shows_the_servers_rule_next_to_the_form(
 
 @pytest.fixture
 def cyrus_configured(
-    service: LiveService, cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch
+    service: LiveService, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> LiveService:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))  # trust Cyrus's CA like an operator
     save_configuration(service, sample_wire(jmap_session_url=cyrus.origin + "/",
                                             jmap_username=CYRUS_USER,
-                                            jmap_password=CYRUS_PASSWORD))
+                                            jmap_password=CYRUS_PASSWORD,
+                                            telegram_api_base_url=telegram_emulator.base_url))
     return service
 
 
@@ -212,14 +224,17 @@ def test_test_connection_with_a_stored_configuration_needs_no_retyped_secrets(
         page.click("#biz-test")
     assert body_of(sent.value) == {}
     expect(page.locator("#preflight-result")).to_have_text("Validation passed.")
-    expect(page.locator("#preflight-issues li")).to_have_text(
-        ["jmap: reachable.", "llm: not probed (needs both AI switches on)."])
+    expect(page.locator("#preflight-issues li")).to_have_text([
+        "Mail server (JMAP): reachable.",
+        "Telegram: the bot token works at this Bot API address.",
+        "AI service: not probed (needs both AI switches on)."])
     shot(page, "test-connection")
     page.fill("#f-jmap_password", "wrong-password")
     with page.expect_request(is_preflight) as sent:
         page.click("#biz-test")
     assert body_of(sent.value) == {"jmap_password": "wrong-password"}
-    expect(page.locator("#preflight-issues li").first).to_have_text("jmap: failed.")
+    expect(page.locator("#preflight-issues li").first).to_have_text(
+        "Mail server (JMAP): failed.")
 
 
 def test_enable_switch_round_trip(
@@ -326,12 +341,15 @@ def test_timezone_search_offers_every_zone_the_backend_accepts(
     signed_in(page, service)
     zones = page.evaluate("window.__mw.zones")
     assert zones[:2] == ["Etc/UTC", "Africa/Cairo"] and "America/Argentina/Buenos_Aires" in zones
+    current = page.input_value("#f-timezone")  # a first setup: the browser's zone (issue #22)
+    assert current == page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone")
     page.fill("#tz-filter", "buenos")
     options = page.locator("#f-timezone option")
     expect(options).to_have_count(3)  # the current choice stays, plus the zone and its alias
-    assert options.all_inner_texts()[0].startswith("Asia/Shanghai")
+    assert [text for text in options.all_inner_texts() if text.startswith(current + " ")]
     page.select_option("#f-timezone", "America/Argentina/Buenos_Aires")
-    assert "(UTC-3)" in options.nth(1).inner_text()
+    assert "(UTC-3)" in page.locator(
+        "#f-timezone option[value='America/Argentina/Buenos_Aires']").inner_text()
 
 
 def test_dead_letter_entries_are_listed_and_replayed(

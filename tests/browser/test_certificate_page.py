@@ -14,6 +14,7 @@ from tests.browser.conftest import LiveService, PageRun, save_configuration
 from tests.browser.test_admin_page import signed_in
 from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, sample_wire
 from tests.peers.cyrus import CyrusServer
+from tests.peers.telegram import TelegramEmulator
 
 OK = re.compile(r"\bok\b")
 ERROR = re.compile(r"\berror\b")
@@ -21,15 +22,18 @@ ERROR = re.compile(r"\berror\b")
 
 @pytest.fixture
 def untrusted_cyrus(
-    service: LiveService, cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch
+    service: LiveService, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[LiveService]:
     """Cyrus saved as the mailbox while the process trusts only the default store (the
-    `trust_cyrus` fixture of other tests sets SSL_CERT_FILE, read on every TLS context)."""
+    `trust_cyrus` fixture of other tests sets SSL_CERT_FILE, read on every TLS context); the
+    bot at the emulator, since Test connection tests Telegram too (issue #22)."""
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     save_configuration(service, sample_wire(jmap_session_url=cyrus.origin + "/",
                                             jmap_username=CYRUS_USER,
-                                            jmap_password=CYRUS_PASSWORD))
+                                            jmap_password=CYRUS_PASSWORD,
+                                            telegram_api_base_url=telegram_emulator.base_url))
     yield service
 
 
@@ -55,13 +59,14 @@ def test_a_certificate_failure_points_at_the_field_and_pasting_the_ca_fixes_it(
     result = page.locator("#preflight-result")
     expect(result).to_have_text("Connection test failed:")
     expect(result).to_have_class(ERROR)
-    expect(items(page, "preflight-issues").first).to_have_text("jmap: failed.")
+    expect(items(page, "preflight-issues").first).to_have_text("Mail server (JMAP): failed.")
     expect(items(page, "preflight-issues").first).to_have_class(ERROR)
     expect(items(page, "preflight-issues").nth(1)).to_contain_text("CERTIFICATE_VERIFY_FAILED")
     link = page.locator("#preflight-issues li a")
     expect(link).to_have_text(hint)
     expect(page.locator("#cert-hint")).to_have_text(hint)
-    expect(page.locator("#preflight-issues li.ok")).to_have_count(0)
+    expect(page.locator("#preflight-issues li.ok")).to_have_text(  # the one that worked
+        ["Telegram: the bot token works at this Bot API address."])
     link.click()
     expect(page.locator("#f-jmap_ca_pem")).to_be_focused()
 
@@ -88,7 +93,7 @@ def test_a_certificate_failure_points_at_the_field_and_pasting_the_ca_fixes_it(
     expect(result).to_have_text("Validation passed.")
     expect(result).to_have_class(OK)
     expect(result).not_to_have_class(ERROR)
-    expect(items(page, "preflight-issues").first).to_have_text("jmap: reachable.")
+    expect(items(page, "preflight-issues").first).to_have_text("Mail server (JMAP): reachable.")
     expect(items(page, "preflight-issues").first).to_have_class(OK)
     expect(page.locator("#preflight-issues li.error, #biz-card .msg.error:not(:empty)")
            ).to_have_count(0)

@@ -11,7 +11,9 @@ from importlib import resources
 import pytest
 from playwright.sync_api import Page, Request, expect
 
+from messageweave.mail import eventsource
 from messageweave.mail.push_lifecycle import REASONS
+from messageweave.pipeline import polling
 from tests.browser.conftest import LiveService, PageRun, save_configuration
 from tests.browser.test_admin_page import is_put, open_page, sign_in, signed_in
 from tests.conftest import sample_wire
@@ -25,11 +27,12 @@ MADE_UP = ("telegram_webhook_secret", "reconcile_token", "worker_token")
 
 
 def readiness(page: Page) -> dict[str, str]:
-    """The readiness card's line per peer, once all four are shown."""
-    expect(page.locator("#ready-list li")).to_have_count(4, timeout=PROBED)
+    """The readiness card's line per check, once all five are shown (the four peers and, since
+    issue #22, how Telegram's messages arrive)."""
+    expect(page.locator("#ready-list li")).to_have_count(5, timeout=PROBED)
     lines = page.locator("#ready-list li")
     return {lines.nth(i).get_attribute("data-peer") or "": lines.nth(i).inner_text()
-            for i in range(4)}
+            for i in range(5)}
 
 
 def signed_in_zh(page: Page, service: LiveService, state: str) -> None:
@@ -64,6 +67,7 @@ def test_running_but_unsaved_then_configured_each_say_so_with_each_peer_in_words
         "redis": "Redis: reachable.",
         "jmap": "Mail server (JMAP): not checked until a configuration is saved.",
         "telegram": "Telegram: not checked until a configuration is saved.",
+        "updates": "Telegram messages: reported once the service is ready.",
         "push": "Mail push: reported once the service is ready.",
     }
     expect(page.locator("#ready-summary")).to_have_text(
@@ -88,17 +92,22 @@ def test_a_ready_service_reads_ready_in_chinese_peer_by_peer(
     telegram_emulator: TelegramEmulator, trust_cyrus: None,
 ) -> None:
     """Bug: readiness shown as raw booleans or in English only; every peer must read in the
-    page's language."""
+    page's language. Since issue #22 the peers answering is not "all checks passed": saved
+    but switched off, with push off, the card says so instead."""
     save_configuration(service, peer_wire(cyrus, telegram_emulator))
     page = zh_page_run.page
     open_page(page, service)
     expect(page.locator("#setup-summary")).to_have_text("服务已配置。请登录后进行管理。")
-    expect(page.locator("#ready-summary")).to_have_text("已就绪：所有检查均已通过。",
+    expect(page.locator("#ready-summary")).to_have_text("正在运行，但并非一切正常：",
                                                         timeout=PROBED)
+    expect(page.locator("#ready-problems li")).to_have_text([
+        "业务处理已关闭：不会通知邮件，机器人也不会回复。请在上方开启。",
+        "新邮件只能通过定期检查发现：邮件推送已关闭。"])
     assert readiness(page) == {
         "redis": "Redis：可以连接。",
         "jmap": "邮件服务器（JMAP）：可以连接，登录已通过。",
         "telegram": "Telegram：Bot 令牌有效。",
+        "updates": "Telegram 消息：业务处理关闭期间不接收。",
         "push": "邮件推送：关闭——新邮件通过定期对账到达。",
     }
     assert page.evaluate("window.__mw.missing") == []
@@ -110,6 +119,18 @@ def test_every_push_reason_of_ready_has_words_on_the_page() -> None:
     source = resources.files("messageweave.web").joinpath("status.js").read_text()
     missing = [text for text in REASONS.values() if f'"{text}"' not in source]
     assert missing == []
+
+
+def test_every_reason_of_the_new_receivers_has_words_on_the_page() -> None:
+    """Catches a reason of the poller or the EventSource holder (issue #22) reaching the page
+    as the server's English: status.js must map each one, and the "not yet" labels, to words
+    of both languages."""
+    source = resources.files("messageweave.web").joinpath("status.js").read_text()
+    texts = [*polling.REASONS.values(), *eventsource.REASONS.values(),
+             "no instance is receiving Telegram updates yet",
+             "no instance holds the EventSource yet"]
+    assert [text for text in texts if f'"{text}"' not in source] == []
+    assert polling.updates_label(None, enabled=True, configured=True).endswith(texts[-2])
 
 
 def test_every_field_has_a_help_line_that_explains_it(
@@ -127,7 +148,7 @@ def test_every_field_has_a_help_line_that_explains_it(
                 .find(h => h && h.classList.contains('hint'));
             return [el.id.replace(/^(f|rt)-/, ''), help ? help.textContent.trim() : ''];
         })""")
-    assert len(helps) == 28
+    assert len(helps) == 31  # bot language, how messages and mail arrive: issue #22
     assert [name for name, text in helps if not text] == []
     text = dict(helps)
     for name in MADE_UP:
@@ -288,4 +309,4 @@ def test_help_lines_exist_in_both_languages_with_no_missing_key(
         return {count: helps.length, missing: mw.missing,
                 wrong: helps.filter(h => h.textContent !== table[h.dataset.i18n]).length};
     }""")
-    assert report == {"count": 32, "missing": [], "wrong": 0}  # 27 + the rules card's 5
+    assert report == {"count": 34, "missing": [], "wrong": 0}  # 30 + the rules card's 4

@@ -145,7 +145,6 @@ def test_from_the_page_a_domain_goes_to_a_forum_topic_silently_and_newsletters_a
     expect(rule_at(page, 1).locator("h4")).to_have_text("Rule 1")
     expect(rule_at(page, 1).get_by_label("Name", exact=True)).to_have_value("Newsletters")
     expect(rule_at(page, 1).get_by_role("button", name="Move rule 1 up")).to_be_disabled()
-    page.select_option("#r-bot_language", "en")
 
     with page.expect_request(is_put) as sent:
         page.click("#rules-save")
@@ -153,9 +152,15 @@ def test_from_the_page_a_domain_goes_to_a_forum_topic_silently_and_newsletters_a
         {"name": "Newsletters", "subject": "newsletter", "action": "mute"},
         {"name": "Team", "from": "@Example.org", "action": "notify", "chat_id": TEAM,
          "thread_id": TOPIC, "silent": True},
-    ], "bot_language": "en", "revision": 1}
+    ], "revision": 1}
     expect(page.locator("#rules-msg")).to_have_text("Notification settings saved (revision 2).")
     expect(page.locator("#biz-state")).to_contain_text("revision 2")  # the business card follows
+    # The bot's language sits beside the Telegram fields since issue #22.
+    page.select_option("#f-bot_language", "en")
+    with page.expect_request(is_put) as language:
+        page.click("#biz-save")
+    assert language.value.post_data_json == {"bot_language": "en", "revision": 2}
+    expect(page.locator("#biz-state")).to_contain_text("revision 3")
     # The readback is the server's form (the sender lower case), and the editor shows it.
     expect(rule_at(page, 2).get_by_label("From", exact=True)).to_have_value("@example.org")
     shot(page, "rules-card")
@@ -201,7 +206,7 @@ def test_quiet_hours_digest_and_english_saved_from_the_page_keep_the_business_ed
     signed_in(page, configured, revision=1)
     expect(page.locator("#r-quiet_start")).to_be_disabled()  # off until switched on
     expect(page.locator("#r-digest_threshold")).to_have_value("0")
-    expect(page.locator("#r-bot_language")).to_have_value("zh")
+    expect(page.locator("#f-bot_language")).to_have_value("zh")  # saved: not the page's en
     page.fill("#f-account_id", "acct-kept")  # an unsaved edit in the business card
     page.check("#r-quiet_hours")
     expect(page.locator("#r-quiet_start")).to_have_value("22:00")  # a sensible start
@@ -209,12 +214,11 @@ def test_quiet_hours_digest_and_english_saved_from_the_page_keep_the_business_ed
     page.fill("#r-quiet_end", "06:45")
     page.get_by_role("button", name="Set the digest threshold to the suggested 10").click()
     expect(page.locator("#r-digest_threshold")).to_have_value("10")
-    page.select_option("#r-bot_language", "en")
     with page.expect_request(is_put) as sent:
         page.click("#rules-save")
     assert sent.value.post_data_json == {
         "quiet_hours": {"start": "23:30", "end": "06:45"}, "digest_threshold": 10,
-        "bot_language": "en", "revision": 1}
+        "revision": 1}
     expect(page.locator("#rules-msg")).to_have_text("Notification settings saved (revision 2).")
     expect(page.locator("#rules-state")).to_have_text(
         "Part of the business configuration, revision 2.")
@@ -222,9 +226,11 @@ def test_quiet_hours_digest_and_english_saved_from_the_page_keep_the_business_ed
 
     page.click("#rules-save")
     expect(page.locator("#rules-msg")).to_have_text("Nothing to submit: no field changed.")
+    page.select_option("#f-bot_language", "en")  # beside the Telegram fields (issue #22)
     with page.expect_request(is_put) as business:
         page.click("#biz-save")
-    assert business.value.post_data_json == {"account_id": "acct-kept", "revision": 2}
+    assert business.value.post_data_json == {"account_id": "acct-kept", "bot_language": "en",
+                                             "revision": 2}
     expect(page.locator("#biz-msg")).to_contain_text("revision 3")
 
     page.uncheck("#r-quiet_hours")
@@ -238,7 +244,7 @@ def test_quiet_hours_digest_and_english_saved_from_the_page_keep_the_business_ed
     expect(page.locator("#setup-summary")).not_to_have_text("Checking…")
     sign_in(page)
     expect(page.locator("#rules-state")).to_contain_text("revision 4")
-    expect(page.locator("#r-bot_language")).to_have_value("en")
+    expect(page.locator("#f-bot_language")).to_have_value("en")
     expect(page.locator("#r-quiet_hours")).not_to_be_checked()
     values = _saved(configured)
     assert (values["quiet_hours"], values["digest_threshold"], values["bot_language"],

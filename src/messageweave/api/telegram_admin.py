@@ -15,7 +15,8 @@ from messageweave.api.admin import invalid_configuration
 from messageweave.api.services import require_admin, services
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.chat.webhook_setup import register_webhook, webhook_url_of
-from messageweave.config.model import DEFAULT_TELEGRAM_API, ConfigInvalid, validate_bot_api
+from messageweave.config.botapi import validate_bot_api
+from messageweave.config.model import DEFAULT_TELEGRAM_API, ConfigInvalid
 from messageweave.errors import ApiError, invalid_request, json_object, service_unavailable
 from messageweave.logs import scrub
 from messageweave.ops import audit

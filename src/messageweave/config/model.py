@@ -490,22 +490,3 @@ def validate(cfg: BusinessConfig, *, limits: bool = True) -> None:
     except FeatureInvalid as exc:
         raise ConfigInvalid(str(exc)) from None
 
-
-def validate_bot_api(bot_token: str, telegram_api_base_url: str) -> None:
-    """The rules of `validate` for the bot token and the Bot API address alone, with the same
-    messages: `POST /api/telegram/discover-chats` checks a typed token before anything is
-    saved (issue #22)."""
-    if _blank(bot_token):
-        raise ConfigInvalid("missing or blank BOT_TOKEN")
-    for attr, value in (("bot_token", bot_token),
-                        ("telegram_api_base_url", telegram_api_base_url)):
-        if len(value) > MAX_CHARS[attr]:
-            raise ConfigInvalid(f"{_MESSAGE_NAMES[attr]} must be at most {MAX_CHARS[attr]} "
-                                "characters")
-    if not (bot_token.isascii() and bot_token.isprintable()) or " " in bot_token:
-        raise ConfigInvalid("BOT_TOKEN may contain only printable ASCII characters, no space")
-    tg = _url(telegram_api_base_url)
-    if tg is None:
-        raise ConfigInvalid("TELEGRAM_API_BASE_URL must be a valid URL")
-    if not _https_or_loopback_http(tg) or not _clean_origin(tg):
-        raise ConfigInvalid("TELEGRAM_API_BASE_URL must use HTTPS")

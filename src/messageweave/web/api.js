@@ -17,12 +17,15 @@ const FETCH = {
   referrerPolicy: "no-referrer",
 };
 
+// `configError`: the rule a configuration broke (`x-config-error`); `telegramError`:
+// Telegram's own words for a refused call (`x-telegram-error`).
 export class ApiFailure extends Error {
-  constructor(status, code, configError) {
+  constructor(status, code, configError, telegramError) {
     super(code || (status ? "HTTP " + status : t("common.network")));
     this.status = status;
     this.code = code;
     this.configError = configError;
+    this.telegramError = telegramError || null;
   }
 }
 
@@ -57,7 +60,8 @@ export async function api(method, path, body, auth) {
   }
   if (!response.ok) {
     const code = data && typeof data.error === "string" ? data.error : null;
-    const failure = new ApiFailure(response.status, code, response.headers.get("x-config-error"));
+    const failure = new ApiFailure(response.status, code, response.headers.get("x-config-error"),
+      response.headers.get("x-telegram-error"));
     if (response.status === 401 && auth === true && session.token) {
       sessionLost();
     }

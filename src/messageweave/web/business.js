@@ -6,9 +6,9 @@ import {
   FormError, fullWire, label, randomToken, readForm, TOKEN_FIELDS, withLabels,
 } from "./business-form.js";
 import { $, say } from "./dom.js";
-import { t } from "./i18n.js";
+import { known, lang, t } from "./i18n.js";
 import { loadStatus } from "./status.js";
-import { selectZone } from "./zones.js";
+import { browserZone, selectZone } from "./zones.js";
 
 const state = {
   configured: false, revision: 0, baseline: null, secretsPresent: {}, generated: new Set(),
@@ -18,6 +18,11 @@ const SECRETS = FIELDS.filter(function (pair) { return pair[1] === "secret"; })
 
 export function savedState() {
   return { configured: state.configured, revision: state.revision };
+}
+
+// Whether the server holds a value for the secret `name` (a blank field keeps it).
+export function hasSavedSecret(name) {
+  return state.secretsPresent[name] === true;
 }
 
 // The cards that show other fields of the same configuration (the notification rules card):
@@ -89,7 +94,11 @@ function prefill(body) {
     } else if (kind === "intlist" || kind === "strlist") {
       el.value = value.map(String).join(", ");
     } else if (name === "timezone") {
-      selectZone(value || "Asia/Shanghai");
+      // A first setup proposes the browser's zone (when the server has it), not the
+      // contract's default; a saved zone is shown as saved.
+      selectZone((!state.configured && browserZone()) || value || "Asia/Shanghai");
+    } else if (name === "bot_language" && !state.configured) {
+      el.value = lang === "zh" ? "zh" : "en";  // the page's language, not the contract's zh
     } else {
       el.value = value === null ? "" : String(value);
     }
@@ -116,9 +125,11 @@ function isDirty() {
   }
 }
 
-// Callbacks are registered from the saved configuration, so only with no unsaved change.
+// Callbacks are registered from the saved configuration, so only with no unsaved change, and
+// only when the settings use one (the callbacks card marks `data-nothing` otherwise).
 export function updateDirty() {
-  $("cb-register").disabled = !(state.configured && !isDirty());
+  const nothing = $("cb-register").dataset.nothing === "1";
+  $("cb-register").disabled = !(state.configured && !isDirty()) || nothing;
 }
 
 // `host:port` of the session URL in the form, for the openssl command of the hint.
@@ -145,8 +156,9 @@ function certificateHint(warnings) {
 // and is repeated under it.
 function failureLines(warnings) {
   const lines = (warnings || []).map(function (w) {
-    return { text: t("biz.warning", { component: w.component, step: w.step, detail: w.detail }),
-      kind: "error" };
+    const key = "biz.component." + w.component;
+    return { text: t("biz.warning", { component: known(key) ? t(key) : w.component,
+      step: w.step, detail: w.detail }), kind: "error" };
   });
   const hint = certificateHint(warnings);
   if (hint) {
@@ -211,14 +223,20 @@ async function saveBusiness(event) {
     return;
   }
   $("biz-save").disabled = true;
+  const first = !state.configured;
   try {
     const result = await api("PUT", "/api/business-config", body, true);
     await loadBusiness();
+    // The first save switches processing on: a new owner expects the bot to work now. If the
+    // switch cannot be set, the status card says processing is off, with the switch beside it.
+    const switched = first ? await switchOn() : false;
     loadStatus();  // the status card now says "configured"
+    document.dispatchEvent(new CustomEvent("mw:saved"));  // the callbacks card re-reads
+    const on = switched ? " " + t("biz.switchedOn") : "";
     if (result.runtime_applied) {
-      say("biz-msg", t("biz.saved", { n: result.revision }), "ok");
+      say("biz-msg", t("biz.saved", { n: result.revision }) + on, "ok");
     } else {
-      say("biz-msg", t("biz.savedOnly", { n: result.revision }), "ok");
+      say("biz-msg", t("biz.savedOnly", { n: result.revision }) + on, "ok");
       report("biz-warnings", [{ text: t("biz.notApplied"), kind: "error" }]
         .concat(failureLines(result.warnings)));
     }
@@ -241,6 +259,30 @@ async function saveBusiness(event) {
   } finally {
     $("biz-save").disabled = false;
   }
+}
+
+// PUT /api/enabled true; whether it worked. The service card's switch follows.
+async function switchOn() {
+  try {
+    const data = await api("PUT", "/api/enabled", { enabled: true }, true);
+    document.dispatchEvent(new CustomEvent("mw:enabled", { detail: data.enabled === true }));
+    return data.enabled === true;
+  } catch (err) {
+    return false;
+  }
+}
+
+// A preflight's Telegram failure in the page's words (the token, or the address), linked to
+// the field to fix; then the server's own detail.
+function telegramLines(errors) {
+  const detail = String((errors && errors[0] && errors[0].detail) || "");
+  const lines = [];
+  if (/^Telegram refused the bot token/.test(detail)) {
+    lines.push({ text: t("biz.telegramRefused"), kind: "error", field: "bot_token" });
+  } else if (/^the Bot API could not be reached/.test(detail)) {
+    lines.push({ text: t("biz.telegramUnreachable"), kind: "error", field: "telegram_api_base_url" });
+  }
+  return lines.concat(failureLines(errors));
 }
 
 async function testConnection() {
@@ -267,16 +309,22 @@ async function testConnection() {
       return;
     }
     let allOk = true;
-    ["jmap", "llm"].forEach(function (name) {
+    // Telegram is tested too (issue #22): getMe for the token at the Bot API address. A
+    // server that does not report it yet shows no line for it.
+    ["jmap", "telegram", "llm"].forEach(function (name) {
       const component = result.components && result.components[name];
+      const label = t("biz.component." + name);
+      if (component === undefined && name === "telegram") return;
       if (!component) {
-        lines.push({ text: t("biz.componentSkipped", { component: name }) });
+        lines.push({ text: t("biz.componentSkipped", { component: label }) });
       } else if (component.ok) {
-        lines.push({ text: t("biz.componentOk", { component: name }), kind: "ok" });
+        lines.push({ text: t(name === "telegram" ? "biz.telegramOk" : "biz.componentOk",
+          { component: label }), kind: "ok" });
       } else {
         allOk = false;
-        lines.push({ text: t("biz.componentFailed", { component: name }), kind: "error" });
-        lines.push.apply(lines, failureLines(component.errors));
+        lines.push({ text: t("biz.componentFailed", { component: label }), kind: "error" });
+        lines.push.apply(lines, name === "telegram" ? telegramLines(component.errors)
+          : failureLines(component.errors));
       }
     });
     // The headline is the outcome: "passed" only when every probed peer answered.

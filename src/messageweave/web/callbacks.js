@@ -1,9 +1,19 @@
-// Card "External callbacks": register the Telegram webhook and the mail push for a public
-// origin, disable the push, and show the push lifecycle the server reads from Redis.
+// Card "How messages and mail arrive": which way is in force for Telegram's messages (long
+// polling or a webhook) and for new mail (EventSource, a push subscription, or the periodic
+// check), from `GET /api/push/status`; the optional webhook and push subscription for a
+// service with a public HTTPS origin; and the push subscription's lifecycle. No button leads
+// to a dead end (issue #22): a webhook is not offered while messages are fetched by long
+// polling, a push subscription not while `push_mode` uses none, "delete the webhook" only
+// while one is in force and the setting does not insist on it, "disable push" only with a
+// subscription.
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { updateDirty } from "./business.js";
 import { $, say } from "./dom.js";
 import { known, t } from "./i18n.js";
+import { isOk, pushReason, updatesReason } from "./status.js";
+
+// The last push status read (null before, or when it could not be read).
+const state = { status: null, later: null };
 
 function readOrigin() {
   const raw = $("cb-origin").value.trim();
@@ -16,59 +26,133 @@ function readOrigin() {
   return url.origin;
 }
 
-function callbackLine(text, ok) {
+// `kind`: "ok", "error", or none (a note: nothing failed, nothing was done).
+function callbackLine(text, kind) {
   const li = document.createElement("li");
   li.textContent = text;
-  li.classList.add(ok ? "ok" : "error");
+  if (kind) li.classList.add(kind);
   $("cb-results").appendChild(li);
+}
+
+// What the saved configuration wants registered: a webhook unless messages must be fetched by
+// long polling; a push subscription when `push_mode` may use one. An older server that does
+// not say: both, as before.
+function wanted() {
+  const status = state.status || {};
+  return {
+    webhook: status.telegram_updates !== "polling",
+    push: !status.push_mode || status.push_mode === "auto" || status.push_mode === "subscription",
+  };
+}
+
+// The register button's part of the decision (business.js's `updateDirty` adds the saved,
+// unchanged configuration it needs): off when there is nothing the settings would use.
+function updateRegister() {
+  const want = wanted();
+  const nothing = !want.webhook && !want.push;
+  $("cb-register").dataset.nothing = nothing ? "1" : "";
+  say("cb-hint", t(nothing ? "callbacks.nothingToRegister" : "callbacks.hint"));
+  updateDirty();
+}
+
+function webhookFailed(err) {
+  if (isMissingRoute(err)) return t("common.notAvailable", { feature: t("callbacks.telegram") });
+  if (err.code === "telegram_updates_polling") return t("callbacks.tgPolling");
+  if (err.status === 502) return t("callbacks.tgRefused", { reason: err.telegramError || reasonOf(err) });
+  if (err.status === 503) return t("callbacks.tgNoRuntime");
+  return t("callbacks.tgFailed", { reason: reasonOf(err) });
+}
+
+// A push registration that failed, in words: [text, kind].
+function pushFailed(err) {
+  if (isMissingRoute(err)) return [t("common.notAvailable", { feature: t("callbacks.push") }), "error"];
+  if (err.code === "push_not_supported") {
+    const eventsource = state.status && state.status.in_force === "ok (eventsource)";
+    return eventsource ? [t("callbacks.pushNotSupportedEs"), ""] : [t("callbacks.pushNotSupported"), "error"];
+  }
+  if (err.status === 409) return [t("callbacks.pushBusy"), "error"];
+  if (err.status === 503) return [t("callbacks.pushUnavailable"), "error"];
+  return [t("callbacks.pushFailed", { reason: reasonOf(err) }), "error"];
+}
+
+// The settle time of a switch: the poller looks for a webhook every 10 s.
+function refreshSoon() {
+  clearTimeout(state.later);
+  state.later = setTimeout(function () { if (session.token) loadPushStatus(); }, 11000);
 }
 
 async function registerCallbacks() {
   $("cb-results").replaceChildren();
   const origin = readOrigin();
   if (!origin) {
-    callbackLine(t("callbacks.badOrigin"), false);
+    callbackLine(t("callbacks.badOrigin"), "error");
     $("cb-origin").focus();
     return;
   }
+  const want = wanted();
   $("cb-register").disabled = true;
+  if (want.webhook) {
+    try {
+      const tg = await api("POST", "/api/telegram/register-webhook", { callback_url: origin + "/webhook/tg" }, true);
+      callbackLine(t("callbacks.tgOk", { url: tg && tg.url ? tg.url : origin + "/webhook/tg" }), "ok");
+    } catch (err) {
+      if (!session.token) return;
+      callbackLine(webhookFailed(err), "error");
+    }
+  } else {
+    callbackLine(t("callbacks.tgNotWanted"));
+  }
+  if (want.push) {
+    try {
+      const push = await api("POST", "/api/push/register", { callback_url: origin + "/push/jmap" }, true);
+      callbackLine(t("callbacks.pushOk", { id: push.push_subscription_id }), "ok");
+    } catch (err) {
+      if (!session.token) return;
+      const line = pushFailed(err);
+      callbackLine(line[0], line[1]);
+    }
+  } else {
+    callbackLine(t("callbacks.pushNotWanted"));
+  }
+  updateDirty();
+  if (session.token) {
+    loadPushStatus();
+    refreshSoon();
+  }
+}
+
+async function deleteWebhook() {
+  $("cb-results").replaceChildren();
+  $("cb-delete-webhook").disabled = true;
   try {
-    const tg = await api("POST", "/api/telegram/register-webhook", { callback_url: origin + "/webhook/tg" }, true);
-    callbackLine(t("callbacks.tgOk", { url: tg && tg.url ? tg.url : origin + "/webhook/tg" }), true);
+    await api("POST", "/api/telegram/delete-webhook", undefined, true);
+    callbackLine(t("callbacks.webhookDeleted"), "ok");
+    refreshSoon();
   } catch (err) {
     if (!session.token) return;
     callbackLine(isMissingRoute(err) ? t("common.notAvailable", { feature: t("callbacks.telegram") })
-      : t("callbacks.tgFailed", { reason: reasonOf(err) }), false);
-  }
-  try {
-    const push = await api("POST", "/api/push/register", { callback_url: origin + "/push/jmap" }, true);
-    callbackLine(t("callbacks.pushOk", { id: push.push_subscription_id }), true);
-  } catch (err) {
-    if (!session.token) return;
-    if (isMissingRoute(err)) callbackLine(t("common.notAvailable", { feature: t("callbacks.push") }), false);
-    else if (err.status === 409) callbackLine(t("callbacks.pushBusy"), false);
-    else callbackLine(t("callbacks.pushFailed", { reason: reasonOf(err) }), false);
+      : t("callbacks.deleteFailed", { reason: err.telegramError || reasonOf(err) }), "error");
   } finally {
-    updateDirty();
-    if (session.token) loadPushStatus();
+    $("cb-delete-webhook").disabled = false;
   }
+  if (session.token) loadPushStatus();
 }
 
 async function disablePush() {
   $("cb-results").replaceChildren();
   const origin = readOrigin();
   if (!origin) {
-    callbackLine(t("callbacks.badOrigin"), false);
+    callbackLine(t("callbacks.badOrigin"), "error");
     return;
   }
   try {
     await api("POST", "/api/push/disable", { callback_url: origin + "/push/jmap" }, true);
-    callbackLine(t("callbacks.disabled"), true);
+    callbackLine(t("callbacks.disabled"), "ok");
   } catch (err) {
     if (!session.token) return;
-    if (isMissingRoute(err)) callbackLine(t("common.notAvailable", { feature: t("callbacks.push") }), false);
-    else if (err.code === "push_subscription_not_found") callbackLine(t("callbacks.noSubscription"), false);
-    else callbackLine(t("callbacks.disableFailed", { reason: reasonOf(err) }), false);
+    if (isMissingRoute(err)) callbackLine(t("common.notAvailable", { feature: t("callbacks.push") }), "error");
+    else if (err.code === "push_subscription_not_found") callbackLine(t("callbacks.noSubscription"), "error");
+    else callbackLine(t("callbacks.disableFailed", { reason: reasonOf(err) }), "error");
   }
   if (session.token) loadPushStatus();
 }
@@ -102,16 +186,64 @@ function expiryText(status) {
     : t("callbacks.expiredAt", { time: time });
 }
 
+// How Telegram's messages arrive now, in words (`updates` of issue #22).
+function updatesText(label) {
+  if (label === "ok (polling)") return t("callbacks.updates.polling");
+  if (label === "ok (webhook)") return t("callbacks.updates.webhook");
+  if (label === "off") return t("callbacks.updates.off");
+  return t("callbacks.updates.degraded", { reason: updatesReason(label) });
+}
+
+// How new mail is noticed now (`in_force`), in words.
+function mailText(label, age) {
+  if (label === "ok (eventsource)") {
+    return age === null || age === undefined ? t("callbacks.mail.eventsource")
+      : t("callbacks.mail.eventsourceAge", { age: ageText(age) });
+  }
+  if (label === "ok (subscription)") return t("callbacks.mail.subscription");
+  if (label === "off") return t("callbacks.mail.off");
+  return t("callbacks.mail.degraded", { reason: pushReason(label) });
+}
+
+function wayCell(id, text, ok) {
+  const cell = $(id);
+  cell.textContent = text;
+  cell.classList.toggle("ok", ok);
+  cell.classList.toggle("error", !ok);
+}
+
+function showWays(status) {
+  const told = typeof status.updates === "string" && typeof status.in_force === "string";
+  $("cb-ways").hidden = !told;
+  if (told) {
+    wayCell("cb-way-updates", updatesText(status.updates), isOk(status.updates));
+    wayCell("cb-way-mail", mailText(status.in_force, status.last_event_age_s), isOk(status.in_force));
+  }
+  // A webhook is in force and the setting does not insist on one: it can go, and the service
+  // fetches the messages itself.
+  $("cb-delete-webhook").hidden = !(status.updates === "ok (webhook)" &&
+    status.telegram_updates !== "webhook");
+  $("cb-disable").hidden = !status.subscription_id;
+}
+
 function resetPushStatus() {
+  state.status = null;
+  clearTimeout(state.later);
   $("cb-push-table").hidden = true;
-  ["cb-push-state", "cb-push-last", "cb-push-expires"].forEach(function (id) { $(id).textContent = "—"; });
+  $("cb-ways").hidden = true;
+  $("cb-delete-webhook").hidden = true;
+  $("cb-disable").hidden = true;
+  ["cb-push-state", "cb-push-last", "cb-push-expires", "cb-way-updates", "cb-way-mail"]
+    .forEach(function (id) { $(id).textContent = "—"; });
   say("cb-push-msg", "");
+  $("cb-register").dataset.nothing = "";
 }
 
 async function loadPushStatus() {
   say("cb-push-msg", "");
   try {
     const status = await api("GET", "/api/push/status", undefined, true);
+    state.status = status;
     const cell = $("cb-push-state");
     cell.textContent = pushStateText(status);
     cell.classList.toggle("ok", status.state === "ok");
@@ -121,6 +253,8 @@ async function loadPushStatus() {
       : t("callbacks.ago", { age: ageText(age) });
     $("cb-push-expires").textContent = expiryText(status);
     $("cb-push-table").hidden = false;
+    showWays(status);
+    updateRegister();
   } catch (err) {
     if (!session.token) return;
     resetPushStatus();
@@ -140,6 +274,9 @@ export function reset() {
 
 export function wire() {
   $("cb-register").addEventListener("click", registerCallbacks);
+  $("cb-delete-webhook").addEventListener("click", deleteWebhook);
   $("cb-disable").addEventListener("click", disablePush);
   $("cb-push-refresh").addEventListener("click", loadPushStatus);
+  // A saved change of how messages or mail arrive changes what the card offers.
+  document.addEventListener("mw:saved", function () { if (session.token) loadPushStatus(); });
 }

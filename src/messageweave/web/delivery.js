@@ -1,4 +1,6 @@
-// Card "Delivery": queue figures per stream, and the dead-letter queue listed and replayed.
+// Card "Delivery": per stream what waits, what is being sent (or waits for its retry) and what
+// failed for good, and the dead-letter queue listed and replayed. The stream's length is not
+// shown: it counts delivered entries too, until they are trimmed (issue #22).
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
 import { t } from "./i18n.js";
@@ -12,7 +14,9 @@ async function loadDelivery() {
     Object.keys(data.streams || {}).forEach(function (name) {
       const s = data.streams[name];
       const tr = document.createElement("tr");
-      [name, s.length, s.pending, s.dlq].forEach(function (value, index) {
+      // `unread` is new (issue #22): an older server does not say what waits ("—").
+      const waiting = s.unread === undefined ? "—" : s.unread;
+      [name, waiting, s.pending, s.dlq].forEach(function (value, index) {
         const cell = document.createElement(index === 0 ? "th" : "td");
         if (index === 0) cell.scope = "row";
         cell.textContent = String(value);

@@ -5,6 +5,7 @@ import * as business from "./business.js";
 import * as callbacks from "./callbacks.js";
 import * as chats from "./chats.js";
 import * as delivery from "./delivery.js";
+import * as discover from "./discover.js";
 import * as gapAudit from "./gap-audit.js";
 import { applyI18n, lang, MESSAGES, missing } from "./i18n.js";
 import * as logs from "./logs.js";
@@ -15,8 +16,10 @@ import * as status from "./status.js";
 import * as trace from "./trace.js";
 import * as zones from "./zones.js";
 
-// The cards behind sign-in, in the order they load after it.
-const CARDS = [service, business, rules, callbacks, chats, delivery, gapAudit, logs, trace];
+// The cards behind sign-in, in the order they load after it (the status card first: signed
+// in, it also reads the switch and the queues).
+const CARDS = [status.signedIn, service, business, discover, rules, callbacks, chats, delivery,
+  gapAudit, logs, trace];
 session.manage(CARDS);
 
 // What the browser tests read: the language, the message tables, the zones and the state.
@@ -31,7 +34,7 @@ window.__mw = {
 
 document.addEventListener("DOMContentLoaded", function () {
   applyI18n();
-  zones.renderZones("Asia/Shanghai");
+  zones.renderZones(zones.browserZone() || "Asia/Shanghai");
   [status, session, zones].concat(CARDS).forEach(function (card) { card.wire(); });
   // Leaving the page (or putting it in the back/forward cache) forgets every secret.
   window.addEventListener("pagehide", session.clearPage);

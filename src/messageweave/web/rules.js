@@ -1,5 +1,6 @@
-// Card "Notification rules" (issue #16): the rules editor, quiet hours, the backlog digest
-// threshold and the bot's language. They are fields of the business configuration: the card
+// Card "Notification rules" (issue #16): the rules editor, quiet hours and the backlog digest
+// threshold (the bot's language moved to the business form's Telegram fields, issue #22, so a
+// first setup can choose it). They are fields of the business configuration: the card
 // fills from the business card's readback and saves only what changed, as a patch against the
 // revision that card holds, so the two never overwrite each other. The dry run tries the
 // editor's rules, unsaved, on the last 20 mails.
@@ -11,7 +12,7 @@ import * as dryRun from "./dry-run.js";
 import { known, t } from "./i18n.js";
 import * as editor from "./rules-editor.js";
 
-const NAMES = ["notify_rules", "quiet_hours", "digest_threshold", "bot_language"];
+const NAMES = ["notify_rules", "quiet_hours", "digest_threshold"];
 const DIGEST_SUGGESTED = 10;
 const DIGEST_MAX = 1000;
 const CLOCK = /^([01]\d|2[0-3]):[0-5]\d$/;
@@ -19,9 +20,9 @@ const QUIET_DEFAULTS = { start: "22:00", end: "07:00" };
 // The server names this card's settings as the original's environment did; the page shows its
 // labels, and marks the input a message is about.
 const LABELS = { NOTIFY_RULES: "field.notify_rules", QUIET_HOURS: "rules.sectionQuiet",
-  DIGEST_THRESHOLD: "field.digest_threshold", BOT_LANGUAGE: "field.bot_language" };
+  DIGEST_THRESHOLD: "field.digest_threshold" };
 const INPUTS = [["QUIET_HOURS.end", "r-quiet_end"], ["QUIET_HOURS", "r-quiet_start"],
-  ["DIGEST_THRESHOLD", "r-digest_threshold"], ["BOT_LANGUAGE", "r-bot_language"]];
+  ["DIGEST_THRESHOLD", "r-digest_threshold"]];
 const RULE_MESSAGE = /^NOTIFY_RULES\[(\d+)\](?:\.([a-z_]+))?\s*([\s\S]*)$/;
 const QUIET_FIELD = /\bQUIET_HOURS\.(start|end)\b/g;
 
@@ -58,7 +59,6 @@ function baselineFrom(values) {
     notify_rules: (values.notify_rules || []).map(editor.canonicalRule),
     quiet_hours: quiet ? { start: quiet.start, end: quiet.end } : null,
     digest_threshold: Number(values.digest_threshold || 0),
-    bot_language: values.bot_language === "en" ? "en" : "zh",
   };
 }
 
@@ -78,7 +78,6 @@ function fill(base) {
   $("r-quiet_end").value = base.quiet_hours ? base.quiet_hours.end : "";
   syncQuiet();
   $("r-digest_threshold").value = String(base.digest_threshold);
-  $("r-bot_language").value = base.bot_language;
 }
 
 function readQuiet() {
@@ -100,7 +99,7 @@ function readDigest() {
 
 function readCard() {
   return { notify_rules: editor.readRules(), quiet_hours: readQuiet(),
-    digest_threshold: readDigest(), bot_language: $("r-bot_language").value };
+    digest_threshold: readDigest() };
 }
 
 function isDirty() {
@@ -275,7 +274,7 @@ export function reset() {
 
 export function wire() {
   [["r-quiet_hours", "quiet_hours"], ["r-quiet_start", "quiet_start"], ["r-quiet_end", "quiet_end"],
-    ["r-digest_threshold", "digest_threshold"], ["r-bot_language", "bot_language"]]
+    ["r-digest_threshold", "digest_threshold"]]
     .forEach(function (pair) { addHelp($(pair[0]), pair[1]); });
   const suggest = $("r-digest-suggest");
   suggest.textContent = t("rules.useSuggested", { n: DIGEST_SUGGESTED });

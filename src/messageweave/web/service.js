@@ -26,6 +26,7 @@ async function toggleEnabled() {
     const data = await api("PUT", "/api/enabled", { enabled: wanted }, true);
     showEnabled(data.enabled === true);
     say("enabled-msg", t("service.enabledSaved", { state: t(data.enabled ? "service.on" : "service.off") }), "ok");
+    document.dispatchEvent(new CustomEvent("mw:enabled", { detail: data.enabled === true }));
   } catch (err) {
     if (session.token) {
       showEnabled(!wanted);
@@ -99,6 +100,10 @@ export function reset() {
 export function wire() {
   RUNTIME_FIELDS.forEach(function (name) { addHelp($("rt-" + name), name); });
   $("enabled").addEventListener("change", toggleEnabled);
+  // Switched elsewhere on the page (the status card, the first save): show it here too.
+  document.addEventListener("mw:enabled", function (event) {
+    if (event.detail === true || event.detail === false) showEnabled(event.detail);
+  });
   $("runtime-form").addEventListener("submit", saveRuntime);
   $("runtime-reload").addEventListener("click", loadRuntime);
   $("runtime-defaults").addEventListener("click", function () {

@@ -31,6 +31,7 @@ SCRIPTS = (
     "strings-ops.js", "api.js", "dom.js", "status.js", "session.js", "service.js",
     "business.js", "business-form.js", "rules.js", "rules-editor.js", "dry-run.js", "zones.js",
     "callbacks.js", "delivery.js", "gap-audit.js", "logs.js", "chats.js", "trace.js",
+    "discover.js",
 )
 # Every file served under /assets/, with its media type.
 ASSETS: dict[str, str] = {**dict.fromkeys(SCRIPTS, _JS), "styles.css": "text/css; charset=utf-8"}

@@ -23,7 +23,7 @@ export const TEXTS = {
   "rules.anyPlaceholder": ["any", "任意"],
   "rules.fromPlaceholder": ["ada@example.org or @example.org", "ada@example.org 或 @example.org"],
   "rules.sectionQuiet": ["Quiet hours", "免打扰时段"],
-  "rules.sectionMore": ["Backlog digest and bot language", "积压摘要与机器人语言"],
+  "rules.sectionMore": ["Backlog digest", "积压摘要"],
   "rules.useSuggested": ["Use {n}", "使用 {n}"],
   "rules.useSuggestedFor": ["Set the digest threshold to the suggested {n}", "将摘要阈值设为建议值 {n}"],
   "rules.langZh": ["Chinese (中文)", "中文"],

@@ -14,6 +14,14 @@ export const ZONES = (function () {
   return SHORTLIST.concat(rest.filter(function (z) { return SHORTLIST.indexOf(z) < 0; }));
 })();
 
+// The browser's own time zone when the server accepts it (a first setup proposes it), else
+// null. `Intl` may name a zone by an alias the list does not hold: then it is not proposed.
+export function browserZone() {
+  let zone = null;
+  try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || null; } catch (err) { zone = null; }
+  return zone && ZONES.indexOf(zone) >= 0 ? zone : null;
+}
+
 function zoneLabel(zone) {
   try {
     const parts = new Intl.DateTimeFormat("en", { timeZone: zone, timeZoneName: "shortOffset" })
