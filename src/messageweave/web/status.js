@@ -116,14 +116,16 @@ function utcMinute(unix) {
 // What is wrong although `/ready` passed, in plain words, most important first.
 function problems(ready) {
   const out = [];
-  if (view.enabled === false || (view.enabled === null && ready.updates === "off")) {
+  const off = view.enabled === false || (view.enabled === null && ready.updates === "off");
+  if (off) {
     out.push(t("ready.problem.off"));
   } else if (ready.updates === "off") {
     out.push(t("ready.problem.updatesOff"));  // switched on a moment ago: not polling yet
   } else if (ready.updates !== undefined && !isOk(ready.updates)) {
     out.push(t("ready.problem.updates", { reason: reasonWords(ready.updates, UPDATES_REASONS) }));
   }
-  if (ready.push !== undefined && !isOk(ready.push)) {
+  // Switched off, push is off too (nothing holds the EventSource): that is the one problem.
+  if (ready.push !== undefined && !isOk(ready.push) && !(off && ready.push === "off")) {
     out.push(ready.push === "off" ? t("ready.problem.pushOff")
       : t("ready.problem.push", { reason: reasonWords(ready.push, PUSH_REASONS) }));
   }
