@@ -11,6 +11,7 @@ import json
 import re
 import secrets
 import time
+from importlib import resources
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Page, expect
 
+from messageweave.config import features
 from messageweave.store import keys
 from tests.browser.conftest import LiveService, PageRun, _open, save_configuration
 from tests.browser.test_admin_page import is_put, open_page, sign_in, signed_in
@@ -413,3 +415,16 @@ def test_opening_the_page_writes_no_session_record_signing_in_writes_one(
     sign_in(page)
     assert sessions() == before + 1
     assert "CONFIG_ENCRYPTION_KEY" not in page.inner_text("body")
+
+
+def test_the_page_offers_exactly_the_choices_the_server_accepts() -> None:
+    """Catches a choice of the business form the server refuses (a typo'd value is a 422 on
+    the first save) or a setting of issue #22 the form cannot choose: the options of the bot
+    language, of how messages reach the bot and of how mail is noticed are the server's."""
+    html = resources.files("messageweave.web").joinpath("index.html").read_text()
+    for field, accepted in (("bot_language", features.BOT_LANGUAGES),
+                            ("telegram_updates", features.TELEGRAM_UPDATES),
+                            ("push_mode", features.PUSH_MODES)):
+        select = html[html.index(f'<select id="f-{field}">'):]
+        select = select[:select.index("</select>")]
+        assert sorted(re.findall(r'<option value="([a-z_]+)"', select)) == sorted(accepted), field
