@@ -17,6 +17,7 @@ emulator rather than our client.
 from __future__ import annotations
 
 import asyncio
+import base64
 import fcntl
 import hashlib
 import json
@@ -57,6 +58,19 @@ class SentMessage:
     date: int
     params: dict[str, Any]
     stored_ms: int = 0  # when the emulator stored it, Unix ms (the harness's, not Telegram's)
+
+
+@dataclass(frozen=True)
+class SentFile:
+    """A file the bot sent through sendDocument or sendPhoto (issue #25), bytes included."""
+
+    message_id: int
+    chat_id: int
+    method: str  # "sendDocument" or "sendPhoto"
+    filename: str | None
+    mime_type: str | None
+    data: bytes
+    thread_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +231,25 @@ class TelegramEmulator:
                 date=int(r["date"]),
                 params=dict(r["params"]),
                 stored_ms=int(r["stored_ms"]),
+            )
+            for r in rows
+        ]
+
+    async def sent_files(self, token: str, chat_id: int | None = None) -> list[SentFile]:
+        """Files the bot `token` sent (sendDocument, sendPhoto), oldest first."""
+        body: dict[str, Any] = {"token": token}
+        if chat_id is not None:
+            body["chat_id"] = chat_id
+        rows = await self._control("/control/sentFiles", body)
+        return [
+            SentFile(
+                message_id=int(r["message_id"]),
+                chat_id=int(r["chat_id"]),
+                method=str(r["method"]),
+                filename=r["filename"],
+                mime_type=r["mime_type"],
+                data=base64.b64decode(r["data_b64"] or ""),
+                thread_id=r["message_thread_id"],
             )
             for r in rows
         ]

@@ -29,10 +29,34 @@ def test_every_button_fits_telegrams_64_bytes_for_the_longest_id_it_accepts() ->
 def test_a_signed_button_names_its_action_and_mail() -> None:
     keyboard = buttons.notification_keyboard(CFG, MAIL)
     assert keyboard is not None
-    [row] = keyboard
+    row, [(read_label, read_data)] = keyboard
     assert [text for text, _ in row] == ["摘要", "标为已读", "归档"]
     assert [buttons.verify(CFG, data) for _, data in row] == [
         buttons.Button(action, MAIL) for action in buttons.ACTIONS]
+    assert read_label == "阅读全文"
+    assert buttons.verify(CFG, read_data) == buttons.Button(buttons.READ_MAIL, MAIL)
+
+
+def test_read_in_chat_off_leaves_the_read_row_out() -> None:
+    """Catches the Read button offered while `read_in_chat` is off (issue #25)."""
+    off = parse_wire(sample_wire(read_in_chat=False))
+    keyboard = buttons.notification_keyboard(off, MAIL)
+    assert keyboard is not None and len(keyboard) == 1
+
+
+def test_an_attachment_button_fits_64_bytes_and_names_its_part() -> None:
+    """Catches attachment data over Telegram's 64 bytes, or an index that a forger can change
+    without the signature noticing (issue #25)."""
+    longest = "x" * buttons.MAX_FILE_EMAIL_ID_BYTES
+    for part in (0, 1, 63):
+        data = buttons.callback_data(CFG, buttons.FILE, longest, part)
+        assert data is not None and len(data.encode()) <= buttons.MAX_CALLBACK_BYTES
+        assert buttons.verify(CFG, data) == buttons.Button(buttons.FILE, longest, part)
+    assert buttons.callback_data(CFG, buttons.FILE, longest + "x", 0) is None
+    assert buttons.callback_data(CFG, buttons.FILE, MAIL, 64) is None
+    data = buttons.callback_data(CFG, buttons.FILE, MAIL, 0)
+    assert data is not None
+    assert buttons.verify(CFG, data[:17] + "B" + data[18:]) is None  # another part
 
 
 @pytest.mark.parametrize("forge", [
@@ -65,6 +89,7 @@ def test_the_done_state_and_english_labels() -> None:
     keyboard = buttons.notification_keyboard(english, MAIL, frozenset({buttons.READ}))
     assert keyboard is not None
     assert [text for text, _ in keyboard[0]] == ["Summary", "✓ Read", "Archive"]
+    assert [text for text, _ in keyboard[1]] == ["Read"]
     done = buttons.notification_keyboard(CFG, MAIL, frozenset(buttons.LASTING))
     assert done is not None and [t for t, _ in done[0]] == ["摘要", "✓ 已读", "✓ 已归档"]
 

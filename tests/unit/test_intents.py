@@ -13,6 +13,7 @@ from messageweave.chat.intents import (
     Help,
     Intent,
     MissingEmailId,
+    Read,
     RevokeConsent,
     Search,
     Summary,
@@ -152,6 +153,18 @@ ENGLISH: list[tuple[str, Intent]] = [
 
 @pytest.mark.parametrize(("text", "expected"), CASES + ENGLISH)
 def test_parse_intent(text: str, expected: Intent) -> None:
+    assert parse_intent(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("/read Mabc-12_X", Read("Mabc-12_X")),  # the id keeps its case
+    ("  /READ  e1 ", Read("e1")),
+    ("/read", MissingEmailId()),
+    ("/read 今天", MissingEmailId()),  # a command first: not a consent phrase
+    ("/readme e1", Unknown()),
+])
+def test_read_command(text: str, expected: Intent) -> None:
+    """Catches `/read` (issue #25) read as another intent, or `/readme` read as `/read`."""
     assert parse_intent(text) == expected
 
 

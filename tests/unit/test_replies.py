@@ -38,7 +38,8 @@ def test_the_english_table_is_english() -> None:
 def test_the_chinese_texts_are_the_contract() -> None:
     """Catches an edit of the contract's Chinese strings (inventory §5.2) while adding English.
     One line is a listed deviation (reference §7): the help's consent heading said English
-    aliases do not work, which stopped being true when they did (issue #16)."""
+    aliases do not work, which stopped being true when they did (issue #16); and two lines are
+    added (issue #25, reference §7.13): `/read` and the buttons."""
     zh = replies.ZH
     assert zh["help"] == (  # inventory §5.2, byte for byte but for the consent heading
         "使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。\n\n"
@@ -49,7 +50,12 @@ def test_the_chinese_texts_are_the_contract() -> None:
         "撤销授权：/ai off、关闭 ai、撤销授权、停止摘要\n"
         "/summary <email_id>：请求指定邮件摘要；未授权或授权到期时只返回元数据并提示重新授权。\n"
         "/search <关键词>：搜索邮件主题与正文，返回带高亮片段的匹配列表（最多 10 条）。\n"
-        "/help（或 help）：显示本说明。\n\n"
+        "/read <email_id>：在聊天中显示邮件全文（发件人、收件人、抄送、日期、主题，"
+        "然后是正文，最多 3 条消息）和附件列表，每个附件一个按钮；"
+        "正文会经过 Telegram 的服务器，本服务不保存。\n"
+        "/help（或 help）：显示本说明。\n"
+        "通知下方的按钮：摘要、标为已读、归档、阅读全文（同 /read）；"
+        "阅读全文回复下的 📎 按钮发送该附件。\n\n"
         "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
         "正文和 AI 结果不会持久化，也不会写入日志。\n"
         "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。")
@@ -147,12 +153,13 @@ def test_every_phrase_the_chinese_help_lists_does_what_it_says() -> None:
 def test_the_command_menu_follows_the_language() -> None:
     """Catches a menu left in Chinese for an English bot (or the commands themselves changing)."""
     assert [name for name, _ in commands("zh")] == list(COMMANDS) == [
-        "help", "search", "summary", "ai"]
+        "help", "search", "summary", "read", "ai"]
     assert commands("zh")[0] == ("help", "使用说明")
     assert dict(commands("en")) == {
         "help": "How to use",
         "search": "Search mail: /search <words>",
         "summary": "Summarize a mail: /summary <email_id>",
+        "read": "Read a mail: /read <email_id>",
         "ai": "AI summary consent: /ai on or /ai off",
     }
 

@@ -100,6 +100,7 @@ def _wire_field(name: str) -> dict[str, Any]:
         "push_mode": {"type": "string", "enum": list(features.PUSH_MODES)},
         "retry_window_s": {"type": "integer", "minimum": 0,
                            "maximum": features.RETRY_WINDOW_MAX_S},
+        "read_in_chat": {"type": "boolean"},
     }
     return others.get(name, {"type": "integer"})
 

@@ -44,6 +44,13 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class Read:
+    """`/read <email_id>` (issue #25): the mail's text into the chat."""
+
+    email_id: str
+
+
+@dataclass(frozen=True)
 class MissingEmailId:
     """A summary or mail query without a usable email id."""
 
@@ -53,7 +60,8 @@ class Unknown:
     pass
 
 
-Intent = Help | Search | GrantConsent | RevokeConsent | Summary | MissingEmailId | Unknown
+Intent = (Help | Search | GrantConsent | RevokeConsent | Summary | Read | MissingEmailId
+          | Unknown)
 
 LABEL_ONE_HOUR_TEMPORARY = "label_one_hour_temporary"
 LABEL_ONE_HOUR = "label_one_hour"
@@ -92,6 +100,7 @@ _HELP_PHRASES = ("帮助", "怎么用")
 _SEARCH_COMMAND = "/search"
 _SEARCH_PREFIXES = ("搜索", "查找", "检索")
 _SUMMARY_COMMAND = "/summary"
+_READ_COMMAND = "/read"
 _SUMMARY_PHRASES = ("摘要", "总结")
 _QUERY_PHRASES = ("查询邮件", "查看邮件", "查邮件")
 _ID_EXTRA_CHARS = frozenset("-_")
@@ -132,6 +141,10 @@ def parse_intent(text: str) -> Intent:
     for prefix in _SEARCH_PREFIXES:
         if raw.startswith(prefix):
             return Search(raw[len(prefix):].strip())
+    if t.startswith(_READ_COMMAND) and (len(t) == len(_READ_COMMAND)
+                                        or t[len(_READ_COMMAND)].isspace()):
+        email_id = _email_id(raw[len(_READ_COMMAND):])
+        return Read(email_id) if email_id is not None else MissingEmailId()
     english = " ".join(t.split())
     if english in _EN_CONSENT:
         return GrantConsent(*_EN_CONSENT[english])

@@ -34,7 +34,12 @@ ZH: dict[str, str] = {
         "撤销授权：/ai off、关闭 ai、撤销授权、停止摘要\n"
         "/summary <email_id>：请求指定邮件摘要；未授权或授权到期时只返回元数据并提示重新授权。\n"
         "/search <关键词>：搜索邮件主题与正文，返回带高亮片段的匹配列表（最多 10 条）。\n"
+        "/read <email_id>：在聊天中显示邮件全文（发件人、收件人、抄送、日期、主题，"
+        "然后是正文，最多 3 条消息）和附件列表，每个附件一个按钮；"
+        "正文会经过 Telegram 的服务器，本服务不保存。\n"
         "/help（或 help）：显示本说明。\n"
+        "通知下方的按钮：摘要、标为已读、归档、阅读全文（同 /read）；"
+        "阅读全文回复下的 📎 按钮发送该附件。\n"
         "\n"
         "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
         "正文和 AI 结果不会持久化，也不会写入日志。\n"
@@ -88,6 +93,24 @@ ZH: dict[str, str] = {
     "notice_gone": "邮箱里已没有这封邮件",
     "notice_failed": "邮件服务器拒绝了这个操作",
     "notice_retry": "暂时连不上邮件服务器，稍后会自动重试",
+    # Read, attachments (issue #25: `pipeline.reading`).
+    "button_read_mail": "阅读全文",
+    "button_attachment": "📎 {name}",
+    "command_read": "阅读邮件：/read <email_id>",
+    "read_off": "已关闭在聊天中阅读邮件（设置 read_in_chat）",
+    "read_from": "发件人：{value}",
+    "read_to": "收件人：{value}",
+    "read_cc": "抄送：{value}",
+    "read_date": "日期：{value}",
+    "read_subject": "主题：{value}",
+    "read_attachments": "附件：",
+    "read_attachment_line": "- {name}（{size}）",
+    "read_more": "…… 还有 {count} 个字符，请在邮件客户端中打开",
+    "read_no_subject": "（无主题）",
+    "read_unnamed": "（未命名附件）",
+    "notice_too_large": "文件太大（{size} MB），请在邮件客户端中打开",
+    "notice_sent": "已经发送过了",
+    "notice_upload_failed": "文件没能发送，请再按一次",
     # The backlog digest (`pipeline.digest`).
     "digest_header": "新邮件汇总：共 {count} 封",
     "digest_line": "{sender} — {subject}",
@@ -112,7 +135,12 @@ EN: dict[str, str] = {
         "sender and subject and a hint to consent again.\n"
         "/search <words>: search the subject and body of your mail; lists up to 10 matches "
         "with highlighted snippets.\n"
+        "/read <email_id>: the whole mail in the chat (From, To, Cc, Date, Subject, then the "
+        "text, in at most 3 messages) and its attachments, with a button for each; the text "
+        "passes through Telegram's servers and is not stored here.\n"
         "/help (or help): show this text.\n"
+        "The buttons under a notification: Summary, Mark read, Archive, Read (as /read); the "
+        "📎 buttons under a Read reply send that attachment.\n"
         "\n"
         "Privacy: AI is off by default; a mail's text is sent to the model only after you turn "
         "it on; consent expires and is never renewed by itself; mail text and AI results are "
@@ -167,6 +195,24 @@ EN: dict[str, str] = {
     "notice_gone": "This mail is no longer in the mailbox",
     "notice_failed": "The mail server refused this",
     "notice_retry": "The mail server is unreachable; this will be retried",
+    # Read, attachments (issue #25: `pipeline.reading`).
+    "button_read_mail": "Read",
+    "button_attachment": "📎 {name}",
+    "command_read": "Read a mail: /read <email_id>",
+    "read_off": "Reading mail in the chat is turned off (setting read_in_chat)",
+    "read_from": "From: {value}",
+    "read_to": "To: {value}",
+    "read_cc": "Cc: {value}",
+    "read_date": "Date: {value}",
+    "read_subject": "Subject: {value}",
+    "read_attachments": "Attachments:",
+    "read_attachment_line": "- {name} ({size})",
+    "read_more": "… {count} more characters, open it in your mail client",
+    "read_no_subject": "(no subject)",
+    "read_unnamed": "(unnamed attachment)",
+    "notice_too_large": "too large ({size} MB), open it in your mail client",
+    "notice_sent": "Already sent",
+    "notice_upload_failed": "The file could not be sent; press again",
     # The backlog digest (`pipeline.digest`).
     "digest_header": "New mail digest: {count} mails",
     "digest_line": "{sender} — {subject}",

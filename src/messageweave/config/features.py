@@ -254,6 +254,12 @@ def parse_retry_window(value: object) -> int:
     return value
 
 
+def parse_read_in_chat(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise FeatureInvalid("READ_IN_CHAT must be true or false")
+    return value
+
+
 PARSERS = {
     "notify_rules": parse_rules,
     "quiet_hours": parse_quiet_hours,
@@ -262,6 +268,7 @@ PARSERS = {
     "telegram_updates": parse_telegram_updates,
     "push_mode": parse_push_mode,
     "retry_window_s": parse_retry_window,
+    "read_in_chat": parse_read_in_chat,
 }
 
 

@@ -178,6 +178,9 @@ class BusinessConfig:
     telegram_updates: TelegramUpdates = "auto"
     push_mode: PushMode = "auto"
     retry_window_s: int = DEFAULT_RETRY_WINDOW_S
+    # Issue #25: the Read button and `/read` send a mail's text into the chat (through
+    # Telegram's servers); off hides the button and refuses the command.
+    read_in_chat: bool = True
 
     def to_wire(self) -> dict[str, Any]:
         wire = dataclasses.asdict(self)
@@ -226,7 +229,7 @@ def empty_values() -> dict[str, Any]:
         "audit_interval_s": DEFAULT_AUDIT_INTERVAL_S, "audit_window_s": DEFAULT_AUDIT_WINDOW_S,
         "jmap_ca_pem": None, "notify_rules": [], "quiet_hours": None, "digest_threshold": 0,
         "bot_language": DEFAULT_BOT_LANGUAGE, "telegram_updates": "auto", "push_mode": "auto",
-        "retry_window_s": DEFAULT_RETRY_WINDOW_S,
+        "retry_window_s": DEFAULT_RETRY_WINDOW_S, "read_in_chat": True,
     }
 
 

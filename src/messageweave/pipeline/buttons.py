@@ -1,4 +1,5 @@
-"""The inline buttons under a notification (issue #16): Summary, Mark read, Archive.
+"""The inline buttons under a notification (issue #16): Summary, Mark read, Archive; and
+(issue #25) Read, whose reply carries one button per attachment (`pipeline.reading`).
 
 `notification_keyboard` is what every notification is sent with; `handle_press` is what the
 worker does with a press (`callback_query`, queued on `stalwart:telegram` by `/webhook/tg`).
@@ -9,6 +10,10 @@ a key derived from `telegram_webhook_secret`, then the email id. Whoever cannot 
 cannot forge a button; changing the secret makes the buttons already sent answer "no longer
 valid". Telegram allows 64 bytes, so a mail whose id is longer than `MAX_EMAIL_ID_BYTES` gets no
 buttons (Cyrus's ids are 25 characters; a 36-character UUID still fits).
+
+An attachment button (`f`) also names the attachment: `f`, the MAC over `f:{index}:{email_id}`,
+one character of the base64url alphabet for the index in the mail's `attachments` (0-63), then
+the id; so its mail id may be one character shorter (`MAX_FILE_EMAIL_ID_BYTES`).
 """
 
 from __future__ import annotations
@@ -28,20 +33,24 @@ from messageweave.chat.telegram import Keyboard, SendOptions, TelegramClient, Te
 from messageweave.config.features import BotLanguage
 from messageweave.config.model import BusinessConfig
 from messageweave.config.service import NotConfigured
-from messageweave.mail.jmap import JmapClient, JmapError, JmapSetError
-from messageweave.pipeline import summarize
+from messageweave.mail.jmap import BlobTooLarge, JmapClient, JmapError, JmapSetError
+from messageweave.pipeline import reading, summarize
 from messageweave.services import Services
 from messageweave.store import callbacks
 
 log = logging.getLogger(__name__)
 
 SUMMARY, READ, ARCHIVE = "s", "r", "a"
-ACTIONS = (SUMMARY, READ, ARCHIVE)
+ACTIONS = (SUMMARY, READ, ARCHIVE)  # the notification's first row
+READ_MAIL, FILE = "v", "f"  # issue #25: Read (its own row), an attachment of a Read reply
+SIGNED = (*ACTIONS, READ_MAIL, FILE)
 # What Mark read and Archive leave behind, so a second press finds them done.
 LASTING = (READ, ARCHIVE)
 MAX_CALLBACK_BYTES = 64  # Telegram's limit on callback_data
 MAC_CHARS = 16
 MAX_EMAIL_ID_BYTES = MAX_CALLBACK_BYTES - 1 - MAC_CHARS
+MAX_FILE_EMAIL_ID_BYTES = MAX_EMAIL_ID_BYTES - 1
+_INDEX = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _KEY_LABEL = b"messageweave/buttons/v1"
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]+")  # RFC 8620 §1.2: the base64url alphabet
 _NOT_MODIFIED = "message is not modified"
@@ -64,33 +73,47 @@ def _key(secret: str) -> bytes:
     return hmac.new(secret.encode(), _KEY_LABEL, hashlib.sha256).digest()
 
 
-def _mac(cfg: BusinessConfig, action: str, email_id: str) -> str:
-    digest = hmac.new(_key(cfg.telegram_webhook_secret), f"{action}:{email_id}".encode(),
+def _mac(cfg: BusinessConfig, action: str, email_id: str, part: int | None = None) -> str:
+    signed = f"{action}:{email_id}" if part is None else f"{action}:{part}:{email_id}"
+    digest = hmac.new(_key(cfg.telegram_webhook_secret), signed.encode(),
                       hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest[:12]).decode()
 
 
-def callback_data(cfg: BusinessConfig, action: str, email_id: str) -> str | None:
-    """The signed `callback_data` of one button; None when the id does not fit in 64 bytes."""
-    if len(email_id) > MAX_EMAIL_ID_BYTES or not _EMAIL_ID.fullmatch(email_id):
+def callback_data(cfg: BusinessConfig, action: str, email_id: str,
+                  part: int | None = None) -> str | None:
+    """The signed `callback_data` of one button (of an attachment button, `part` is its
+    index); None when it does not fit in 64 bytes."""
+    limit = MAX_EMAIL_ID_BYTES if action != FILE else MAX_FILE_EMAIL_ID_BYTES
+    if len(email_id) > limit or not _EMAIL_ID.fullmatch(email_id):
         return None
-    return f"{action}{_mac(cfg, action, email_id)}{email_id}"
+    if action != FILE:
+        return f"{action}{_mac(cfg, action, email_id)}{email_id}"
+    if part is None or not 0 <= part < len(_INDEX):
+        return None
+    return f"{action}{_mac(cfg, action, email_id, part)}{_INDEX[part]}{email_id}"
 
 
 @dataclass(frozen=True)
 class Button:
     action: str
     email_id: str
+    part: int | None = None  # an attachment button's index in the mail's attachments
 
 
 def verify(cfg: BusinessConfig, data: str) -> Button | None:
     """The button `data` names, if we signed it; None for anything else."""
-    action, mac, email_id = data[:1], data[1:1 + MAC_CHARS], data[1 + MAC_CHARS:]
-    if action not in ACTIONS or callback_data(cfg, action, email_id) is None:
+    action, mac, rest = data[:1], data[1:1 + MAC_CHARS], data[1 + MAC_CHARS:]
+    part: int | None = None
+    if action == FILE:
+        if not rest or rest[0] not in _INDEX:
+            return None
+        part, rest = _INDEX.index(rest[0]), rest[1:]
+    if action not in SIGNED or callback_data(cfg, action, rest, part) is None:
         return None
-    if not hmac.compare_digest(mac, _mac(cfg, action, email_id)):
+    if not hmac.compare_digest(mac, _mac(cfg, action, rest, part)):
         return None
-    return Button(action, email_id)
+    return Button(action, rest, part)
 
 
 def notification_keyboard(cfg: BusinessConfig, email_id: str,
@@ -105,7 +128,10 @@ def notification_keyboard(cfg: BusinessConfig, email_id: str,
             return None
         label = _LABELS[action] + ("_done" if action in done else "")
         row.append((table[label], data))
-    return (tuple(row),)
+    read = callback_data(cfg, READ_MAIL, email_id) if cfg.read_in_chat else None
+    if read is None:
+        return (tuple(row),)
+    return (tuple(row), ((table["button_read_mail"], read),))
 
 
 # --- a press ---------------------------------------------------------------------------------
@@ -162,6 +188,15 @@ async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list
     try:
         if button.action == SUMMARY:
             return await _summary(press, button, svc, cfg, telegram)
+        if button.action in (READ_MAIL, FILE):
+            if not cfg.read_in_chat or not reading.allowed(cfg, press.chat_id):
+                refused = "read_off" if not cfg.read_in_chat else "notice_invalid"
+                log.info("a Read or attachment press was refused (%s)", refused)
+                await _answer(telegram, press, table[refused])
+                return []
+            if button.action == READ_MAIL:
+                return await _read(press, button, svc, cfg, telegram)
+            return await _file(press, button, svc, cfg, telegram)
         await _lasting(press, button, svc, cfg, telegram)
     except (JmapError, NotConfigured):
         await _answer(telegram, press, table["notice_retry"])
@@ -181,6 +216,74 @@ async def _summary(press: Press, button: Button, svc: Services, cfg: BusinessCon
     text = await summarize.summary_text(mail, press.chat_id, redis=svc.redis, config=cfg,
                                         outbound=svc.config.outbound, now=time.time())
     return [ButtonReply(press.chat_id, text, SendOptions(thread_id=press.thread_id))]
+
+
+async def read_replies(client: JmapClient, cfg: BusinessConfig, email_id: str,
+                       chat_id: int, thread_id: int | None) -> list[ButtonReply] | None:
+    """The messages of a Read of `email_id` (the button's and `/read`'s), the attachment
+    buttons under the last; None when the mailbox does not have the mail."""
+    pages = await reading.read_pages(
+        client, cfg, email_id, lambda index: callback_data(cfg, FILE, email_id, index))
+    if pages is None:
+        return None
+    return [ButtonReply(chat_id, page.text, SendOptions(thread_id=thread_id,
+                                                        keyboard=page.keyboard))
+            for page in pages]
+
+
+async def _read(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+                telegram: TelegramClient) -> list[ButtonReply]:
+    """Read: the mail's headers and text as reply messages (not deduplicated: each press is a
+    new request, as `/read` twice is)."""
+    found = await read_replies(await svc.jmap(), cfg, button.email_id, press.chat_id,
+                               press.thread_id)
+    if found is None:
+        await _answer(telegram, press, texts(cfg.bot_language)["notice_gone"])
+        return []
+    await _answer(telegram, press, None)
+    return found
+
+
+async def _file(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+                telegram: TelegramClient) -> list[ButtonReply]:
+    """An attachment: refused above the upload limit before anything is downloaded; else
+    claimed per (mail, part), downloaded into memory and uploaded once."""
+    table = texts(cfg.bot_language)
+    client = await svc.jmap()
+    found = await client.attachments(button.email_id)
+    if found is None or button.part is None or button.part >= len(found):
+        await _answer(telegram, press, table["notice_gone"])
+        return []
+    attachment = found[button.part]
+    too_large = table["notice_too_large"].format(size=reading.megabytes(attachment.size))
+    if attachment.size > reading.MAX_UPLOAD_BYTES:
+        await _answer(telegram, press, too_large)
+        return []
+    owner, part = press.entry_id, attachment.part_id
+    claim = await callbacks.claim(svc.redis, FILE, button.email_id, owner, part=part)
+    if claim != "claimed":
+        await _answer(telegram, press, table["notice_sent" if claim == "done" else "notice_busy"])
+        return []
+    await _answer(telegram, press, None)  # the spinner stops while the file is fetched
+    try:
+        await reading.send_attachment(client, telegram, press.chat_id, press.thread_id,
+                                      attachment)
+    except BlobTooLarge:
+        await callbacks.release(svc.redis, FILE, button.email_id, owner, part=part)
+        return [ButtonReply(press.chat_id, too_large, SendOptions(thread_id=press.thread_id))]
+    except TelegramSendError as exc:
+        log.warning("an attachment upload failed: %s", exc.failure_class)
+        if exc.maybe_sent:  # the owner may have it: a second press must not send it again
+            await callbacks.finish(svc.redis, FILE, button.email_id, part=part)
+        else:
+            await callbacks.release(svc.redis, FILE, button.email_id, owner, part=part)
+        return [ButtonReply(press.chat_id, table["notice_upload_failed"],
+                            SendOptions(thread_id=press.thread_id))]
+    except BaseException:
+        await callbacks.release(svc.redis, FILE, button.email_id, owner, part=part)
+        raise
+    await callbacks.finish(svc.redis, FILE, button.email_id, part=part)
+    return []
 
 
 async def _lasting(press: Press, button: Button, svc: Services, cfg: BusinessConfig,

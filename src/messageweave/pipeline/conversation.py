@@ -15,10 +15,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from messageweave.chat import consent, intents, replies
+from messageweave.chat.telegram import PLAIN, SendOptions
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
-from messageweave.pipeline import search, summarize
+from messageweave.pipeline import buttons, reading, search, summarize
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class IncomingMessage:
 class Reply:
     chat_id: int
     text: str
+    options: SendOptions = PLAIN  # a Read's last message carries the attachment buttons
 
 
 @dataclass
@@ -52,6 +54,9 @@ class ConversationContext:
 
 async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[Reply]:
     """The replies to one message; an empty list when the bot should stay silent."""
+    intent = intents.parse_intent(message.text)
+    if isinstance(intent, intents.Read):
+        return await _read(intent.email_id, message.chat_id, ctx)
     text = await _answer(message, ctx)
     return [] if text is None else [Reply(message.chat_id, text)]
 
@@ -74,6 +79,21 @@ async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | N
         case intents.Summary(email_id=email_id):
             return await _summary(email_id, message.chat_id, ctx)
     return None
+
+
+async def _read(email_id: str, chat_id: int, ctx: ConversationContext) -> list[Reply]:
+    """`/read <email_id>` (issue #25): refused with `read_in_chat` off; silent for a chat
+    outside the configured ones and for a mail the mailbox does not have (as `/summary`)."""
+    if not ctx.config.read_in_chat:
+        return [Reply(chat_id, replies.texts(ctx.config.bot_language)["read_off"])]
+    if not reading.allowed(ctx.config, chat_id):
+        log.info("a read from a chat outside the allowlist was refused")
+        return []
+    found = await buttons.read_replies(await ctx.jmap(), ctx.config, email_id, chat_id, None)
+    if found is None:
+        log.info("read requested for an email the mailbox does not have")
+        return []
+    return [Reply(r.chat_id, r.text, r.options) for r in found]
 
 
 async def _search(query: str, ctx: ConversationContext) -> str:

@@ -230,4 +230,4 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
         raise jmap_failure(exc) from exc
     except NotConfigured as exc:
         raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
-    return [Outgoing(r.chat_id, r.text) for r in replies]
+    return [Outgoing(r.chat_id, r.text, r.options) for r in replies]

@@ -38,21 +38,29 @@ return 1
 """
 
 
-async def claim(redis: Redis, action: str, email_id: str, owner: str) -> Claim:
-    """Take the (action, mail) for the stream entry `owner`, unless it is done or taken."""
-    answer = text_of(await redis.eval(CLAIM, 1, keys.button_action(action, email_id), owner,
+def _key(action: str, email_id: str, part: str | None) -> str:
+    return keys.button_action(action, email_id) if part is None else keys.button_part(
+        email_id, part)
+
+
+async def claim(redis: Redis, action: str, email_id: str, owner: str, *,
+                part: str | None = None) -> Claim:
+    """Take the (action, mail) — or with `part`, the attachment (mail, part) — for the
+    stream entry `owner`, unless it is done or taken."""
+    answer = text_of(await redis.eval(CLAIM, 1, _key(action, email_id, part), owner,
                                       keys.BUTTON_CLAIM_TTL_S))
     if answer == "done":
         return "done"
     return "claimed" if answer == "claimed" else "busy"
 
 
-async def finish(redis: Redis, action: str, email_id: str) -> None:
-    await redis.set(keys.button_action(action, email_id), DONE, ex=keys.BUTTON_DONE_TTL_S)
+async def finish(redis: Redis, action: str, email_id: str, *, part: str | None = None) -> None:
+    await redis.set(_key(action, email_id, part), DONE, ex=keys.BUTTON_DONE_TTL_S)
 
 
-async def release(redis: Redis, action: str, email_id: str, owner: str) -> None:
-    await redis.eval(RELEASE, 1, keys.button_action(action, email_id), owner)
+async def release(redis: Redis, action: str, email_id: str, owner: str, *,
+                  part: str | None = None) -> None:
+    await redis.eval(RELEASE, 1, _key(action, email_id, part), owner)
 
 
 async def done_actions(redis: Redis, actions: Iterable[str], email_id: str) -> frozenset[str]:

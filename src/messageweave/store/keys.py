@@ -153,6 +153,12 @@ def button_action(action: str, email_id: str) -> str:
     return f"button:{action}:{email_id}"
 
 
+# The attachment buttons of a Read reply (issue #25): one key per (mail, part), claimed and
+# finished like `button_action` (same TTLs), so a press made twice sends the file once.
+def button_part(email_id: str, part_id: str) -> str:
+    return f"button:f:{email_id}:{part_id}"
+
+
 # --- idempotency and rate limits -----------------------------------------------------------
 DEDUP_TTL_S = 86_400
 # `dedup:jmap:*` holds the id of the stream entry it enqueued and outlives the gap auditor's

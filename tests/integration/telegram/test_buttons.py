@@ -107,12 +107,13 @@ async def edited(served: ServedApp, message: SentMessage,
 
 
 async def test_every_notification_has_the_three_buttons(served: ServedApp) -> None:
-    """Catches a notification sent without the keyboard, or with buttons the bot cannot read."""
+    """Catches a notification sent without the keyboard, or with buttons the bot cannot read
+    (and, issue #25, without the Read button in a row of its own)."""
     email_id, message = await notified(served, "Invoice 17", served.chat)
-    assert [text for text, _ in keyboard(message)] == ["摘要", "标为已读", "归档"]
+    assert [text for text, _ in keyboard(message)] == ["摘要", "标为已读", "归档", "阅读全文"]
     cfg = parse_wire(served.wire)
     assert [buttons.verify(cfg, data) for _, data in keyboard(message)] == [
-        buttons.Button(action, email_id) for action in buttons.ACTIONS]
+        buttons.Button(action, email_id) for action in (*buttons.ACTIONS, buttons.READ_MAIL)]
 
 
 async def test_mark_read_sets_seen_in_cyrus_and_shows_read(
@@ -127,7 +128,7 @@ async def test_mark_read_sets_seen_in_cyrus_and_shows_read(
     assert answer["text"] == "已标为已读"
     [mail] = await mailbox.get_emails([email_id])
     assert "$seen" in mail.keywords
-    await edited(served, message, ["摘要", "✓ 已读", "归档"])
+    await edited(served, message, ["摘要", "✓ 已读", "归档", "阅读全文"])
 
 
 async def test_archive_moves_the_mail_to_the_archive_mailbox(
@@ -140,7 +141,7 @@ async def test_archive_moves_the_mail_to_the_archive_mailbox(
     assert answer["text"] == "已归档"
     [mail] = await mailbox.get_emails([email_id])
     assert mail.mailbox_ids == {archive}
-    await edited(served, message, ["摘要", "标为已读", "✓ 已归档"])
+    await edited(served, message, ["摘要", "标为已读", "✓ 已归档", "阅读全文"])
 
 
 async def test_archive_creates_the_archive_mailbox_when_there_is_none(
@@ -227,10 +228,11 @@ async def test_english_buttons_and_notices(served: ServedApp) -> None:
     """Catches a button or notice left in Chinese when the bot speaks English."""
     await served.configure(bot_language="en")
     _, message = await notified(served, "In English")
-    assert [text for text, _ in keyboard(message)] == ["Summary", "Mark read", "Archive"]
+    assert [text for text, _ in keyboard(message)] == ["Summary", "Mark read", "Archive",
+                                                      "Read"]
     answer = await press(served, message, data_of(message, buttons.READ))
     assert answer["text"] == "Marked as read"
-    await edited(served, message, ["Summary", "✓ Read", "Archive"])
+    await edited(served, message, ["Summary", "✓ Read", "Archive", "Read"])
     answer = await press(served, message, "x")
     assert answer["text"] == "This button is no longer valid"
 
@@ -325,7 +327,7 @@ async def test_a_press_while_the_mailbox_refuses_us_is_answered_and_done_on_retr
     answer = await press(served, message, data_of(message, buttons.READ))
     assert answer["text"] == "暂时连不上邮件服务器，稍后会自动重试"
     served.cyrus.add_user(user, password)
-    await edited(served, message, ["摘要", "✓ 已读", "归档"])
+    await edited(served, message, ["摘要", "✓ 已读", "归档", "阅读全文"])
     async with JmapClient(served.wire["jmap_session_url"], user, password, timeout=10) as own:
         [mail] = await own.get_emails([email_id])
     assert "$seen" in mail.keywords

@@ -81,6 +81,13 @@
 //   * webhook deliveries carry X-Telegram-Bot-Api-Secret-Token, lose the internal `botToken`
 //     field, and a non-2xx answer is recorded instead of killing node (the package's unhandled
 //     promise rejection ends the process).
+//   * sendDocument and sendPhoto (issue #25) as the Bot API documents them: multipart/form-data
+//     with the file in `document` / `photo` (its filename and Content-Type as sent), chat_id,
+//     message_thread_id, caption; a file over 50 MB (sendDocument) or 10 MB (sendPhoto): 413
+//     "Request Entity Too Large"; no file and no file_id string: 400 "there is no document in
+//     the request". The answer is a Message with `document` {file_id, file_name, mime_type,
+//     file_size} or `photo` [{...}]. The bytes are kept for /control/sentFiles (parsed by a
+//     small multipart reader of our own: the package has none).
 //   * unknown methods get a Telegram-shaped 404 instead of a bare HTTP 500.
 //   * every Bot API call is counted (method, time) for /control/calls, failed ones included.
 //
@@ -101,6 +108,9 @@
 //   /control/callbackAnswers {token} -> [{callback_query_id, text, show_alert}], oldest first
 //   /control/sentMessages  {token, chat_id?} -> messages the bot sent, oldest first, each with
 //                           `stored_ms`: when the emulator stored it (Unix ms; a harness field)
+//   /control/sentFiles     {token, chat_id?} -> files the bot sent (sendDocument, sendPhoto),
+//                           oldest first: [{message_id, chat_id, method, field, filename,
+//                           mime_type, size, sha256, data_b64, message_thread_id, stored_ms}]
 //   /control/failures      {token?, method?, chat_id?, error_code?, description?, retry_after?,
 //                           migrate_to_chat_id?, delay_ms?, close?, raw_body?, result_override?,
 //                           skip?, times?}
@@ -131,6 +141,7 @@
 //                           an open long poll is answered with []
 'use strict';
 
+const crypto = require('crypto');
 const http = require('http');
 const axios = require('axios');
 const TelegramServer = require('telegram-test-api');
@@ -494,7 +505,107 @@ const commandsKey = (req) => {
   return `${req.params.token}|${JSON.stringify(scope)}|${param(req, 'language_code') || ''}`;
 };
 
+// --- files (sendDocument, sendPhoto; issue #25) ------------------------------------------------
+
+const FILE_LIMITS = { document: 50 * 1024 * 1024, photo: 10 * 1024 * 1024 };
+const MULTIPART_MAX = FILE_LIMITS.document + 1024 * 1024; // the largest body read at all
+
+// The parts of a multipart/form-data body: [{name, filename?, type?, data: Buffer}].
+const multipartParts = (body, boundary) => {
+  const delimiter = Buffer.from(`--${boundary}`);
+  const parts = [];
+  let at = body.indexOf(delimiter);
+  while (at >= 0) {
+    const start = at + delimiter.length;
+    if (body.slice(start, start + 2).toString() === '--') break;
+    const next = body.indexOf(delimiter, start);
+    if (next < 0) break;
+    const part = body.slice(start + 2, next - 2); // CRLF after the delimiter, CRLF before the next
+    const split = part.indexOf('\r\n\r\n');
+    if (split >= 0) {
+      const head = part.slice(0, split).toString('utf8');
+      const disposition = /content-disposition:([^\r\n]*)/i.exec(head);
+      const type = /content-type:\s*([^\r\n]*)/i.exec(head);
+      const name = disposition && /\bname="([^"]*)"/i.exec(disposition[1]);
+      const filename = disposition && /\bfilename="([^"]*)"/i.exec(disposition[1]);
+      parts.push({ name: name ? name[1] : '', filename: filename ? filename[1] : undefined,
+        type: type ? type[1].trim() : undefined, data: part.slice(split + 4) });
+    }
+    at = next;
+  }
+  return parts;
+};
+
+const readBody = (req, limit) => new Promise((resolve, reject) => {
+  const chunks = [];
+  let size = 0;
+  req.on('data', (chunk) => {
+    size += chunk.length;
+    if (size <= limit) chunks.push(chunk);
+  });
+  req.on('end', () => resolve(size > limit ? null : Buffer.concat(chunks)));
+  req.on('error', reject);
+});
+
+const fileRoute = (method, field) => (app, srv) => {
+  handle(app, `/bot:token/${method}`, (req, res) => sendFile(srv, method, field, req, res)
+    .catch((e) => fail(res, 400, `Bad Request: ${e.message}`)));
+};
+
+const sendFile = async (srv, method, field, req, res) => {
+  {
+    const { token } = req.params;
+    const fields = { ...req.query, ...(req.body && typeof req.body === 'object' ? req.body : {}) };
+    let file = null;
+    const ctype = String(req.headers['content-type'] || '');
+    const boundary = /boundary=(?:"([^"]+)"|([^;]+))/i.exec(ctype);
+    if (ctype.startsWith('multipart/form-data') && boundary) {
+      const body = await readBody(req, MULTIPART_MAX);
+      if (body === null) return fail(res, 413, 'Request Entity Too Large');
+      for (const part of multipartParts(body, boundary[1] || boundary[2].trim())) {
+        if (part.filename !== undefined && part.name === field) file = part;
+        else if (part.filename === undefined) fields[part.name] = part.data.toString('utf8');
+      }
+    }
+    if (fields.chat_id === undefined || String(fields.chat_id) === '') {
+      return fail(res, 400, 'Bad Request: chat_id is empty');
+    }
+    if (!file && typeof fields[field] !== 'string') {
+      return fail(res, 400, `Bad Request: there is no ${field} in the request`);
+    }
+    if (file && file.data.length > FILE_LIMITS[field]) return fail(res, 413, 'Request Entity Too Large');
+    const messageId = srv.messageId;
+    srv.messageId += 1;
+    const time = Date.now();
+    const fileId = crypto.randomBytes(8).toString('hex');
+    const record = {
+      botToken: token, message_id: messageId, chat_id: Number(fields.chat_id), method, field,
+      filename: file ? file.filename : null, mime_type: file ? (file.type || null) : null,
+      size: file ? file.data.length : 0,
+      sha256: file ? crypto.createHash('sha256').update(file.data).digest('hex') : null,
+      data_b64: file ? file.data.toString('base64') : null,
+      message_thread_id: fields.message_thread_id === undefined ? null
+        : Number(fields.message_thread_id),
+      stored_ms: time,
+    };
+    srv.sentFiles.push(record);
+    const result = { message_id: messageId, from: BOT_USER,
+      chat: { id: Number(fields.chat_id), type: 'private' }, date: Math.floor(time / 1000) };
+    if (fields.caption) result.caption = String(fields.caption);
+    if (record.message_thread_id !== null) {
+      result.message_thread_id = record.message_thread_id;
+      result.is_topic_message = true;
+    }
+    const described = { file_id: fileId, file_unique_id: fileId, file_size: record.size };
+    if (field === 'photo') result.photo = [{ ...described, width: 1, height: 1 }];
+    else result.document = { ...described, file_name: record.filename, mime_type: record.mime_type };
+    return res.json({ ok: true, result });
+  }
+};
+
 const extraBotRoutes = [
+  fileRoute('sendDocument', 'document'),
+  fileRoute('sendPhoto', 'photo'),
   (app, srv) => {
     handle(app, '/bot:token/getWebhookInfo', (req, res) => {
       const { token } = req.params;
@@ -634,6 +745,16 @@ const controlRoutes = [
     });
   },
   (app, srv) => {
+    app.post('/control/sentFiles', (req, res) => {
+      const b = req.body || {};
+      const result = srv.sentFiles
+        .filter((f) => f.botToken === b.token
+          && (b.chat_id === undefined || String(f.chat_id) === String(b.chat_id)))
+        .map(({ botToken: _t, ...f }) => f);
+      res.json({ ok: true, result });
+    });
+  },
+  (app, srv) => {
     app.post('/control/failures', (req, res) => {
       const problem = validRule(req.body);
       if (problem) return fail(res, 400, problem);
@@ -719,6 +840,7 @@ TelegramServer.prototype.resetCompatState = function resetCompatState() {
   this.callbackAnswers = [];
   this.botStates = {};
   this.calls = {};
+  this.sentFiles = [];
 };
 
 // A Message as Telegram answers it. The package echoes the raw request parameters instead, so

@@ -152,6 +152,25 @@ class TelegramClient(AsyncClosing):
             )
         return exchange.message_id
 
+    async def send_file(
+        self, chat_id: int | str, content: bytes, filename: str, media_type: str, *,
+        photo: bool = False, thread_id: int | None = None, timeout_s: float | None = None,
+    ) -> int:
+        """Upload `content` as a photo (sendPhoto) or a document (sendDocument); the message
+        id (`UNKNOWN_MESSAGE_ID` when Telegram's ok answer names none). `timeout_s` bounds the
+        whole call (an upload of tens of MB outlasts the client's own timeout)."""
+        exchange = Exchange()
+        try:
+            await self._call(
+                lambda bot: bot.send_file(chat_id, content, filename, media_type, photo=photo,
+                                          thread_id=thread_id, timeout_s=timeout_s),
+                timeout_s, exchange=exchange)
+        except TelegramSendError:
+            if not exchange.answered:
+                raise
+            log.warning("a file upload answered ok but its result is not a valid Message")
+        return exchange.message_id
+
     async def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> None:
         """Answer a button press (Telegram shows `text` as a short notice; the spinner stops)."""
         await self._call(lambda bot: bot.answer_callback_query(callback_query_id, text))

@@ -20,6 +20,7 @@ from telegram import (
     BotCommand,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InputFile,
     LinkPreviewOptions,
     Message,
     User,
@@ -144,6 +145,25 @@ class PtbBot:
             disable_notification=True if options.silent else None,
             reply_markup=_markup(options.keyboard),
         )
+
+    def send_file(
+        self, chat_id: int | str, content: bytes, filename: str, media_type: str, *,
+        photo: bool, thread_id: int | None, timeout_s: float | None,
+    ) -> Awaitable[Message]:
+        """sendPhoto or sendDocument, multipart. PTB's `InputFile` takes bytes or a file
+        object it reads (synchronously) whole: the content is in memory already, bounded by
+        the caller (`pipeline.reading.MAX_UPLOAD_BYTES`), and goes out as it is. The MIME type
+        is the mail's, not PTB's guess from the name."""
+        upload = InputFile(content, filename=filename)
+        upload.mimetype = media_type
+        times: dict[str, Any] = ({} if timeout_s is None else
+                                 {"write_timeout": timeout_s, "read_timeout": timeout_s})
+        if photo:
+            return self._bot.send_photo(chat_id=chat_id, photo=upload,
+                                        message_thread_id=thread_id, **times)
+        return self._bot.send_document(chat_id=chat_id, document=upload,
+                                       message_thread_id=thread_id,
+                                       disable_content_type_detection=True, **times)
 
     def answer_callback_query(self, callback_query_id: str, text: str | None) -> Awaitable[bool]:
         return self._bot.answer_callback_query(callback_query_id, text=text)

@@ -76,6 +76,7 @@ from messageweave.mail.jmap.models import (
     SearchResult,
     SearchSnippet,
 )
+from messageweave.mail.jmap.reading import Address, Attachment, BlobTooLarge, MailText
 
 __all__ = [
     "CORE",
@@ -87,7 +88,10 @@ __all__ = [
     "AccountNotFound",
     "AccountNotSupportedByMethod",
     "AccountReadOnly",
+    "Address",
     "AnchorNotFound",
+    "Attachment",
+    "BlobTooLarge",
     "CannotCalculateChanges",
     "ChangesPage",
     "EmailChanges",
@@ -109,6 +113,7 @@ __all__ = [
     "JmapSession",
     "JmapSetError",
     "JmapTransportError",
+    "MailText",
     "Mailbox",
     "MailboxChanges",
     "MailboxList",

@@ -41,6 +41,7 @@ from messageweave.mail.jmap.mail import MailMethods
 from messageweave.mail.jmap.models import JmapSession
 from messageweave.mail.jmap.parse import positive_int
 from messageweave.mail.jmap.push import PushMethods
+from messageweave.mail.jmap.reading import ReadMethods
 
 WELL_KNOWN = "/.well-known/jmap"
 MAX_REDIRECTS = 5
@@ -95,7 +96,7 @@ def build_ssl_context(
     return context
 
 
-class JmapClient(MailMethods, PushMethods, AsyncClosing):
+class JmapClient(MailMethods, PushMethods, ReadMethods, AsyncClosing):
     """An async JMAP client for one account. Use `async with JmapClient(...) as c:`."""
 
     def __init__(

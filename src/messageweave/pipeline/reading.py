@@ -1,0 +1,195 @@
+"""Read and the attachments (issue #25): a mail's text sent into the chat, and its files.
+
+`read_pages` is what the Read button and `/read <email_id>` answer: the headers (From, To, Cc,
+Date, Subject) and the attachments' list, then the text (the text/plain parts, else the HTML
+converted: `mail.jmap.body.text_body`), split under Telegram's 4,096 UTF-16 units into at most
+`MAX_MESSAGES` messages; a longer text ends with "… N more characters, open it in your mail
+client". The last message carries one button per attachment (`pipeline.buttons`).
+
+Nothing of the text is stored or logged: it is read from JMAP for this answer, handed to the
+ledger's send as the reply's text (which holds no text in Redis: §1.3.1) and forgotten; a retry
+reads the mail again. An attachment is downloaded into memory (`JmapClient.download_blob`, at
+most `MAX_UPLOAD_BYTES`, the Bot API's upload limit) and uploaded at once (`send_attachment`);
+never written to disk or Redis.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import mimetypes
+import re
+import unicodedata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from messageweave.chat import replies
+from messageweave.chat.telegram import (
+    MAX_MESSAGE_UTF16,
+    Keyboard,
+    TelegramClient,
+    split_text,
+    utf16_len,
+)
+from messageweave.config.model import BusinessConfig
+from messageweave.mail.jmap import Address, Attachment, JmapClient, MailText
+
+MAX_MESSAGES = 3
+# How much text is read from the server (bytes of UTF-8): far more than three messages show,
+# so "N more characters" is exact for all but very long mails (then "N+").
+TEXT_CAP_BYTES = 256 * 1024
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's upload limit (sendDocument)
+MAX_PHOTO_BYTES = 10 * 1024 * 1024  # sendPhoto's limit: a larger image goes as a document
+PHOTO_TYPES = frozenset({"image/jpeg", "image/png"})
+UPLOAD_TIMEOUT_S = 300.0
+MAX_ATTACHMENT_BUTTONS = 20
+MAX_FILENAME_CHARS = 128
+MAX_LABEL_CHARS = 40
+_NOTE_RESERVE_UTF16 = 160  # room kept in the last message for the "… N more" line
+_UNSAFE_NAME = re.compile(r'[\\/:*?"<>|]')
+
+Sign = Callable[[int], str | None]
+"""The signed callback_data of the attachment button at an index (None: it does not fit)."""
+
+
+@dataclass(frozen=True)
+class Page:
+    text: str
+    keyboard: Keyboard | None = None
+
+
+def allowed(cfg: BusinessConfig, chat_id: int) -> bool:
+    """Only the configured chats may read a mail (the webhook's allowlist checks it first)."""
+    return chat_id == cfg.telegram_chat_id or chat_id in cfg.chat_allowlist
+
+
+async def read_pages(client: JmapClient, cfg: BusinessConfig, email_id: str,
+                     sign: Sign) -> list[Page] | None:
+    """The messages of a Read; None when the mailbox does not have the mail."""
+    mail = await client.read_email(email_id, text_cap=TEXT_CAP_BYTES)
+    if mail is None:
+        return None
+    return render(mail, cfg, sign)
+
+
+def render(mail: MailText, cfg: BusinessConfig, sign: Sign) -> list[Page]:
+    table = replies.texts(cfg.bot_language)
+    lines = [table["read_from"].format(value=_names(mail.sender))]
+    if mail.to:
+        lines.append(table["read_to"].format(value=_names(mail.to)))
+    if mail.cc:
+        lines.append(table["read_cc"].format(value=_names(mail.cc)))
+    date = _date(mail.sent_at or mail.received_at, cfg.timezone)
+    if date:
+        lines.append(table["read_date"].format(value=date))
+    lines.append(table["read_subject"].format(value=mail.subject or table["read_no_subject"]))
+    if mail.attachments:
+        lines.append(table["read_attachments"])
+        lines.extend(table["read_attachment_line"].format(
+            name=display_name(a, table), size=size_text(a.size)) for a in mail.attachments)
+    body = mail.text.strip() or table["summary_no_text"]
+    texts = paginate("\n".join(lines) + "\n\n" + body, mail.text_truncated, table["read_more"])
+    rows = []
+    for index, attachment in enumerate(mail.attachments[:MAX_ATTACHMENT_BUTTONS]):
+        data = sign(index)
+        if data is not None:
+            label = table["button_attachment"].format(name=_cut(display_name(attachment, table),
+                                                                MAX_LABEL_CHARS))
+            rows.append(((label, data),))
+    keyboard = tuple(rows) or None
+    return [Page(text, keyboard if n == len(texts) - 1 else None)
+            for n, text in enumerate(texts)]
+
+
+def paginate(text: str, truncated: bool, more: str) -> list[str]:
+    """`text` in at most `MAX_MESSAGES` messages under Telegram's limit; cut, the last one ends
+    with `more` naming how many characters were left out (`N+` when the server's copy was cut
+    too)."""
+    chunks = split_text(text)
+    if len(chunks) <= MAX_MESSAGES and not truncated:
+        return chunks
+    kept = chunks[:MAX_MESSAGES]
+    if len(chunks) > MAX_MESSAGES or utf16_len(kept[-1]) > MAX_MESSAGE_UTF16 - _NOTE_RESERVE_UTF16:
+        kept[-1] = split_text(kept[-1], MAX_MESSAGE_UTF16 - _NOTE_RESERVE_UTF16)[0]
+    position = 0
+    for chunk in kept:
+        found = text.find(chunk, position)
+        position = (found if found >= 0 else position) + len(chunk)
+    left = len(text[position:].strip())
+    count = f"{max(left, 1)}+" if truncated else str(left)
+    kept[-1] = f"{kept[-1]}\n\n{more.format(count=count)}"
+    return kept
+
+
+def size_text(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def megabytes(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f}"
+
+
+def display_name(attachment: Attachment, table: Mapping[str, str]) -> str:
+    return (attachment.name or "").strip() or table["read_unnamed"]
+
+
+def safe_filename(attachment: Attachment) -> str:
+    """The name the file is uploaded with: no path, no control or reserved characters, no
+    leading dot, at most `MAX_FILENAME_CHARS` (the extension kept); an unnamed part gets
+    `attachment` and the extension of its MIME type."""
+    name = (attachment.name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join("_" if unicodedata.category(c).startswith("C") else c for c in name)
+    name = _UNSAFE_NAME.sub("_", name).strip().lstrip(".").strip()
+    if not name:
+        name = "attachment" + (mimetypes.guess_extension(attachment.type) or "")
+    if len(name) > MAX_FILENAME_CHARS:
+        stem, dot, ext = name.rpartition(".")
+        if dot and 0 < len(ext) <= 16:
+            name = stem[:MAX_FILENAME_CHARS - len(ext) - 1] + "." + ext
+        else:
+            name = name[:MAX_FILENAME_CHARS]
+    return name
+
+
+def as_photo(attachment: Attachment) -> bool:
+    return attachment.type in PHOTO_TYPES and 0 < attachment.size <= MAX_PHOTO_BYTES
+
+
+async def send_attachment(client: JmapClient, telegram: TelegramClient, chat_id: int,
+                          thread_id: int | None, attachment: Attachment) -> int:
+    """Download the attachment (into memory, bounded) and upload it; the message id. Raises
+    `BlobTooLarge` (the server's bytes passed the limit its size claimed to be under),
+    `JmapError`, `TelegramSendError`."""
+    name = safe_filename(attachment)
+    content = await client.download_blob(attachment.blob_id, attachment.type, name,
+                                         max_bytes=MAX_UPLOAD_BYTES)
+    try:
+        return await telegram.send_file(chat_id, content, name, attachment.type,
+                                        photo=as_photo(attachment) and len(content) <=
+                                        MAX_PHOTO_BYTES, thread_id=thread_id,
+                                        timeout_s=UPLOAD_TIMEOUT_S)
+    finally:
+        del content
+
+
+def _names(addresses: tuple[Address, ...]) -> str:
+    return ", ".join(str(a) for a in addresses if str(a)) or "—"
+
+
+def _date(value: str | None, timezone: str) -> str | None:
+    if not value:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return f"{replies.local_time(int(moment.timestamp()), timezone)} ({timezone})"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + replies.ELLIPSIS
