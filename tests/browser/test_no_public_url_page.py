@@ -150,6 +150,7 @@ def test_from_the_bot_token_alone_to_ready_without_a_public_url(
     expect(page.locator("#biz-msg")).to_have_text(
         "Saved and hot-reloaded. Revision 1. Processing is switched on.")
     expect(page.locator("#enabled")).to_be_checked()
+    expect(page.locator("#discover-msg")).to_have_text("")  # "save to keep it": saved now
 
     expect(page.locator("#setup-summary")).to_have_text("The service is configured.")
     settled(page, "Ready: every check passed.")

@@ -94,4 +94,6 @@ export function reset() {
 export function wire() {
   $("h-telegram_chat_id").after($("discover-msg"), $("discover-list"));  // the help first
   $("discover-chats").addEventListener("click", findChats);
+  // Saved: "save the configuration to keep it" is no longer true.
+  document.addEventListener("mw:saved", clearChats);
 }
