@@ -114,6 +114,7 @@ def test_from_the_bot_token_alone_to_ready_without_a_public_url(
     expect(page.locator("#f-timezone")).to_have_value("Europe/Berlin")  # the browser's
     expect(page.locator("#f-bot_language")).to_have_value("en")  # not the contract's zh
     expect(page.locator("#f-telegram_updates")).to_have_value("auto")
+    expect(page.locator("#cb-ways")).to_be_hidden()  # nothing saved: no way is in force
 
     page.click("#discover-chats")  # no token yet: say so, ask nobody
     expect(page.locator("#discover-msg")).to_have_text(

@@ -213,7 +213,9 @@ function wayCell(id, text, ok) {
 }
 
 function showWays(status) {
-  const told = typeof status.updates === "string" && typeof status.in_force === "string";
+  // Nothing saved yet (`telegram_updates` null): no way is in force, and none is shown.
+  const told = typeof status.updates === "string" && typeof status.in_force === "string" &&
+    status.telegram_updates !== null;
   $("cb-ways").hidden = !told;
   if (told) {
     wayCell("cb-way-updates", updatesText(status.updates), isOk(status.updates));
