@@ -11,8 +11,8 @@ import json
 import re
 import secrets
 import time
-from importlib import resources
 from collections.abc import Coroutine, Iterator
+from importlib import resources
 from typing import Any, TypeVar
 
 import httpx
