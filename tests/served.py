@@ -14,6 +14,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
+from messageweave.store.mailbox import enqueue_new_mail
 from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -96,8 +97,13 @@ class ServedApp:
         return self.cyrus.append(subject=subject, **kw).email_id
 
     async def enqueue_mail(self, email_id: str, account_id: str = CYRUS_USER) -> str:
-        return str(await self.redis.xadd(keys.STREAM_JMAP,
-                                         {"account_id": account_id, "email_id": email_id}))
+        """Queue the mail the way the reconcile does (its dedup claim, then the XADD), so a
+        pass the app runs by itself (the start, a catch-up) does not queue it a second time;
+        the entry that holds the mail (a pass's, when it claimed the mail first)."""
+        entry = await enqueue_new_mail(self.redis, account_id, email_id)
+        if entry is None:
+            entry = await self.redis.get(keys.dedup_jmap(account_id, email_id))
+        return str(entry)
 
     async def say(self, text: str, chat_id: int | None = None) -> int | None:
         """The owner writes (the app must be the emulator's webhook); returns the status our

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from messageweave import runtime
 from messageweave.services import Services
-from messageweave.store import keys
+from messageweave.store.mailbox import enqueue_new_mail
 from tests.conftest import CYRUS_USER, running_client, settings_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -41,8 +41,9 @@ async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
     for n in range(count):
         subject = f"{prefix} {n:03d}"
         email_id = cyrus.append(subject=subject).email_id
-        by_subject[subject] = str(await redis.xadd(
-            keys.STREAM_JMAP, {"account_id": CYRUS_USER, "email_id": email_id}))
+        # The reconcile's own enqueue (dedup claim + XADD): a pass the app runs by itself
+        # (at start, a catch-up) must not queue these a second time.
+        by_subject[subject] = str(await enqueue_new_mail(redis, CYRUS_USER, email_id))
     return by_subject
 
 

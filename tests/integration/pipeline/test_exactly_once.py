@@ -13,6 +13,7 @@ from messageweave.aio import cancel
 from messageweave.pipeline import worker as worker_module
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
+from messageweave.store.mailbox import enqueue_new_mail
 from tests.conftest import CYRUS_USER, running_client, settings_for
 from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
 from tests.served import ServedApp
@@ -37,11 +38,13 @@ async def _burst(pipeline: ServedApp, count: int) -> dict[str, str]:
     """`count` mails in Cyrus first, then queued all at once; subject → stream entry id."""
     subjects = [f"burst {n:03d}" for n in range(count)]
     emails = [pipeline.append(subject) for subject in subjects]
-    async with pipeline.redis.pipeline(transaction=False) as pipe:
-        for email_id in emails:
-            pipe.xadd(keys.STREAM_JMAP, {"account_id": CYRUS_USER, "email_id": email_id})
-        ids = await pipe.execute()
-    return {subject: str(i) for subject, i in zip(subjects, ids, strict=True)}
+    # The reconcile's own enqueue (a dedup claim per mail, then the XADD). A pass the app runs
+    # by itself (the second instance's start) may find a mail in Cyrus and claim it first: then
+    # its claim names the entry it queued, and that one is the mail's.
+    for email_id in emails:
+        await enqueue_new_mail(pipeline.redis, CYRUS_USER, email_id)
+    claims = await pipeline.redis.mget([keys.dedup_jmap(CYRUS_USER, e) for e in emails])
+    return {subject: str(entry) for subject, entry in zip(subjects, claims, strict=True)}
 
 
 async def test_cron_beside_two_instances_delivers_every_mail_exactly_once(

@@ -220,6 +220,16 @@ class _SilentBotApi:
             length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                            if line.lower().startswith(b"content-length:")), 0)
             body = await reader.readexactly(length)
+            if not head.split(b" ", 2)[1].endswith(b"/sendMessage"):
+                # The instance's other calls (the webhook watcher's getWebhookInfo) are
+                # answered as Telegram answers them; only sends are swallowed.
+                answer = json.dumps({"ok": True, "result": {"url": "", "pending_update_count": 0,
+                                                            "has_custom_certificate": False}})
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(answer)).encode() + b"\r\n\r\n"
+                             + answer.encode())
+                await writer.drain()
+                continue
             text = _form_or_json(body).get("text", "")
             self.texts.append(text)
             if len(self.texts) <= self.silent:
