@@ -23,6 +23,16 @@ export const methodNotAllowed = (allow) => envelope(405, "method_not_allowed", {
 export const serviceUnavailable = () =>
   envelope(503, "service_unavailable", { "retry-after": RETRY_AFTER });
 
+// On every answer to an https request (index.js): the admin key is typed into the page this
+// gateway serves, so a browser must never try plain http for it again (issue #23). Not on the
+// plain-http redirect: RFC 6797 §7.2 forbids it there, and a browser ignores it.
+export const HSTS = "max-age=31536000; includeSubDomains";
+
+export function withHsts(response) {
+  response.headers.set("strict-transport-security", HSTS);
+  return response;
+}
+
 // Plain http -> the same URL on https, method and body preserved by the client (308).
 export function httpsRedirect(url) {
   const target = new URL(url);

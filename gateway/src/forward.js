@@ -1,7 +1,9 @@
-// Forwarding to the backend pool: rotation order, failover decision, header hygiene, and the
-// client-address header the backend's throttle can be told to trust.
+// Forwarding to the backend pool: rotation order, failover decision, header hygiene, the
+// client-address header the backend's throttle can be told to trust, and the signature that
+// tells a backend the request came through this gateway (signature.js).
 
 import { serviceUnavailable } from "./errors.js";
+import { SIGNATURE_HEADER } from "./signature.js";
 
 // RFC 9110 §7.6.1 hop-by-hop fields, plus the legacy ones proxies still see. Host and
 // Content-Length are recomputed by the runtime from the target URL and the buffered body.
@@ -18,6 +20,8 @@ const HOP_BY_HOP = [
 ];
 const REQUEST_ONLY_DROP = ["host", "content-length"];
 
+// Names the origin that answered, only when LB_EXPOSE_BACKEND = "1" (tests, local development):
+// on a public answer it tells anyone where to go around the gateway (issue #23).
 export const BACKEND_HEADER = "x-lb-backend";
 // The client's address as the gateway saw it, for the backend's throttle (reference §3.4).
 // Always the gateway's own: whatever a client sent under this name is dropped first.
@@ -52,17 +56,21 @@ function stripHopByHop(headers, extra = []) {
 }
 
 // The headers sent to a backend: the client's, minus hop-by-hop ones and Host/Content-Length,
-// with CLIENT_IP_HEADER replaced by the connecting address (absent when the runtime gave none).
+// with CLIENT_IP_HEADER replaced by the connecting address (absent when the runtime gave none)
+// and any client-sent SIGNATURE_HEADER dropped (forward() adds the gateway's own).
 export function requestHeaders(headers) {
-  const out = stripHopByHop(headers, [...REQUEST_ONLY_DROP, CLIENT_IP_HEADER]);
+  const out = stripHopByHop(headers, [...REQUEST_ONLY_DROP, CLIENT_IP_HEADER, SIGNATURE_HEADER]);
   const client = (headers.get(CONNECTING_IP_HEADER) ?? "").trim();
   if (client) out.set(CLIENT_IP_HEADER, client);
   return out;
 }
 
-export function responseWithBackend(response, origin) {
+// The backend's answer as the client gets it: hop-by-hop headers stripped, and BACKEND_HEADER
+// only when `expose` (never on a public answer).
+export function backendResponse(response, origin, expose = false) {
   const headers = stripHopByHop(response.headers);
-  headers.set(BACKEND_HEADER, origin);
+  headers.delete(BACKEND_HEADER);
+  if (expose) headers.set(BACKEND_HEADER, origin);
   return new Response(response.body, {
     status: response.status,
     statusText: response.statusText,
@@ -94,10 +102,18 @@ export async function attempt(fetchFn, url, init, timeoutMs) {
 
 // Send the request to the backends in `order`, at most `maxAttempts` of them, moving on only
 // when shouldFailover() says so. `body` is the buffered request body (ArrayBuffer or null) so
-// that every attempt sends the same bytes.
-export async function forward({ request, body, order, maxAttempts, timeoutMs, fetchFn, log }) {
+// that every attempt sends the same bytes. `sign(method, target, clientIp)` -> the signature
+// header's value (once: every attempt carries the same), or absent to forward unsigned.
+export async function forward({ request, body, order, maxAttempts, timeoutMs, fetchFn, log,
+  sign, exposeBackend = false }) {
   const url = new URL(request.url);
+  const target = url.pathname + url.search;
   const headers = requestHeaders(request.headers);
+  if (sign) {
+    headers.set(SIGNATURE_HEADER,
+      await sign(request.method, target, headers.get(CLIENT_IP_HEADER) ?? ""));
+  }
+  const answer = (response, origin) => backendResponse(response, origin, exposeBackend);
   const tries = order.slice(0, Math.max(1, maxAttempts));
   for (let i = 0; i < tries.length; i++) {
     const origin = tries[i];
@@ -107,12 +123,12 @@ export async function forward({ request, body, order, maxAttempts, timeoutMs, fe
       body: body === null ? null : body.slice(0),
       redirect: "manual",
     };
-    const outcome = await attempt(fetchFn, origin + url.pathname + url.search, init, timeoutMs);
+    const outcome = await attempt(fetchFn, origin + target, init, timeoutMs);
     const last = i === tries.length - 1;
-    if (!shouldFailover(outcome)) return responseWithBackend(outcome.response, origin);
+    if (!shouldFailover(outcome)) return answer(outcome.response, origin);
     const why = outcome.error ? `${outcome.error.name}: ${outcome.error.message}` : outcome.status;
     log?.(`${request.method} ${url.pathname} via ${origin} failed (${why})`);
-    if (last && outcome.response) return responseWithBackend(outcome.response, origin);
+    if (last && outcome.response) return answer(outcome.response, origin);
     if (outcome.response) await outcome.response.body?.cancel().catch(() => {});
   }
   return serviceUnavailable();

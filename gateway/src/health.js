@@ -1,4 +1,6 @@
 // GET /healthz-worker: the gateway's view of the pool, from each backend's GET /healthz.
+// Anyone gets the aggregate (status, version, available, total); the list of origins only a
+// caller presenting LB_HEALTH_TOKEN (index.js): an origin is where to go around the gateway.
 
 import { attempt } from "./forward.js";
 
@@ -11,8 +13,8 @@ export async function probe(fetchFn, origin, timeoutMs) {
   return { origin, up: outcome.status === 200, status: outcome.status };
 }
 
-// -> [httpStatus, body]. `pool` is parsePool()'s result.
-export function aggregate(pool, backends, version) {
+// -> [httpStatus, body]. `pool` is parsePool()'s result; `detailed` adds `backends`.
+export function aggregate(pool, backends, version, detailed = true) {
   const available = backends.filter((b) => b.up).length;
   const total = backends.length;
   let status;
@@ -26,7 +28,8 @@ export function aggregate(pool, backends, version) {
   } else {
     [status, http] = ["down", 503];
   }
-  return [http, { status, version, available, total, backends }];
+  const body = { status, version, available, total };
+  return [http, detailed ? { ...body, backends } : body];
 }
 
 // Probe results are kept for `ttlMs` per pool (per isolate); 0 disables the cache. Only plain
@@ -45,10 +48,10 @@ export function createHealthCache() {
   };
 }
 
-export async function healthResponse(pool, version, cache, opts) {
+export async function healthResponse(pool, version, cache, opts, detailed = true) {
   const origins = pool.ok ? pool.origins : [];
   const backends = origins.length ? await cache.backends(origins, opts) : [];
-  const [status, body] = aggregate(pool, backends, version);
+  const [status, body] = aggregate(pool, backends, version, detailed);
   return new Response(JSON.stringify(body), {
     status,
     headers: { "content-type": "application/json", "cache-control": "no-store" },

@@ -21,3 +21,8 @@ export function intVar(env, name, min = 0) {
 export function insecureLoopbackAllowed(env) {
   return env?.LB_ALLOW_INSECURE_LOOPBACK === "1";
 }
+
+// Tests and local development only: name the answering origin in x-lb-backend.
+export function backendExposed(env) {
+  return env?.LB_EXPOSE_BACKEND === "1";
+}

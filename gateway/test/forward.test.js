@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { forward, requestHeaders, rotation, shouldFailover } from "../src/forward.js";
+import { backendResponse, forward, requestHeaders, rotation, shouldFailover } from "../src/forward.js";
 import { assertEnvelope, fakeFetch, ok, refused, status } from "./helpers.js";
 
 const A = "https://a.example.net";
@@ -34,12 +34,23 @@ function req(method, path, init = {}) {
   return new Request(`https://lb.example.net${path}`, { method, ...init });
 }
 
+// These tests learn which backend answered from x-lb-backend, so they ask for it
+// (LB_EXPOSE_BACKEND = "1" in the Worker); a public answer never carries it (below).
 async function run(request, fetchFn, opts = {}) {
   const body = ["GET", "HEAD"].includes(request.method) ? null : await request.arrayBuffer();
   return forward({
-    request, body, order: [A, B, C], maxAttempts: 2, timeoutMs: 1000, fetchFn, ...opts,
+    request, body, order: [A, B, C], maxAttempts: 2, timeoutMs: 1000, fetchFn,
+    exposeBackend: true, ...opts,
   });
 }
+
+test("without exposeBackend no answer names its backend, even one the backend set itself", async () => {
+  const f = fakeFetch(() => ok("x", { headers: { "x-lb-backend": "https://inner.example.net" } }));
+  const res = await run(req("GET", "/api/status"), f, { exposeBackend: false });
+  assert.equal(res.headers.get("x-lb-backend"), null);
+  const exposed = backendResponse(ok(), A, true);
+  assert.equal(exposed.headers.get("x-lb-backend"), A);
+});
 
 test("a healthy first backend answers alone, with x-lb-backend", async () => {
   const f = fakeFetch(() => ok("hello", { headers: { "x-request-id": "r1" } }));

@@ -75,7 +75,7 @@ test("loopback http backends work only with LB_ALLOW_INSECURE_LOOPBACK=1", async
   res = await handle(new Request(`${LB}/healthz`), { ...env, LB_ALLOW_INSECURE_LOOPBACK: "1" },
     deps(f));
   assert.equal(res.status, 200);
-  assert.equal(res.headers.get("x-lb-backend"), "http://127.0.0.1:9");
+  assert.deepEqual(f.calls.map((c) => c.origin), ["http://127.0.0.1:9"]);
 });
 
 test("forwarding uses the random start and fails over to the next backend", async () => {
@@ -83,7 +83,6 @@ test("forwarding uses the random start and fails over to the next backend", asyn
   const res = await handle(new Request(`${LB}/api/status`), ENV, deps(f, { random: () => 0.7 }));
   assert.equal(res.status, 200);
   assert.equal(await res.text(), "from a");
-  assert.equal(res.headers.get("x-lb-backend"), A);
   assert.deepEqual(f.calls.map((c) => c.origin), [B, A]);
 });
 
@@ -115,7 +114,6 @@ test("POST /api/audit is forwarded with its empty body and fails over like ordin
     method: "POST", headers: { authorization: "Bearer s3ss10n" },
   }), ENV, deps(f));
   assert.equal(res.status, 200);
-  assert.equal(res.headers.get("x-lb-backend"), B);
   assert.deepEqual(f.calls.map((c) => [c.origin, c.method, c.body?.byteLength ?? 0,
     c.headers.get("authorization")]), [[A, "POST", 0, "Bearer s3ss10n"],
     [B, "POST", 0, "Bearer s3ss10n"]]);
@@ -149,7 +147,10 @@ test("ordinary routes use LB_REQUEST_TIMEOUT_MS", async () => {
 
 test("/healthz-worker probes every backend and reports LB_VERSION", async () => {
   const f = fakeFetch((origin) => (origin === A ? ok() : refused()));
-  const res = await handle(new Request(`${LB}/healthz-worker`), ENV, deps(f));
+  const token = "health-token-of-the-monitor-0123456789";
+  const res = await handle(new Request(`${LB}/healthz-worker`, {
+    headers: { authorization: `Bearer ${token}` },
+  }), { ...ENV, LB_HEALTH_TOKEN: token }, deps(f));
   assert.equal(res.status, 200);
   assert.deepEqual(await res.json(), {
     status: "ok", version: "1.2.3", available: 1, total: 2,
@@ -167,7 +168,7 @@ test("/healthz-worker: down (503) and no-backends (200)", async () => {
       deps(f));
     assert.equal(res.status, 200);
     assert.deepEqual(await res.json(), {
-      status: "no-backends", version: "unknown", available: 0, total: 0, backends: [],
+      status: "no-backends", version: "unknown", available: 0, total: 0,
     });
   }
 });

@@ -18,6 +18,7 @@ from messageweave.api import metrics as metrics_api
 from messageweave.api import openapi as openapi_api
 from messageweave.api import rules as rules_api
 from messageweave.api import trace as trace_api
+from messageweave.api.gateway import GatewaySignature
 from messageweave.api.headers import SecurityHeaders
 from messageweave.api.throttle import ClientAddressPolicy
 from messageweave.errors import (
@@ -38,7 +39,7 @@ for _noisy in ("httpx", "httpcore"):
     logging.getLogger(_noisy).setLevel(logging.WARNING)
 
 
-def _fastapi(lifespan: object = None) -> FastAPI:
+def _fastapi(settings: Settings, lifespan: object = None) -> FastAPI:
     app = FastAPI(
         title="MessageWeave",
         docs_url=None,
@@ -47,6 +48,8 @@ def _fastapi(lifespan: object = None) -> FastAPI:
         lifespan=lifespan,  # type: ignore[arg-type]
     )
     install_handlers(app)
+    if settings.gateway_secret:  # inside RequestLog, so a refused request is logged too
+        app.add_middleware(GatewaySignature, secret=settings.gateway_secret)
     app.add_middleware(RequestLog)
     return app
 
@@ -60,7 +63,7 @@ def _include(app: FastAPI, routers: list[APIRouter]) -> None:
 def create_setup_app(settings: Settings) -> ASGIApp:
     """Setup mode: `/healthz`, `/ready` (always 503), `/api/status` and the page; else 404."""
     version = build_version()
-    app = _fastapi()
+    app = _fastapi(settings)
     router = APIRouter()
 
     @router.get("/healthz")
@@ -76,7 +79,7 @@ def create_setup_app(settings: Settings) -> ASGIApp:
         return JSONResponse(ops.status_body(settings, version))
 
     _include(app, [router, static.router])
-    return SecurityHeaders(RequestContext(app))
+    return SecurityHeaders(RequestContext(app), hsts=bool(settings.gateway_secret))
 
 
 def create_app(settings: Settings) -> ASGIApp:
@@ -91,7 +94,7 @@ def create_app(settings: Settings) -> ASGIApp:
         async with runtime.serving(svc):
             yield
 
-    app = _fastapi(lifespan)
+    app = _fastapi(settings, lifespan)
     app.state.services = svc
     app.state.client_address = ClientAddressPolicy.parse(settings.trusted_proxy_header,
                                                          settings.trusted_proxies)
@@ -103,4 +106,4 @@ def create_app(settings: Settings) -> ASGIApp:
     if settings.debug_enabled:
         routers.append(debug.router)
     _include(app, routers)
-    return SecurityHeaders(RequestContext(app))
+    return SecurityHeaders(RequestContext(app), hsts=bool(settings.gateway_secret))

@@ -234,7 +234,7 @@ class Services:
         if memo is not None and all(a is b for a, b in zip(memo[0], sources, strict=True)):
             return list(memo[1])
         values: list[str | None] = [
-            self.settings.admin_key, self.settings.debug_token,
+            self.settings.admin_key, self.settings.debug_token, self.settings.gateway_secret,
             redis_url_password(self.settings.redis_url),
         ]
         for source in (cfg, applied):

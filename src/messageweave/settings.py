@@ -1,11 +1,11 @@
 """The process environment (boot settings, reference §4): the five variables of SPEC Part A,
-plus the two that describe the deployment in front of the service (`TRUSTED_PROXY_HEADER`,
-`TRUSTED_PROXIES`, reference §3.4).
+plus the three that describe the deployment in front of the service (`TRUSTED_PROXY_HEADER`,
+`TRUSTED_PROXIES`, `GATEWAY_SECRET`, reference §3.4).
 
 A missing or malformed required variable never crashes the process; it puts the service in
 *setup mode* and is listed by name in `GET /api/status`. A malformed optional variable (`PORT`,
-the two trust settings) is a `ValueError` naming the variable, at startup: guessing what was
-meant could bind the wrong port or believe a header from the wrong peers.
+the three trust settings) is a `ValueError` naming the variable, at startup: guessing what was
+meant could bind the wrong port, believe a header from the wrong peers or sign with a weak key.
 
 Operator commands also look in the data directory of `messageweave run` for what the
 environment lacks (`messageweave.runtime.settings_from_data_dir`): its embedded Redis and its
@@ -28,6 +28,9 @@ REDIS_DIR = "redis"  # the embedded Redis's directory inside the data directory
 _TRUTHY = frozenset({"1", "true", "TRUE", "True", "yes", "YES"})
 # An HTTP field name (RFC 9110 §5.1: a token).
 _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# GATEWAY_SECRET: printable ASCII without spaces (the Worker's binding must be byte-equal), at
+# least 32 characters (`openssl rand -hex 32` gives 64).
+_GATEWAY_SECRET = re.compile(r"[!-~]{32,1024}")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,9 @@ class Settings:
     # believed from, normalised and comma-separated; "" = from any peer.
     trusted_proxy_header: str = ""
     trusted_proxies: str = ""
+    # The key the gateway signs forwarded requests with (`x-mw-gateway-signature`, reference
+    # §3.3); "" = no signature is required (and the client-address header is not tied to one).
+    gateway_secret: str = field(default="", repr=False)
 
     @property
     def missing(self) -> list[str]:
@@ -111,6 +117,18 @@ def _trusted_proxies(raw: str | None, header: str) -> str:
     return ",".join(nets)
 
 
+def _gateway_secret(raw: str | None) -> str:
+    """Blank = unset; else 32 to 1024 printable ASCII characters, no spaces. The value is
+    never part of the message: it is a secret."""
+    if raw is None or not raw.strip():
+        return ""
+    if not _GATEWAY_SECRET.fullmatch(raw):
+        raise ValueError("GATEWAY_SECRET must be 32 to 1024 printable ASCII characters without "
+                         "spaces or line breaks (e.g. `openssl rand -hex 32`); unset it to "
+                         "serve without the gateway's signature")
+    return raw
+
+
 def from_env(env: Mapping[str, str] | None = None, *, debug_flag: bool = False) -> Settings:
     env = os.environ if env is None else env
     header = _trusted_proxy_header(env.get("TRUSTED_PROXY_HEADER"))
@@ -122,6 +140,7 @@ def from_env(env: Mapping[str, str] | None = None, *, debug_flag: bool = False) 
         debug_token=env.get("DEBUG_TOKEN", ""),
         trusted_proxy_header=header,
         trusted_proxies=_trusted_proxies(env.get("TRUSTED_PROXIES"), header),
+        gateway_secret=_gateway_secret(env.get("GATEWAY_SECRET")),
     )
 
 

@@ -6,6 +6,7 @@
 //   REDIS_SERVER_BIN  default <repo>/.venv/bin/redis-server, else `redis-server` on PATH
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { createHmac } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import net from "node:net";
 import { dirname, join, resolve } from "node:path";
@@ -17,6 +18,10 @@ const GATEWAY = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const REPO = resolve(GATEWAY, "..");
 const ADMIN_KEY = "5e".repeat(32); // CONFIG_ENCRYPTION_KEY, also the admin credential
 const DEBUG_TOKEN = "debug-token-for-the-gateway-test";
+// The Worker's GATEWAY_SECRET binding and the backends' GATEWAY_SECRET (issue #23).
+const GATEWAY_SECRET = "gateway-secret-of-the-integration-test-0123456789";
+const HEALTH_TOKEN = "health-token-of-the-integration-test-0123456789";
+const HSTS = "max-age=31536000; includeSubDomains";
 const HEX32 = /^[0-9a-f]{32}$/;
 const STARTUP_MS = 30_000;
 
@@ -25,6 +30,7 @@ let redis;
 let backendA;
 let backendB;
 let mf;
+let mfPublic; // the same Worker without LB_EXPOSE_BACKEND, as deployed
 let workerLog = "";
 
 function program(envName, venvName) {
@@ -105,10 +111,11 @@ async function startBackend(name, redisPort) {
       PORT: String(port),
       DEBUG_ENABLED: "1",
       DEBUG_TOKEN,
-      // The deployment the gateway is for: the backends believe its client-address header,
-      // and only from the gateway's (loopback) address.
+      // The deployment the gateway is for: the backends serve only what it signed, and believe
+      // its client-address header on those requests only. No TRUSTED_PROXIES: the signature,
+      // not the peer's address, says a request came through the gateway.
+      GATEWAY_SECRET,
       TRUSTED_PROXY_HEADER: "x-mw-client-ip",
-      TRUSTED_PROXIES: "127.0.0.1",
     });
   proc.origin = `http://127.0.0.1:${port}`;
   await waitFor(proc, async () => {
@@ -141,6 +148,14 @@ const gw = (path, init) => mf.dispatchFetch(`https://gateway.test${path}`, { red
 
 const bearer = (token) => ({ authorization: `Bearer ${token}` });
 
+// What the Worker adds, computed here with node:crypto: for a test's own direct call.
+function signed(method, target, clientIp = "") {
+  const t = Math.floor(Date.now() / 1000);
+  const v1 = createHmac("sha256", GATEWAY_SECRET).update(`${t}\n${method}\n${target}\n${clientIp}`)
+    .digest("hex");
+  return { "x-mw-gateway-signature": `t=${t},v1=${v1}` };
+}
+
 async function assertEnvelope(res, httpStatus, code) {
   const text = await res.text();
   assert.equal(res.status, httpStatus, text);
@@ -168,7 +183,7 @@ before(async () => {
   ]);
 
   const toml = wranglerToml();
-  mf = new Miniflare({
+  const worker = (bindings) => new Miniflare({
     modules: true,
     modulesRoot: GATEWAY,
     scriptPath: join(GATEWAY, toml.main),
@@ -183,6 +198,9 @@ before(async () => {
       LB_ALLOW_INSECURE_LOOPBACK: "1",
       LB_HEALTH_TTL_MS: "0",
       LB_REQUEST_TIMEOUT_MS: "5000",
+      GATEWAY_SECRET,
+      LB_HEALTH_TOKEN: HEALTH_TOKEN,
+      ...bindings,
     },
     handleRuntimeStdio(stdout, stderr) {
       const keep = (chunk) => {
@@ -192,11 +210,15 @@ before(async () => {
       stderr.on("data", keep);
     },
   });
-  await mf.ready;
+  // Most tests tell the two backends apart by x-lb-backend, so this one names them.
+  mf = worker({ LB_EXPOSE_BACKEND: "1" });
+  mfPublic = worker({});
+  await Promise.all([mf.ready, mfPublic.ready]);
 }, { timeout: 60_000 });
 
 after(async () => {
   if (mf) await mf.dispose();
+  if (mfPublic) await mfPublic.dispose();
   await Promise.all(children.map((p) => stop(p)));
 }, { timeout: 20_000 });
 
@@ -256,7 +278,7 @@ test("the real socket redirects plain http to https", async () => {
 });
 
 test("/healthz-worker sees both backends", async () => {
-  const res = await gw("/healthz-worker");
+  const res = await gw("/healthz-worker", { headers: bearer(HEALTH_TOKEN) });
   assert.equal(res.status, 200);
   assert.deepEqual(await res.json(), {
     status: "ok",
@@ -270,7 +292,9 @@ test("/healthz-worker sees both backends", async () => {
   });
 });
 
-test("/api/bootstrap and /debug/* are 404 at the gateway but exist on a backend", async () => {
+test("/api/bootstrap and /debug/* are 404 at the gateway, and a backend serves them signed only", async () => {
+  // Issue #23, finding 3: catches a backend that serves a caller who went around the gateway
+  // (to /api/bootstrap, /debug/*, /metrics, or anything else): only /healthz stays open.
   for (const [method, path, headers, body] of [
     ["POST", "/api/bootstrap", bearer(ADMIN_KEY), ""],
     ["POST", "/api/bootstrap", bearer("wrong"), "{}"],
@@ -281,11 +305,25 @@ test("/api/bootstrap and /debug/* are 404 at the gateway but exist on a backend"
     assert.equal(res.headers.get("x-lb-backend"), null);
   }
   const direct = backendA.origin;
-  await assertEnvelope(await fetch(`${direct}/api/bootstrap`,
-    { method: "POST", headers: bearer("wrong"), body: "{}" }), 401, "unauthorized");
-  await assertEnvelope(await fetch(`${direct}/api/bootstrap`,
-    { method: "POST", headers: bearer(ADMIN_KEY), body: "" }), 400, "invalid_request");
-  const ping = await fetch(`${direct}/debug/ping`, { headers: bearer(DEBUG_TOKEN) });
+  for (const [method, path, headers] of [["POST", "/api/bootstrap", bearer(ADMIN_KEY)],
+    ["GET", "/debug/ping", bearer(DEBUG_TOKEN)], ["GET", "/metrics", bearer("worker")],
+    ["GET", "/api/status", {}], ["GET", "/no/such/path", {}]]) {
+    const res = await fetch(direct + path, { method, headers,
+      body: method === "POST" ? "{}" : undefined });
+    await assertEnvelope(res, 403, "gateway_signature_invalid");
+  }
+  const alive = await fetch(`${direct}/healthz`);
+  assert.equal(alive.status, 200);
+  assert.equal(await alive.text(), "ok");
+  // Signed as the gateway signs, they exist (the operator's `messageweave bootstrap` does this).
+  await assertEnvelope(await fetch(`${direct}/api/bootstrap`, { method: "POST",
+    headers: { ...bearer("wrong"), ...signed("POST", "/api/bootstrap") }, body: "{}" }),
+  401, "unauthorized");
+  await assertEnvelope(await fetch(`${direct}/api/bootstrap`, { method: "POST",
+    headers: { ...bearer(ADMIN_KEY), ...signed("POST", "/api/bootstrap") }, body: "" }),
+  400, "invalid_request");
+  const ping = await fetch(`${direct}/debug/ping`,
+    { headers: { ...bearer(DEBUG_TOKEN), ...signed("GET", "/debug/ping") } });
   assert.equal(ping.status, 200);
   assert.deepEqual(await ping.json(), { ok: true });
 });
@@ -385,6 +423,30 @@ test("the trace card's GET /api/trace passes the gateway with its query string",
     405, "method_not_allowed");
 });
 
+test("as deployed: no answer names its backend, every one carries HSTS, no origin list", async () => {
+  // Issue #23, findings 3 and 8: catches x-lb-backend or a public /healthz-worker handing out
+  // the origins to call around the gateway, and an answer without Strict-Transport-Security.
+  const pub = (path, init) => mfPublic.dispatchFetch(`https://gateway.test${path}`,
+    { redirect: "manual", ...init });
+  const origins = [backendA.origin, backendB.origin];
+  for (const [path, httpStatus] of [["/api/status", 200], ["/api/enabled", 401], ["/nope", 404],
+    ["/healthz-worker", 200]]) {
+    const res = await pub(path);
+    const text = await res.text();
+    assert.equal(res.status, httpStatus, `${path}: ${text}`);
+    assert.equal(res.headers.get("strict-transport-security"), HSTS, path);
+    assert.equal(res.headers.get("x-lb-backend"), null, path);
+    for (const origin of origins) {
+      assert.ok(!text.includes(origin.replace("http://", "")), `${path}: ${text}`);
+      for (const [, value] of res.headers) assert.ok(!value.includes(origin), value);
+    }
+  }
+  assert.deepEqual(await (await pub("/healthz-worker")).json(),
+    { status: "ok", version: "integration-test", available: 2, total: 2 });
+  const listed = await (await pub("/healthz-worker", { headers: bearer(HEALTH_TOKEN) })).json();
+  assert.deepEqual(listed.backends.map((b) => b.origin), origins);
+});
+
 test("the backends throttle each client the gateway saw, not the gateway, nor a spoofed header", async () => {
   // Catches a gateway that sets no client address (one guesser behind it would lock out every
   // client: they all share the gateway's address) and one that passes a client's own
@@ -457,7 +519,7 @@ test("after SIGKILL of one backend, requests fail over to the other", async () =
 });
 
 test("/healthz-worker reports one of two backends after the kill", async () => {
-  const res = await gw("/healthz-worker");
+  const res = await gw("/healthz-worker", { headers: bearer(HEALTH_TOKEN) });
   assert.equal(res.status, 200);
   const body = await res.json();
   assert.equal(body.status, "ok");

@@ -18,6 +18,7 @@ import logging
 from fastapi import Request
 from redis.exceptions import RedisError
 
+from messageweave.api.gateway import is_signed
 from messageweave.api.throttle import ClientAddressPolicy, client_of, rate_limited
 from messageweave.errors import ApiError, service_unavailable, unauthorized
 from messageweave.ops import audit
@@ -32,8 +33,16 @@ def services(request: Request) -> Services:
     return svc
 
 
+SOCKET_PEER = ClientAddressPolicy()
+
+
 def client_address(request: Request) -> ClientAddressPolicy:
-    """Where the client address comes from (the socket peer unless a trusted proxy is named)."""
+    """Where the client address comes from (the socket peer unless a trusted proxy is named).
+    With `GATEWAY_SECRET` the header is believed only on a request the gateway signed
+    (`api.gateway`, which also signs the header's value): on any other it is the caller's own
+    claim, and the socket peer is the client."""
+    if services(request).settings.gateway_secret and not is_signed(request.scope):
+        return SOCKET_PEER
     policy: ClientAddressPolicy = request.app.state.client_address
     return policy
 

@@ -11,6 +11,7 @@ from typing import Annotated
 import httpx
 import typer
 
+from messageweave.api.gateway import signature_headers
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.cli.common import DataDirOption, console, fail, load_settings
 from messageweave.cli.diagnose import Check, run_checks
@@ -103,7 +104,8 @@ def bootstrap(
     """Store a first configuration on a running instance (POST /api/bootstrap).
 
     The worker token, reconcile token and webhook secret may be left out of the file: the
-    instance generates them, and they are printed here once.
+    instance generates them, and they are printed here once. With GATEWAY_SECRET in the
+    environment the request is signed as the gateway signs (the instance refuses it otherwise).
 
     Example: messageweave bootstrap --file config.json --url http://127.0.0.1:8080
     """
@@ -112,9 +114,14 @@ def bootstrap(
     except (OSError, ValueError, RecursionError) as exc:
         fail(f"cannot read {file}: {type(exc).__name__}")
     key = _admin_key(data_dir)
+    endpoint = url.rstrip("/") + "/api/bootstrap"
+    headers = {"Authorization": f"Bearer {key}"}
+    secret = os.environ.get("GATEWAY_SECRET", "")
+    if secret.strip():  # the backend serves only signed requests (reference §3.3)
+        target = httpx.URL(endpoint).raw_path.decode()
+        headers.update(signature_headers(secret, "POST", target))
     try:
-        response = httpx.post(url.rstrip("/") + "/api/bootstrap", json=body, timeout=60,
-                              headers={"Authorization": f"Bearer {key}"})
+        response = httpx.post(endpoint, json=body, timeout=60, headers=headers)
     except httpx.HTTPError as exc:
         fail(f"{url} unreachable ({type(exc).__name__})")
     if response.status_code == 409:
