@@ -183,7 +183,7 @@ def test_from_the_page_a_domain_goes_to_a_forum_topic_silently_and_newsletters_a
     for sent_message in (to_team[0], to_home[0]):  # the bot now speaks English, buttons too
         markup: Any = _flag(sent_message.params, "reply_markup")
         assert [b["text"] for row in markup["inline_keyboard"] for b in row] == [
-            "Summary", "Mark read", "Archive"]
+            "Summary", "Mark read", "Archive", "Read"]  # Read: issue #25
 
     page.fill("#trace-q", news)
     page.click("#trace-go")
