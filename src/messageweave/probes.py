@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
@@ -53,20 +53,69 @@ class ProbeFailure:
 
 _JMAP_FAILED = "jmap session probe failed"
 _CHECK_SERVER = "check jmap_session_url and that the server is up"
+_REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+MAX_PROBE_REDIRECTS = 5
+
+
+class _Moved(Exception):
+    """The probe's answer was a redirect it does not follow (`cause` says why)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def _origin_of(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    u = httpx.URL(url)
+    return (u.scheme, u.host, u.port or {"https": 443, "http": 80}.get(u.scheme))
+
+
+async def _get_on_origin(client: httpx.AsyncClient, url: str, auth: httpx.Auth
+                         ) -> httpx.Response:
+    """GET `url`, following redirects by hand only while they stay on its origin (Cyrus
+    answers `/.well-known/jmap` with a 301 to `/jmap`), as the JMAP client does: httpx itself
+    follows none (issue #23: `/ready` runs this for anyone). `_Moved` for any other one."""
+    origin, target = _origin_of(url), url
+    for _ in range(MAX_PROBE_REDIRECTS + 1):
+        response = await client.get(target, auth=auth)
+        if response.status_code not in _REDIRECT_CODES:
+            return response
+        path = urlsplit(target).path or "/"
+        location = response.headers.get("location")
+        if not location:
+            raise _Moved(f"{path} redirected (HTTP {response.status_code}) without a Location")
+        try:
+            nxt = urljoin(target, location)
+            same = _origin_of(nxt) == origin
+        except httpx.InvalidURL:
+            raise _Moved(f"{path} redirected (HTTP {response.status_code}) to an invalid URL"
+                         ) from None
+        if not same:
+            scheme, host, port = _origin_of(nxt)
+            raise _Moved(f"{path} redirected (HTTP {response.status_code}) to another origin, "
+                         f"{scheme}://{host}:{port}")
+        target = nxt
+    raise _Moved(f"more than {MAX_PROBE_REDIRECTS} redirects")
 
 
 async def jmap_session_failure(cfg: BusinessConfig,
                                timeout_s: float = PROBE_TIMEOUT_S) -> ProbeFailure | None:
-    """None when `GET {origin}/.well-known/jmap` with Basic auth answers 2xx, else why not."""
+    """None when `GET {origin}/.well-known/jmap` with Basic auth answers 2xx (after redirects
+    on that origin only), else why not."""
     url = jmap_origin_probe_url(cfg.jmap_session_url)
     origin = url.removesuffix(WELL_KNOWN)  # the configured URL holds no credentials
     auth = httpx.BasicAuth(cfg.jmap_username, cfg.jmap_password)
     try:
         async with httpx.AsyncClient(
-            timeout=timeout_s, follow_redirects=True,
+            timeout=timeout_s, follow_redirects=False,
             verify=build_ssl_context(ca_pem=cfg.jmap_extra_ca),
         ) as client:
-            response = await asyncio.wait_for(client.get(url, auth=auth), timeout_s)
+            response = await asyncio.wait_for(_get_on_origin(client, url, auth), timeout_s)
+    except _Moved as moved:
+        return ProbeFailure(
+            _JMAP_FAILED, moved.cause,
+            "the credentials go only to the configured origin: set jmap_session_url to the "
+            "JMAP server's own address (the one it redirects to, if you trust it)")
     except (TimeoutError, httpx.TimeoutException):
         return ProbeFailure("jmap session probe timed out",
                             f"no answer from {origin} within {timeout_s:g} s", _CHECK_SERVER)
@@ -102,7 +151,7 @@ async def probe_telegram_get_me(
         return "telegram bot token not configured"
     url = f"{cfg.telegram_api_base_url.rstrip('/')}/bot{cfg.bot_token}/getMe"
     try:
-        async with httpx.AsyncClient(timeout=timeout_s) as client:
+        async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client:
             response = await asyncio.wait_for(client.get(url), timeout_s)
     except (TimeoutError, httpx.TimeoutException):
         return "telegram get_me probe timed out"

@@ -6,8 +6,9 @@ commands are handed. Layers below this module never import it: `mail/` states wh
 both.
 
 `Peers` holds the peer clients (Telegram, JMAP) of the configuration in force. The config
-service calls it on every new revision (`apply`) and for a preflight (`probe`); a client that
-could not be built becomes a warning with every credential scrubbed.
+service calls it on every new revision (`apply`, which replaces the two clients independently)
+and for a preflight (`probe`); a client that could not be built becomes a warning with every
+credential scrubbed.
 """
 
 from __future__ import annotations
@@ -41,17 +42,25 @@ class Runtime:
     """The clients built for one configuration revision.
 
     `jmap` is None when the session could not be fetched (the warning says why);
-    `telegram` always exists (building it does no network I/O).
+    `telegram` always exists (building it does no network I/O). `jmap_settings` is what the
+    JMAP client is built from, so a new revision can tell whether its JMAP part changed.
     """
 
     config: BusinessConfig
     telegram: TelegramClient
     jmap: JmapClient | None = None
+    jmap_settings: tuple[object, ...] = ()
 
     async def aclose(self) -> None:
         if self.jmap is not None:
             await self.jmap.aclose()
         await self.telegram.aclose()
+
+
+def jmap_settings(cfg: BusinessConfig, outbound: OutboundConfig) -> tuple[object, ...]:
+    """Everything `new_jmap_client` builds the client from."""
+    return (cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password, cfg.account_id,
+            cfg.jmap_extra_ca, outbound.jmap_timeout_ms)
 
 
 def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient:
@@ -74,6 +83,7 @@ async def build_runtime(
         config=cfg,
         telegram=TelegramClient(cfg.bot_token, api_base_url=cfg.telegram_api_base_url,
                                 timeout_s=outbound.telegram_timeout_ms / 1000),
+        jmap_settings=jmap_settings(cfg, outbound),
     )
     warnings: list[Warning] = []
     secrets = cfg.secrets()
@@ -129,18 +139,25 @@ class Peers:
 
     async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
                     current: Callable[[], bool]) -> list[Warning]:
-        """On a failure the previous runtime keeps serving; with no previous runtime the
-        partial one is used (its JMAP client is connected on demand)."""
+        """The new revision's clients, each on its own (issue #23): the Telegram client (and
+        the configuration) always replace the old ones, so a rotated bot token or a fixed Bot
+        API address takes effect while the mail server is down. A JMAP client that could not
+        connect leaves none, connected on demand with the new settings (never the old client
+        of other settings: it would go on sending the password where they pointed), unless
+        the JMAP settings are unchanged: then the connected one of before keeps serving."""
         runtime, warnings = await build_runtime(cfg, outbound)
-        before = self.runtime.config.bot_language if self.runtime is not None else None
-        if current() and (not warnings or self.runtime is None):
-            previous, self.runtime = self.runtime, runtime
-        else:
-            previous = runtime
+        previous = self.runtime
+        if not current():  # a newer revision is (being) applied: it wins
+            await runtime.aclose()
+            return warnings
+        if (runtime.jmap is None and previous is not None and previous.jmap is not None
+                and previous.jmap_settings == runtime.jmap_settings):
+            runtime.jmap, previous.jmap = previous.jmap, None
+        self.runtime = runtime
         if previous is not None:
             await previous.aclose()
-        if self.runtime is runtime and before not in (None, cfg.bot_language):
-            await _publish_menu(runtime.telegram, cfg.bot_language)
+            if previous.config.bot_language != cfg.bot_language:
+                await _publish_menu(runtime.telegram, cfg.bot_language)
         return warnings
 
     async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:

@@ -1,10 +1,16 @@
-"""The build fingerprint `<git sha or nogit>+<UTC time>`, computed once per process."""
+"""The release number (the package's version, from pyproject.toml as installed) and the build
+fingerprint `<git sha or nogit>+<UTC time>`, each computed once per process.
+
+The public `/api/status` shows the release only; the fingerprint, which names the exact commit
+(and so which fixes an instance lacks), only to an admin session (issue #23).
+"""
 
 from __future__ import annotations
 
 import functools
 import subprocess
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 
@@ -27,3 +33,13 @@ def _git_sha() -> str:
 @functools.cache
 def build_version() -> str:
     return f"{_git_sha()}+{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+@functools.cache
+def release_version() -> str:
+    """`pyproject.toml`'s version of the installed package (`0.1.0`); `unknown` when the
+    package is not installed (run from a bare source tree)."""
+    try:
+        return metadata.version("messageweave")
+    except metadata.PackageNotFoundError:
+        return "unknown"

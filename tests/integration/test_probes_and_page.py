@@ -49,10 +49,13 @@ async def test_settings_saved_by_another_instance_shows_without_a_restart(
 
 
 async def test_version_is_computed_once(client: httpx.AsyncClient) -> None:
-    first = (await client.get("/api/status")).json()["version"]
+    """The build fingerprint, for an admin session (the public sees the release only, issue
+    #23: tests/integration/security/test_public_status.py)."""
+    admin = await login(client)
+    first = (await client.get("/api/status", headers=admin)).json()["version"]
     sha, built = first.split("+")
     assert sha and built.endswith("Z")
-    assert (await client.get("/api/status")).json()["version"] == first
+    assert (await client.get("/api/status", headers=admin)).json()["version"] == first
 
 
 async def test_ready_is_503_until_configured(client: httpx.AsyncClient) -> None:

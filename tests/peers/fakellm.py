@@ -8,6 +8,12 @@ configured model name, because the service sends no custom headers: `summarizer`
 A request whose user message still holds `TAIL_MARKER` (put past the input bound) answers
 `UNBOUNDED_ANSWER`; one without our instruction falls through to fakellm's deterministic echo.
 
+`redirect-<status>` (301, 302, 303, 307, 308; issue #23) answers that redirect, before fakellm
+sees the request, to the same path under `MOVED_PREFIX`: that path stands in for another host.
+Whatever reaches it is answered with a chat completion of `MOVED_ANSWER` and recorded (the last
+user message, and whether an `Authorization` header came with it), readable with `moved()`
+(`/_fakellm/moved`), so a test can tell whether a client re-sent the prompt after a redirect.
+
 `requests()` reads fakellm's own request log (`/_fakellm/stats`): the count per rule and the
 most recent requests (model, matched rule, conversation id = hash of the first user message).
 """
@@ -31,6 +37,8 @@ VERBOSE_ANSWER = "长" * 450
 UNBOUNDED_ANSWER = "UNBOUNDED INPUT REACHED THE MODEL"
 TAIL_MARKER = "TAIL-BEYOND-THE-INPUT-LIMIT"
 INSTRUCTION_MARKER = "about 300 characters"
+MOVED_PREFIX = "/_moved"
+MOVED_ANSWER = "THE PROMPT WAS RE-SENT AFTER A REDIRECT"
 
 RULES = f"""\
 version: 1
@@ -76,24 +84,48 @@ rules:
 _STARTUP_TIMEOUT_S = 20.0
 
 # fakellm has no latency setting, and a real API under load is simply slow: it takes the request
-# and answers late. So fakellm's own app is served with one addition: the answer to a request for
-# a model named `slow-<ms>` is held back <ms> milliseconds. fakellm handles (and counts) the
-# request at once; only the answer is late.
+# and answers late. So fakellm's own app is served with two additions: the answer to a request for
+# a model named `slow-<ms>` is held back <ms> milliseconds (fakellm handles and counts the request
+# at once; only the answer is late), and `redirect-<status>` is redirected to the moved path
+# (module docstring), which fakellm never sees.
 _LAUNCHER = """
 import asyncio, json, os, sys
 import uvicorn
+from starlette.responses import JSONResponse, Response
 
 host, port, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+moved_prefix, moved_answer = sys.argv[4], sys.argv[5]
 os.environ["FAKELLM_CONFIG"] = config
 from fakellm.server import app
+
+moved = []
+
+
+def last_user_message(body):
+    users = [m.get("content") for m in body.get("messages", []) if m.get("role") == "user"]
+    return users[-1] if users else None
 
 
 @app.middleware("http")
 async def answer_late(request, call_next):
     try:
-        model = str(json.loads(await request.body()).get("model", ""))
+        body = json.loads(await request.body())
+        model = str(body.get("model", ""))
     except (ValueError, AttributeError):
-        model = ""
+        body, model = {}, ""
+    path = request.url.path
+    if path == "/_fakellm/moved":
+        return JSONResponse(moved)
+    if path.startswith(moved_prefix + "/"):
+        moved.append({"user": last_user_message(body),
+                      "authorized": "authorization" in request.headers})
+        return JSONResponse({"id": "moved", "object": "chat.completion", "created": 0,
+                             "model": model, "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": moved_answer}}]})
+    status = model.removeprefix("redirect-")
+    if status in ("301", "302", "303", "307", "308"):
+        return Response(status_code=int(status),
+                        headers={"location": f"http://{host}:{port}{moved_prefix}{path}"})
     response = await call_next(request)
     if model.startswith("slow-") and model[5:].isdigit():
         await asyncio.sleep(int(model[5:]) / 1000)
@@ -143,6 +175,15 @@ class FakeLlm:
     async def requests_by_rule(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in (await self.stats())["by_rule"].items()}
 
+    async def moved(self) -> list[dict[str, Any]]:
+        """What reached the moved path (a `redirect-<status>` model's target), oldest first:
+        `{"user": <the last user message>, "authorized": <an Authorization header came>}`."""
+        async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+            response = await client.get(f"{self.origin}/_fakellm/moved")
+        response.raise_for_status()
+        data: list[dict[str, Any]] = response.json()
+        return data
+
     @classmethod
     def start(cls, directory: Path) -> FakeLlm:
         rules = directory / "fakellm.yaml"
@@ -151,7 +192,8 @@ class FakeLlm:
         log_path = directory / "fakellm.log"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-c", _LAUNCHER, "127.0.0.1", str(port), str(rules)],
+                [sys.executable, "-c", _LAUNCHER, "127.0.0.1", str(port), str(rules),
+                 MOVED_PREFIX, MOVED_ANSWER],
                 stdout=log, stderr=subprocess.STDOUT, cwd=directory,
             )
         server = cls(process, port, log_path)

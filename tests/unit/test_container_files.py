@@ -24,5 +24,22 @@ def test_image_listens_on_8080_and_checks_healthz() -> None:
 def test_compose_runs_two_instances_on_one_persistent_redis() -> None:
     assert "messageweave-1:" in COMPOSE and "messageweave-2:" in COMPOSE
     assert COMPOSE.count("<<: *messageweave") == 2
-    assert '"--appendonly", "yes"' in COMPOSE
-    assert "REDIS_URL: redis://redis:6379/0" in COMPOSE
+    assert "--appendonly yes" in COMPOSE
+    assert "@redis:6379/0" in COMPOSE
+
+
+def test_compose_redis_requires_a_password_from_env_kept_off_command_lines() -> None:
+    """Finding 8 (issue #23): the Redis in `compose.yaml` had no password, so anything that
+    reached its port (another container on the network, a published port) had every queue,
+    log and the encrypted configuration. The password comes from `.env` (compose refuses to
+    start without it), reaches redis-server on its standard input and redis-cli through
+    `REDISCLI_AUTH` (a command line is readable by every local user in /proc), and the
+    instances' `REDIS_URL` carries it."""
+    redis = COMPOSE[COMPOSE.index("\n  redis:"):COMPOSE.index("\nvolumes:")]
+    assert "REDIS_PASSWORD: ${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}" in redis
+    assert "exec redis-server - --appendonly yes" in redis  # the config on stdin, PID 1
+    assert '\n        requirepass "$$REDIS_PASSWORD"\n' in redis
+    assert "--requirepass" not in COMPOSE
+    assert 'REDISCLI_AUTH=\\"$$REDIS_PASSWORD\\" redis-cli ping | grep -q PONG' in redis
+    assert "REDIS_URL: redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}@redis:6379/0" \
+        in COMPOSE

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import services
+from messageweave.api.services import services, shows_admin
 from messageweave.errors import ApiError
 from messageweave.mail.eventsource import read_in_force
 from messageweave.pipeline.polling import read_label
@@ -24,23 +24,26 @@ from messageweave.probes import (
 from messageweave.services import Services
 from messageweave.settings import Settings
 from messageweave.store.waiting import waiting_for_peers
+from messageweave.version import release_version
 
 router = APIRouter()
 
 READY_FAILED_HEADER = "x-ready-failed"
 
 
-def status_body(settings: Settings, version: str, *, settings_saved: bool = False
-                ) -> dict[str, object]:
+def status_body(settings: Settings, version: str, *, settings_saved: bool = False,
+                full_version: bool = False) -> dict[str, object]:
     """`mode` says whether the environment is complete (the contract's meaning);
     `settings_saved` whether a business configuration has been stored, so the page can tell
-    "running, not configured yet" from "configured" (issue #15). Setup mode has none."""
+    "running, not configured yet" from "configured" (issue #15). Setup mode has none.
+    `version` is the release number, or with `full_version` (an admin session asked) the
+    build fingerprint `version` (issue #23: the commit is not for the public)."""
     missing = settings.missing
     return {
         "ready": not missing,
         "mode": "configured" if not missing else "configuration-setup",
         "missing": missing,
-        "version": version,
+        "version": version if full_version else release_version(),
         "settings_saved": settings_saved and not missing,
     }
 
@@ -54,10 +57,12 @@ async def healthz() -> PlainTextResponse:
 async def api_status(request: Request) -> JSONResponse:
     """Always 200. `settings_saved` comes from the configuration revision after the same
     shared refresh `/ready` runs (a burst costs one Redis round trip, not one per request); a
-    Redis failure leaves the last revision this instance saw."""
+    Redis failure leaves the last revision this instance saw. The build fingerprint only for
+    an admin session (`shows_admin`)."""
     svc = services(request)
+    full = await shows_admin(request)
     await _ready_checks(request).local.get(None, lambda: _local_check(svc))
-    return JSONResponse(status_body(svc.settings, svc.version,
+    return JSONResponse(status_body(svc.settings, svc.version, full_version=full,
                                     settings_saved=svc.config.revision > 0))
 
 

@@ -104,6 +104,28 @@ async def require_admin_key_or_session(request: Request) -> None:
     await _authenticate(request, {Credential.ADMIN_KEY, Credential.ADMIN_SESSION})
 
 
+async def shows_admin(request: Request) -> bool:
+    """For a public route that tells an admin session more (`/api/status`): True when the
+    request carries a valid admin session. Never refuses (the route stays public), but obeys
+    the throttle like every Bearer route: while the client is locked the answer is False even
+    for a valid session, and a credential that matches nothing is counted as a failure."""
+    if not request.headers.get("authorization"):
+        return False
+    svc = services(request)
+    client = client_of(request, client_address(request))
+    try:
+        await _refuse_if_locked(svc, client)
+    except ApiError:
+        return False
+    token = bearer(request)
+    if token is not None:
+        for kind in sorted(Credential, key=lambda k: k is not Credential.ADMIN_SESSION):
+            if await _matches(svc, kind, token):
+                return kind is Credential.ADMIN_SESSION
+    await _count_failure(request, svc, client)
+    return False
+
+
 async def _authenticate(request: Request, allowed: set[Credential]) -> None:
     svc = services(request)
     client = client_of(request, client_address(request))

@@ -73,8 +73,9 @@ class Peers(Protocol):
     async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
                     current: Callable[[], bool]) -> list[Warning]:
         """Build clients for `cfg`. When `current()` still holds once they are built (`cfg` is
-        the newest revision), they replace the ones in use if they were built without a
-        warning, or if there are none yet. The warnings say what could not be built."""
+        the newest revision), they replace the ones in use, each on its own (a JMAP client
+        that could not connect is connected on demand later). The warnings say what could not
+        be built or connected."""
 
     async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
         """Build clients for `cfg`, report what failed, and close them again."""
@@ -201,8 +202,8 @@ class ConfigService:
             self.config = cfg
 
     async def _apply_runtime(self, revision: int, cfg: BusinessConfig) -> list[Warning]:
-        """Build clients for `cfg`. On a failure the previous clients keep serving; with none
-        yet the partial ones are used (the JMAP client is connected on demand)."""
+        """Build clients for `cfg` and put them in force (`Peers.apply`: the Telegram and the
+        JMAP client independently; one that could not connect is connected on demand)."""
         return await self._peers.apply(cfg, self.outbound,
                                       current=lambda: revision >= self.revision)
 

@@ -219,11 +219,15 @@ def audit_healed(account_id: str, email_id: str) -> str:
     return f"audit:healed:{account_id}:{email_id}"
 
 
-# --- operations logs (streams, trimmed by age with XADD MINID) ---------------------------
+# --- operations logs (streams, trimmed by age with MINID and by count with MAXLEN) -------
+# The count bounds what requests from anyone can write (each throttle lock is an audit record;
+# issue #23): far above a normal retention's worth, so normally the age trims first.
 AUDIT_LOG = "log:audit"
 AUDIT_LOG_RETENTION_S = 7_776_000
+AUDIT_LOG_MAX_ENTRIES = 10_000
 SEND_LOG = "log:send"
 SEND_LOG_RETENTION_S = 604_800
+SEND_LOG_MAX_ENTRIES = 100_000
 
 # --- push subscriptions --------------------------------------------------------------------
 PUSH_REGISTER_LOCK_TTL_S = 360
@@ -272,12 +276,18 @@ def push_orphan(subscription_id: str) -> str:
 
 # --- throttling of failed credentials (messageweave.store.throttle) ------------------------
 # {client} is a normalized address: an IPv4 address, or an IPv6 /64 prefix (one subscriber).
-# Every key has an EX, so requests nobody authenticated cannot grow Redis without bound.
+# Every key has an EX, and at most `THROTTLE_CLIENTS_MAX` clients have keys at once (the index
+# below, least recently failing dropped first; issue #23), so requests nobody authenticated
+# cannot grow Redis without bound, however many addresses they come from.
 THROTTLE_MAX_FAILURES = 10  # failed credentials per window that lock the address
 THROTTLE_WINDOW_S = 60
 THROTTLE_LOCK_BASE_S = 60  # the first lock; each further lock within a day doubles it
 THROTTLE_LOCK_MAX_S = 3600
 THROTTLE_STRIKES_TTL_S = 86_400
+# Sorted set: member = client, score = its last failed credential (Unix ms, Redis's clock);
+# EX `THROTTLE_STRIKES_TTL_S` from the last failure, members older than that dropped.
+THROTTLE_CLIENTS = "throttle:clients"
+THROTTLE_CLIENTS_MAX = 10_000
 
 
 def throttle_failures(client: str) -> str:

@@ -1,9 +1,12 @@
 """Append-only operation logs in Redis streams: the audit log and the send log.
 
 Each record is one stream entry with a single field `r` holding compact JSON. Every append
-trims the stream by age (`XADD ... MINID <now - retention>`, exact: these logs are small and an
-approximate trim would keep old entries until a whole node expires). Stream ids are
-millisecond timestamps, which gives each record its time and a stable paging cursor.
+trims the stream by count (`XADD ... MAXLEN <max entries>`) and by age (`XTRIM ... MINID
+<now - retention>`), in one transaction, both exact: these logs are small, and an approximate
+trim would keep old entries until a whole node expires. The count bound is what holds when
+requests from anyone write records faster than the age trims them (issue #23: every throttle
+lock is an audit record). Stream ids are millisecond timestamps, which gives each record its
+time and a stable paging cursor.
 """
 
 from __future__ import annotations
@@ -40,18 +43,20 @@ def valid_stream_id(value: str) -> bool:
 
 
 class OpLog:
-    def __init__(self, redis: Redis, key: str, retention_s: int) -> None:
+    def __init__(self, redis: Redis, key: str, retention_s: int, max_entries: int) -> None:
         self.redis = redis
         self.key = key
         self.retention_s = retention_s
+        self.max_entries = max_entries
 
     async def append(self, record: dict[str, Any], *, now_ms: int | None = None) -> str:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         min_id = max(now - self.retention_s * 1000, 0)
         payload = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
-        entry_id = await self.redis.xadd(
-            self.key, {_FIELD: payload}, minid=min_id, approximate=False
-        )
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.key, {_FIELD: payload}, maxlen=self.max_entries, approximate=False)
+            pipe.xtrim(self.key, minid=min_id, approximate=False)
+            entry_id, _trimmed = await pipe.execute()
         return str(entry_id)
 
     async def page(
@@ -123,8 +128,8 @@ def _iso(millis: int) -> str:
 
 
 def audit_log(redis: Redis) -> OpLog:
-    return OpLog(redis, keys.AUDIT_LOG, keys.AUDIT_LOG_RETENTION_S)
+    return OpLog(redis, keys.AUDIT_LOG, keys.AUDIT_LOG_RETENTION_S, keys.AUDIT_LOG_MAX_ENTRIES)
 
 
 def send_log(redis: Redis) -> OpLog:
-    return OpLog(redis, keys.SEND_LOG, keys.SEND_LOG_RETENTION_S)
+    return OpLog(redis, keys.SEND_LOG, keys.SEND_LOG_RETENTION_S, keys.SEND_LOG_MAX_ENTRIES)

@@ -3,6 +3,12 @@
 `THROTTLE_MAX_FAILURES` failed credentials from one client within `THROTTLE_WINDOW_S` lock it
 out for `THROTTLE_LOCK_BASE_S`; every further lock within `THROTTLE_STRIKES_TTL_S` of the
 previous one doubles, up to `THROTTLE_LOCK_MAX_S`. Keys and numbers: `messageweave.store.keys`.
+
+Bounded by count as well as by age (issue #23): every failure also scores its client in
+`THROTTLE_CLIENTS` (Redis's clock, ms), and beyond `THROTTLE_CLIENTS_MAX` clients the least
+recently failing ones are dropped with their keys — never the client failing now, so the lock
+it just earned holds. An attacker with more addresses than that can push the oldest clients'
+counts and locks out, but each of those addresses already has its own 10 tries a window.
 """
 
 from __future__ import annotations
@@ -12,10 +18,30 @@ from typing import Any
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 
-# KEYS: failures, lock, strikes. ARGV: max failures, window, base lock, max lock, strikes TTL.
-# Counts one failure; the one that reaches the limit clears the count and sets the lock.
-# Returns the new lock's length in seconds, or 0 while the client is still under the limit.
-RECORD_FAILURE = """
+# KEYS: failures, lock, strikes, the client index. ARGV: max failures, window, base lock, max
+# lock, strikes TTL, client, max clients, and the three key prefixes (the dropped clients' keys
+# are named from them). Counts one failure and bounds the index (`_BOUND_CLIENTS`); the one that
+# reaches the limit clears the count and sets the lock. Returns the new lock's length in
+# seconds, or 0 while the client is still under the limit.
+_BOUND_CLIENTS = """
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local ttl = tonumber(ARGV[5])
+redis.call('ZADD', KEYS[4], now_ms, ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (now_ms - ttl * 1000))
+local excess = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[7])
+if excess > 0 then
+  for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, excess)) do
+    if excess > 0 and old ~= ARGV[6] then
+      redis.call('DEL', ARGV[8] .. old, ARGV[9] .. old, ARGV[10] .. old)
+      redis.call('ZREM', KEYS[4], old)
+      excess = excess - 1
+    end
+  end
+end
+redis.call('EXPIRE', KEYS[4], ttl)
+"""
+RECORD_FAILURE = _BOUND_CLIENTS + """
 local failures = redis.call('INCR', KEYS[1])
 if redis.call('TTL', KEYS[1]) < 0 then
   redis.call('EXPIRE', KEYS[1], ARGV[2])
@@ -38,6 +64,11 @@ return lock
 """
 
 
+# What the script prepends to a dropped client's name: the three per-client key templates.
+_PREFIXES = tuple(name("") for name in (keys.throttle_failures, keys.throttle_lock,
+                                        keys.throttle_strikes))
+
+
 async def locked_for(redis: Redis, client: str) -> int:
     """Seconds left of `client`'s lock (rounded up), 0 when it is not locked."""
     remaining_ms = int(await redis.pttl(keys.throttle_lock(client)))
@@ -47,9 +78,11 @@ async def locked_for(redis: Redis, client: str) -> int:
 async def record_failure(redis: Redis, client: str) -> int:
     """Count one failed credential; the length of the lock it started, else 0."""
     lock: Any = await redis.eval(
-        RECORD_FAILURE, 3,
+        RECORD_FAILURE, 4,
         keys.throttle_failures(client), keys.throttle_lock(client), keys.throttle_strikes(client),
+        keys.THROTTLE_CLIENTS,
         keys.THROTTLE_MAX_FAILURES, keys.THROTTLE_WINDOW_S, keys.THROTTLE_LOCK_BASE_S,
-        keys.THROTTLE_LOCK_MAX_S, keys.THROTTLE_STRIKES_TTL_S,
+        keys.THROTTLE_LOCK_MAX_S, keys.THROTTLE_STRIKES_TTL_S, client, keys.THROTTLE_CLIENTS_MAX,
+        *_PREFIXES,
     )
     return int(lock)

@@ -10,6 +10,10 @@ connections and 408/409/429/5xx answers. The SDK is the only place that retries.
 summary does, every attempt and every backoff sleep, shares one budget (`budget_s`): at most
 `attempts × llm_timeout_ms` and never more than `SUMMARY_DEADLINE_S`. When it runs out the
 summary fails and the caller sends the local excerpt.
+
+The SDK's HTTP client follows no redirect (issue #23): its default follows 307/308, which
+re-send the request body, the mail's text, to whatever host the answer names. A redirect is
+an error answer (`APIStatusError`), so the summary fails like any other.
 """
 
 from __future__ import annotations
@@ -66,14 +70,17 @@ async def summarize(
         raise LlmNotConfigured("llm not configured")
     # Imported on the first summary: the SDK (and its thousand type modules) costs an idle
     # service about 13 MB of memory, and most installations never enable summaries.
-    from openai import AsyncOpenAI, OpenAIError
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient, OpenAIError
 
     budget = budget_s(outbound)
+    timeout = min(outbound.llm_timeout_ms / 1000, budget)
     client = AsyncOpenAI(
         base_url=cfg.llm_base_url.rstrip("/"),
         api_key=cfg.llm_api_key,
-        timeout=min(outbound.llm_timeout_ms / 1000, budget),
+        timeout=timeout,
         max_retries=attempts(outbound) - 1,
+        # The SDK's own AsyncClient subclass (its limits), with redirects off; closed with it.
+        http_client=DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout),
     )
     try:
         # The SDK's retries and backoff (it honours a Retry-After of up to 2 minutes) run inside.

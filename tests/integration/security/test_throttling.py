@@ -161,7 +161,8 @@ async def test_every_throttle_key_expires_and_no_credential_counts_nothing(
     await _fail(attacker, 10)
     names = await redis_client.keys("throttle:*")
     assert sorted(names) == sorted([keys.throttle_lock(ATTACKER[0]),
-                                    keys.throttle_strikes(ATTACKER[0])])
+                                    keys.throttle_strikes(ATTACKER[0]),
+                                    keys.THROTTLE_CLIENTS])  # the index (issue #23)
     await redis_client.delete(keys.throttle_lock(ATTACKER[0]))
     await _fail(attacker, 1)
     for name in await redis_client.keys("throttle:*"):

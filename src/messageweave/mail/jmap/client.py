@@ -5,7 +5,10 @@ families (`MailMethods`, `PushMethods`).
   that origin; any other path is the session resource itself. Redirects are followed only on the
   same origin (scheme, host and port); anything else raises `JmapRedirectError`. URLs in the
   session (`apiUrl`, `downloadUrl`, ...) may be relative (Cyrus sends `/jmap/`): they are resolved
-  against the final session URL.
+  against the final session URL, and must be on its origin (`apiUrl`, `downloadUrl`, `uploadUrl`
+  when the session is read, `eventSourceUrl` when it is used; `JmapProtocolError` otherwise):
+  the Basic auth goes with every request to them (issue #23). There is no list of other
+  origins to allow (reference §7.14).
 - Account selection: the configured account id must be one of `session.accounts`, otherwise the
   primary account for `urn:ietf:params:jmap:mail`.
 - HTTP Basic auth, HTTPS only unless `allow_insecure_http=True` (tests). TLS trust: an explicit
@@ -59,6 +62,13 @@ def _origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
     u = httpx.URL(url)
     port = u.port or {"https": 443, "http": 80}.get(u.scheme)
     return (u.scheme, u.host, port)
+
+
+def _same_origin(url: str, other: str) -> bool:
+    try:
+        return _origin(url) == _origin(other)
+    except httpx.InvalidURL:
+        return False
 
 
 def _origin_text(url: str | httpx.URL) -> str:
@@ -215,7 +225,7 @@ class JmapClient(MailMethods, PushMethods, ReadMethods, AsyncClosing):
         if not isinstance(data, dict):
             raise JmapProtocolError("session resource is not a JSON object")
 
-        def url_field(name: str, required: bool) -> str:
+        def url_field(name: str, required: bool, same_origin: bool = True) -> str:
             value = data.get(name)
             if not isinstance(value, str) or not value:
                 if required:
@@ -224,6 +234,9 @@ class JmapClient(MailMethods, PushMethods, ReadMethods, AsyncClosing):
             resolved = urljoin(url, value)
             if urlsplit(resolved).scheme not in self._allowed_schemes:
                 raise JmapProtocolError(f"session {name} is not https")
+            if same_origin and not _same_origin(resolved, url):
+                # The Basic auth goes with every call to it (issue #23).
+                raise JmapProtocolError(f"session {name} is not on the session's origin")
             return resolved
 
         capabilities = data.get("capabilities")
@@ -238,7 +251,9 @@ class JmapClient(MailMethods, PushMethods, ReadMethods, AsyncClosing):
             api_url=url_field("apiUrl", True),
             download_url=url_field("downloadUrl", False),
             upload_url=url_field("uploadUrl", False),
-            event_source_url=url_field("eventSourceUrl", False),
+            # Checked where it is used (`event_source_url`): a session whose EventSource is
+            # elsewhere still serves the calls, with push through PushSubscription or polling.
+            event_source_url=url_field("eventSourceUrl", False, same_origin=False),
             state=str(data.get("state", "")),
             username=str(data.get("username", "")),
             capabilities=capabilities,
