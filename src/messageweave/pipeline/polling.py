@@ -115,6 +115,7 @@ class _Held:
     state: str = ""
     since: int = 0
     check_webhook: bool = True  # ask getWebhookInfo before the next poll
+    conflicts: int = 0  # 409s in a row: only a long poll that ends normally clears them
 
 
 class Poller:
@@ -190,6 +191,8 @@ class Poller:
         if raws is None:
             return
         self.failures.recovered(PLACE)
+        if held.failures == 0:  # a long poll that ended normally: no other program polls
+            held.conflicts = 0
         held.failures = 0
         await self._report(held, "polling")
         try:
@@ -230,7 +233,7 @@ class Poller:
             log.info("telegram_updates is polling: the registered webhook was deleted")
             return False
         if url:
-            held.failures, held.check_webhook = 0, True
+            held.failures, held.conflicts, held.check_webhook = 0, 0, True
             await self._report(held, "webhook")
             return True
         if cfg.telegram_updates == "webhook":
@@ -278,10 +281,11 @@ class Poller:
             return
         if kind is FailureClass.CONFLICT:
             held.check_webhook = True  # a webhook registered meanwhile is not a conflict
-            if held.failures == 1:
+            held.conflicts += 1
+            if held.conflicts == 1:
                 return  # look at once: setWebhook ends a long poll with this 409 too
             await self._report(held, "conflict")
-            await self._pause(backoff_s(held.failures, CONFLICT_BASE_S))
+            await self._pause(backoff_s(held.conflicts - 1, CONFLICT_BASE_S))
             return
         if kind is FailureClass.RATE_LIMIT and exc.retry_after is not None:
             await self._report(held, "rate_limited", f"retry after {exc.retry_after:g} s")
