@@ -105,5 +105,7 @@ def create_app(settings: Settings) -> ASGIApp:
                trace_api.router, rules_api.router, static.router]
     if settings.debug_enabled:
         routers.append(debug.router)
+    elif settings.debug_refusal:
+        log.warning("%s", settings.debug_refusal)
     _include(app, routers)
     return SecurityHeaders(RequestContext(app), hsts=bool(settings.gateway_secret))

@@ -26,6 +26,8 @@ _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 KEY_FILE = "encryption.key"  # in the data directory
 REDIS_DIR = "redis"  # the embedded Redis's directory inside the data directory
 _TRUTHY = frozenset({"1", "true", "TRUE", "True", "yes", "YES"})
+# `/debug/notify` sends any text from the owner's bot: its token must not be guessable.
+DEBUG_TOKEN_MIN_CHARS = 32
 # An HTTP field name (RFC 9110 §5.1: a token).
 _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # GATEWAY_SECRET: printable ASCII without spaces (the Worker's binding must be byte-equal), at
@@ -70,8 +72,19 @@ class Settings:
 
     @property
     def debug_enabled(self) -> bool:
-        """The debug surface exists only when requested *and* a token is set (SAF-DEBUG-GATE)."""
-        return self.debug_requested and bool(self.debug_token)
+        """The debug surface exists only when requested *and* a token of at least
+        `DEBUG_TOKEN_MIN_CHARS` is set (SAF-DEBUG-GATE; the length rule is issue #23's)."""
+        return self.debug_requested and len(self.debug_token) >= DEBUG_TOKEN_MIN_CHARS
+
+    @property
+    def debug_refusal(self) -> str | None:
+        """Why a requested debug surface stays off (for the log; never the token), else None."""
+        if not self.debug_requested or self.debug_enabled:
+            return None
+        if not self.debug_token:
+            return "the debug surface stays off: DEBUG_TOKEN is not set"
+        return (f"the debug surface stays off: DEBUG_TOKEN has {len(self.debug_token)} "
+                f"characters, at least {DEBUG_TOKEN_MIN_CHARS} are needed")
 
 
 def debug_surface_requested(cli_flag: bool, env: Mapping[str, str]) -> bool:

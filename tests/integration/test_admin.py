@@ -6,8 +6,8 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.state import sha256_hex
-from tests.conftest import admin_headers, login, sample_wire
+from messageweave.store.state import session_digest
+from tests.conftest import ADMIN_KEY, admin_headers, login, sample_wire
 from tests.integration.test_envelope import assert_envelope
 
 
@@ -18,7 +18,9 @@ async def test_login_issues_a_session_stored_only_as_a_digest(
     assert response.status_code == 200
     body = response.json()
     assert re.fullmatch(r"[0-9a-f]{64}", body["session"]) and body["expires_in"] == 1800
-    assert await redis_client.get(keys.ADMIN_SESSION) == sha256_hex(body["session"])
+    # bound to the admin key (issue #23): HMAC-SHA256(key, token), never a bare hash
+    assert await redis_client.get(keys.ADMIN_SESSION) == session_digest(
+        bytes.fromhex(ADMIN_KEY), body["session"])
     ttl = await redis_client.ttl(keys.ADMIN_SESSION)
     assert 1795 <= ttl <= 1800
 

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from tests.conftest import login, sample_wire
-from tests.integration.mailbox.push_server import PushServer
+from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -71,7 +71,8 @@ async def test_ready_reports_the_push_it_finds_off_ok_then_degraded(
     sub_id = registered.json()["push_subscription_id"]
     verification = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
                     "verificationCode": push_server.responder.codes[sub_id]}
-    assert (await client.post("/push/jmap", json=verification)).status_code == 204
+    pushed_to = callback_path(push_server.responder.subscriptions[sub_id]["url"])
+    assert (await client.post(pushed_to, json=verification)).status_code == 204
     ready = await client.get("/ready")
     assert ready.status_code == 200 and ready.json()["push"] == "ok"
 

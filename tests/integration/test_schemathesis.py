@@ -36,7 +36,7 @@ from tests.conftest import (
     settings_for,
 )
 
-DEBUG_TOKEN = "debug-token-SECRET"
+DEBUG_TOKEN = "debug-token-SECRET-at-least-32-chars"
 EXAMPLES_PER_OPERATION = 12
 WIRE = sample_wire(telegram_api_base_url=f"https://127.0.0.1:{closed_port()}")
 SECRETS = [str(WIRE[name]) for name in ("bot_token", "telegram_webhook_secret", "jmap_password",

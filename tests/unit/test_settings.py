@@ -38,10 +38,18 @@ def test_debug_surface_needs_a_request_and_a_token() -> None:
     for value in ("", "0", "false", "on", "Yes ", "y"):
         assert not debug_surface_requested(False, {"DEBUG_ENABLED": value})
     assert debug_surface_requested(True, {})
+    token = "t" * 32  # the shortest DEBUG_TOKEN accepted (issue #23)
     assert not from_env({"DEBUG_ENABLED": "1"}).debug_enabled  # no token
-    assert from_env({"DEBUG_ENABLED": "1", "DEBUG_TOKEN": "t"}).debug_enabled
-    assert from_env({"DEBUG_TOKEN": "t"}, debug_flag=True).debug_enabled
-    assert not from_env({"DEBUG_TOKEN": "t"}).debug_enabled
+    assert from_env({"DEBUG_ENABLED": "1", "DEBUG_TOKEN": token}).debug_enabled
+    assert from_env({"DEBUG_TOKEN": token}, debug_flag=True).debug_enabled
+    assert not from_env({"DEBUG_TOKEN": token}).debug_enabled
+    short = from_env({"DEBUG_ENABLED": "1", "DEBUG_TOKEN": token[:-1]})
+    assert not short.debug_enabled
+    assert short.debug_refusal == ("the debug surface stays off: DEBUG_TOKEN has 31 characters, "
+                                   "at least 32 are needed")
+    assert from_env({"DEBUG_ENABLED": "1"}).debug_refusal == (
+        "the debug surface stays off: DEBUG_TOKEN is not set")
+    assert from_env({"DEBUG_TOKEN": "t"}).debug_refusal is None  # not requested: nothing to say
 
 
 def test_settings_repr_hides_the_admin_key() -> None:

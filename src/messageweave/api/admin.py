@@ -160,7 +160,8 @@ async def create_admin_session(request: Request) -> JSONResponse:
     await require_admin_key(request)
     token = secrets.token_hex(32)
     try:
-        await services(request).store.put_admin_session(token)
+        svc = services(request)
+        await svc.store.put_admin_session(token, svc.settings.encryption_key)
     except RedisError as exc:
         raise service_unavailable() from exc
     await audit.record_audit(services(request), audit.SESSION_CREATED)

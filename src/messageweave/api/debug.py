@@ -1,7 +1,9 @@
 """The opt-in debug surface `/debug/*` (inventory §2.5).
 
-Mounted only when requested (`--debug` or a truthy `DEBUG_ENABLED`) *and* `DEBUG_TOKEN` is set;
-otherwise every debug path is an ordinary 404. Every route needs `Bearer DEBUG_TOKEN`.
+Mounted only when requested (`--debug` or a truthy `DEBUG_ENABLED`) *and* `DEBUG_TOKEN` has at
+least 32 characters (`settings.DEBUG_TOKEN_MIN_CHARS`; shorter, the start logs why); otherwise
+every debug path is an ordinary 404. Every route needs `Bearer DEBUG_TOKEN`, throttled like
+every credential (`api.services.require_debug_token`).
 Probe failures are answers, not errors: `/debug/jmap` and `/debug/telegram` are always 200.
 """
 
@@ -21,22 +23,17 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from messageweave.api.services import bearer, constant_time_eq, services
+from messageweave.api.services import require_debug_token, services
 from messageweave.chat.telegram import TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.errors import ApiError, invalid_request, service_unavailable, unauthorized
+from messageweave.errors import ApiError, invalid_request, service_unavailable
 from messageweave.ops.metrics import observe_call
 from messageweave.probes import probe_jmap_session, probe_telegram_get_me
 from messageweave.store.opstats import reconcile_cursor
 
 DEFAULT_NOTIFY_TEXT = "messageweave debug: outbound test OK"
 MAX_NOTIFY_CHARS = 1024
-
-
-async def require_debug_token(request: Request) -> None:
-    if not constant_time_eq(bearer(request), services(request).settings.debug_token):
-        raise unauthorized()
 
 
 router = APIRouter(prefix="/debug", dependencies=[Depends(require_debug_token)])

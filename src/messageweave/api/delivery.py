@@ -51,14 +51,14 @@ class TelegramWebhook:
     router like any route, so the middleware, the error handlers (an `ApiError` raised here is
     answered by `errors._api_error`) and the request log stay the same.
 
-    401 for a wrong secret before anything else; then 503 while switched off, whatever the
-    body; then 400/413 for the body; then 403 for a chat outside the allowlist; else 204, a
-    redelivered update included. A message and a button press (`callback_query`, issue #16)
-    take the same way to the worker. Accepted updates cost one Redis round trip, shared by the
-    requests being served at that moment (`store.streams.UpdateIngress`): the switch is
-    checked in it, and read separately only to answer a body that is refused. A refused chat
-    costs one more write: it is remembered for the admin page
-    (`GET /api/telegram/refused-chats`)."""
+    401 for a wrong secret before anything else; then 503 while switched off, whatever the body;
+    then 400/413 for the body; else 204: a redelivered update, and a chat outside the allowlist
+    (recorded, not queued; 204 so Telegram does not resend it, issue #23). A message and a
+    button press (`callback_query`, issue #16) take the same way to the worker. Accepted updates
+    cost one Redis round trip, shared by the requests being served at that moment
+    (`store.streams.UpdateIngress`): the switch is checked in it, and read separately only to
+    answer a body that is refused. A refused chat costs one more write: it is remembered for the
+    admin page (`GET /api/telegram/refused-chats`)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         svc: Services = scope["app"].state.services
@@ -78,7 +78,11 @@ class TelegramWebhook:
         except service.ChatNotAllowed as exc:
             await ensure_enabled(svc)
             await _remember(svc, exc)
-            raise ApiError(403, "forbidden") from exc
+            # 204, not the contract's 403 (issue #23): Telegram resends any non-2xx answer,
+            # so a 403 cost a script run and a refused count per resend, forever.
+            await send(_NO_CONTENT)
+            await send(_EMPTY_BODY)
+            return
         try:
             queued = await service.enqueue_update_if_enabled(svc.ingress, update)
         except (service.SwitchedOff, RedisError) as exc:
@@ -110,7 +114,7 @@ router.routes.append(Route("/webhook/tg", TelegramWebhook(), methods=["POST"]))
 
 
 async def _remember(svc: Services, refusal: service.ChatNotAllowed) -> None:
-    """Keep the refused chat for the admin page; failing to, the answer is still the 403."""
+    """Keep the refused chat for the admin page; failing to, the answer is still the 204."""
     try:
         await service.remember_refused(svc.redis, refusal)
     except RedisError:

@@ -64,18 +64,26 @@ async def post_reconcile(request: Request) -> Response:
 @router.post("/push/jmap", status_code=204)
 async def post_push(request: Request) -> Response:
     """RFC 8620 pushes: PushVerification completes verification, StateChange schedules a
-    catch-up. Authentication comes from the body (see `messageweave.mail.push`). A well-formed
-    StateChange is answered 204 whether or not it was acted on (503 only when Redis fails), so
-    the answer reveals neither the account id nor the registration (reference §7.2)."""
+    catch-up. First of all the URL's token must be the subscription's (401 otherwise, before
+    the body is read; issue #23), then the body must be `application/json` (415). A
+    well-formed StateChange is then answered 204 whether or not it was acted on (503 only when
+    Redis fails); it never makes this handler connect to JMAP (reference §7.2)."""
     svc = services(request)
+    try:
+        callback = await push.check_callback(svc.redis,
+                                             request.query_params.get(push.TOKEN_PARAM))
+    except RedisError as exc:
+        raise service_unavailable() from exc
+    if not push.is_json(request.headers.get("content-type")):
+        raise ApiError(415, "unsupported_media_type")
     body = await request.body()
     if len(body) > push.MAX_PUSH_BODY_BYTES:
         raise ApiError(413, "payload_too_large")
     message = push.parse_push(json_object(body))
     if isinstance(message, push.StateChange):
         try:
-            await push.accept_state_change(svc.redis, message, svc.store.enabled,
-                                           lambda: _jmap(svc), now=time.time())
+            await push.accept_state_change(svc.redis, message, callback, svc.store.enabled,
+                                           svc.live_jmap, now=time.time())
         except RedisError as exc:
             raise service_unavailable() from exc
         return Response(status_code=204)

@@ -205,7 +205,9 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     }, required=False)},
     ("post", "/api/push/register"): {"requestBody": _body(_CALLBACK)},
     ("post", "/api/push/disable"): {"requestBody": _body(_CALLBACK)},
-    ("post", "/push/jmap"): {"requestBody": _body(_PUSH)},
+    # `t`: the subscription's callback token (issue #23); without it every post is 401.
+    ("post", "/push/jmap"): {"requestBody": _body(_PUSH),
+                             "parameters": [_query("t", {"type": "string"})]},
     ("post", "/debug/notify"): {"parameters": [_query("chat_id", {"type": "integer"}),
                                                _query("text", {"type": "string"})]},
 }

@@ -62,7 +62,7 @@ def constant_time_eq(actual: str | None, expected: str) -> bool:
 
 class Credential(enum.Enum):
     """The bearer credentials the service knows (the webhook secret travels in its own header
-    and `DEBUG_TOKEN` guards only `/debug/*`)."""
+    and `DEBUG_TOKEN` guards only `/debug/*`, `require_debug_token`)."""
 
     ADMIN_KEY = "admin_key"  # CONFIG_ENCRYPTION_KEY itself: bootstrap, login, revoke
     ADMIN_SESSION = "admin_session"  # what `POST /api/admin/session` hands out
@@ -126,6 +126,19 @@ async def shows_admin(request: Request) -> bool:
     return False
 
 
+async def require_debug_token(request: Request) -> None:
+    """`/debug/*`: `DEBUG_TOKEN` only, under the same throttle as every Bearer credential
+    (issue #23): a locked client is 429 first, a token that does not match is counted."""
+    svc = services(request)
+    client = client_of(request, client_address(request))
+    await _refuse_if_locked(svc, client)
+    if constant_time_eq(bearer(request), svc.settings.debug_token):
+        return
+    if request.headers.get("authorization"):
+        await _count_failure(request, svc, client)
+    raise unauthorized()
+
+
 async def _authenticate(request: Request, allowed: set[Credential]) -> None:
     svc = services(request)
     client = client_of(request, client_address(request))
@@ -153,7 +166,7 @@ async def _matches(svc: Services, kind: Credential, token: str) -> bool:
     if kind is Credential.RECONCILE_TOKEN:
         return cfg is not None and constant_time_eq(token, cfg.reconcile_token)
     try:
-        return await svc.store.admin_session_valid(token)
+        return await svc.store.admin_session_valid(token, svc.settings.encryption_key)
     except RedisError:  # a Redis error counts as "not authorized", never as a crash
         return False
 

@@ -5,18 +5,24 @@ names are importable from here too.
 Nothing in a push body is trusted beyond "something changed": a StateChange only schedules a
 catch-up reconcile from the stored Email state (Email/changes is the truth).
 
-How a push is authenticated (there is no header auth on `/push/jmap`):
+How a push is authenticated (the JMAP server sends no header credential):
+- First, always: the callback URL of every subscription we create carries a random token of
+  its own (`?t=…`, `push_lifecycle.with_token`); only its SHA-256 is stored, in the lifecycle.
+  A post without the current subscription's token is 401 before its body is read
+  (`check_callback`, constant time; issue #23). So nothing below is reachable anonymously.
 - `PushVerification`: its `pushSubscriptionId` must be a subscription we created and still track
   (else 401); the code is then checked by the JMAP server itself (PushSubscription/set update).
-- `StateChange`: acted on only while a push registration exists (`push:registration:current`),
-  the switch is on and `changed` names the configured account: then an `Email` (or
-  `EmailDelivery`) entry schedules one coalesced catch-up. Whether it was acted on is never
-  told to the sender (every well-formed StateChange is answered 204), so an unauthenticated
-  caller cannot guess the account id, nor learn whether push is registered (reference §7.2).
+- `StateChange`: acted on only for a verified subscription, while the switch is on, the JMAP
+  client is connected already (the handler never connects: no post can make us log in to the
+  mail server) and `changed` names its account: then an `Email` (or `EmailDelivery`) entry asks
+  for a catch-up, at most one per `PUSH_CATCHUP_INTERVAL_S` (a push inside the interval is
+  deferred to its end, `release_deferred`). Whether it was acted on is not told to the sender:
+  a well-formed StateChange with the token is answered 204 either way (reference §7.2).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,6 +36,7 @@ from messageweave.mail.jmap import JmapClient, JmapError, UnknownMethod
 from messageweave.mail.push_lifecycle import (
     PUSH_TYPES,
     REASONS,
+    TOKEN_PARAM,
     MaintenanceOutcome,
     PushHealth,
     PushState,
@@ -46,16 +53,18 @@ from messageweave.mail.push_lifecycle import (
     unix_of,
     utc_date,
 )
-from messageweave.store import mailbox
+from messageweave.store import keys, mailbox
 from messageweave.store import push as store
 from messageweave.store.redis import Redis
 from messageweave.store.state import sha256_hex
 
 __all__ = [
     "CATCHUP_TYPES",
+    "MAX_PUSH_ACCOUNTS",
     "MAX_PUSH_BODY_BYTES",
     "PUSH_TYPES",
     "REASONS",
+    "TOKEN_PARAM",
     "Clock",
     "Connect",
     "MaintenanceOutcome",
@@ -66,11 +75,14 @@ __all__ = [
     "accept_state_change",
     "assess",
     "callback_url_of",
+    "check_callback",
     "disable",
     "health",
+    "is_json",
     "maintain",
     "parse_push",
     "register",
+    "release_deferred",
     "renewal_due",
     "require_known_subscription",
     "state_changed",
@@ -90,6 +102,11 @@ Clock = Callable[[], float]
 
 CATCHUP_TYPES = frozenset({"Email", "EmailDelivery"})
 MAX_PUSH_BODY_BYTES = 64 * 1024
+# A StateChange naming more accounts than this is refused (400): we have one account, and a
+# JMAP user sees a few shared ones at most (issue #23: 2,600 guesses in 56 KB were read).
+MAX_PUSH_ACCOUNTS = 32
+# Compared when nothing is stored, so a missing registration takes as long as a wrong token.
+_NO_TOKEN = "0" * 64
 
 
 def _unavailable(code: str) -> ApiError:
@@ -111,7 +128,8 @@ class StateChange:
 
 
 def parse_push(body: dict[str, Any]) -> Verification | StateChange:
-    """An RFC 8620 §7.1/§7.2 push object, else 400 invalid_request."""
+    """An RFC 8620 §7.1/§7.2 push object, else 400 invalid_request (also a StateChange naming
+    more than `MAX_PUSH_ACCOUNTS` accounts)."""
     kind = body.get("@type")
     if kind == "PushVerification":
         sub_id, code = body.get("pushSubscriptionId"), body.get("verificationCode")
@@ -119,7 +137,7 @@ def parse_push(body: dict[str, Any]) -> Verification | StateChange:
             return Verification(sub_id, code)
     elif kind == "StateChange":
         changed = body.get("changed")
-        if isinstance(changed, dict) and all(
+        if isinstance(changed, dict) and len(changed) <= MAX_PUSH_ACCOUNTS and all(
             isinstance(account, str) and isinstance(types, dict)
             and all(isinstance(t, str) and isinstance(s, str) for t, s in types.items())
             for account, types in changed.items()
@@ -146,6 +164,25 @@ def callback_url_of(body: dict[str, Any], *, strict: bool) -> str:
 
 
 # ---------------------------------------------------------------------------------- pushes
+
+
+async def check_callback(redis: Redis, token: str | None) -> store.Callback:
+    """The first check of every post to `/push/jmap`: the token of its URL must be the current
+    subscription's (SHA-256 compared in constant time), else 401 (no registration included).
+    A RedisError propagates."""
+    found = await store.callback(redis)
+    given = sha256_hex(token) if token else ""
+    matches = hmac.compare_digest(given.encode(), (found.token_digest or _NO_TOKEN).encode())
+    if not matches or found.token_digest is None:
+        raise unauthorized()
+    return found
+
+
+def is_json(content_type: str | None) -> bool:
+    """`application/json`, with or without parameters (`; charset=utf-8`). Anything else
+    would let a web page post cross-site without a CORS preflight (issue #23)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json"
 
 
 async def verify(redis: Redis, client: JmapClient, push: Verification, *, now: float) -> None:
@@ -175,19 +212,21 @@ async def require_known_subscription(redis: Redis, push: Verification) -> None:
 
 
 async def accept_state_change(
-    redis: Redis, push: StateChange, enabled: Callable[[], Awaitable[bool]], connect: Connect,
-    *, now: float,
+    redis: Redis, push: StateChange, callback: store.Callback,
+    enabled: Callable[[], Awaitable[bool]], client: JmapClient | None, *, now: float,
 ) -> bool:
-    """Act on a StateChange when a registration exists, the switch is on (`enabled`) and it
-    names the account of the live JMAP client (`connect`); else ignore it. True when a
-    catch-up was newly scheduled. Never says why not: the caller answers the same either way
-    (no oracle). A RedisError propagates (the one failure every caller sees alike)."""
-    if await store.current_registration(redis) is None or not await enabled():
+    """Act on a StateChange that came with the subscription's token (`callback`, from
+    `check_callback`) when that subscription is verified, the switch is on (`enabled`) and
+    it names the account of `client`, the JMAP client already connected (None: the hint is
+    dropped; never connect here, issue #23); else ignore it. True when a catch-up was newly
+    scheduled. A RedisError propagates."""
+    if not callback.verified:
+        log.info("StateChange ignored: the subscription has not completed its verification")
         return False
-    try:
-        client = await connect()
-    except ApiError:
-        log.warning("StateChange ignored: no JMAP client to name our account")
+    if not await enabled():
+        return False
+    if client is None or client.session is None:
+        log.info("StateChange ignored: JMAP is not connected yet (the next pass reads it)")
         return False
     return await state_changed(redis, client.account_id, push, now=now)
 
@@ -195,10 +234,12 @@ async def accept_state_change(
 async def state_changed(
     redis: Redis, account_id: str, push: StateChange, *, now: float
 ) -> bool:
-    """Record the StateChange's arrival and schedule a catch-up when it concerns our account's
-    mail; a newly scheduled one wakes the schedulers (`store.mailbox.announce_catchup`) rather than
-    waiting for their poll. True when one was newly scheduled (False: nothing to do, one is
-    already pending, or it names only other accounts: then nothing is recorded)."""
+    """Record the StateChange's arrival and ask for a catch-up when it concerns our account's
+    mail, at most one per `PUSH_CATCHUP_INTERVAL_S` (`store.push.claim_push_catchup`: one
+    inside the interval is deferred to its end). A newly scheduled one wakes the schedulers
+    (`store.mailbox.announce_catchup`) rather than waiting for their poll. True when one was
+    newly scheduled (False: nothing to do, one is pending or deferred, or it names only other
+    accounts: then nothing is recorded)."""
     types = push.changed.get(account_id)
     if types is None:
         log.info("StateChange ignored: it does not name the configured account")
@@ -206,10 +247,19 @@ async def state_changed(
     await store.record_state_change(redis, now)
     if not CATCHUP_TYPES & types.keys():
         return False
-    if not await mailbox.request_catchup(redis, account_id):
-        return False  # pending: its announcement is still to be acted on, or the poll takes it
+    claimed = await store.claim_push_catchup(redis, account_id, now=now,
+                                             interval=keys.PUSH_CATCHUP_INTERVAL_S)
+    if claimed != 1:
+        return False  # pending or deferred: the scheduler takes it (at the interval's end)
     await mailbox.announce_catchup(redis, account_id)
     return True
+
+
+async def release_deferred(redis: Redis, account_id: str, *, now: float) -> bool:
+    """The scheduler's half of the coalescing: a push deferred within the interval becomes a
+    catch-up once the interval has passed. True when one was flagged now."""
+    return await store.release_deferred_catchup(redis, account_id, now=now,
+                                                interval=keys.PUSH_CATCHUP_INTERVAL_S)
 
 
 # ---------------------------------------------------------------------------------- register
@@ -243,7 +293,7 @@ async def register(
         if previous is not None and previous.url_digest != digest:
             await _replace_previous(redis, client, previous, request_id)
         try:
-            sub = await create_subscription(client, callback_url, now)
+            created = await create_subscription(client, callback_url, now)
         except UnknownMethod as exc:  # Cyrus 3.6: no PushSubscription at all (issue #22)
             log.warning("push subscription not created: the mail server has no "
                         "PushSubscription/set")
@@ -251,10 +301,11 @@ async def register(
         except JmapError as exc:
             log.warning("push subscription not created: %s", type(exc).__name__)
             raise _unavailable("service_unavailable") from exc
+        sub = created.subscription
         try:
             await store.record_registration(redis, store.Registration(digest, sub.id),
                                             url=callback_url, expires=unix_of(sub.expires),
-                                            now=now)
+                                            now=now, token_digest=created.token_digest)
         except RedisError as exc:
             await destroy_or_orphan_quietly(redis, client, sub.id, request_id)
             raise _unavailable("push_state_unavailable") from exc

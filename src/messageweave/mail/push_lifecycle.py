@@ -12,9 +12,11 @@ parameter (`now`), so tests drive expiry without sleeping.
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.exceptions import RedisError
 
@@ -24,6 +26,7 @@ from messageweave.store import keys
 from messageweave.store import push as store
 from messageweave.store.mailbox import Lock
 from messageweave.store.redis import Redis
+from messageweave.store.state import sha256_hex
 
 log = logging.getLogger(__name__)
 # The JMAP failures of maintenance passes: class, reason and what to check, at most once a
@@ -34,6 +37,9 @@ RENEWAL = "push subscription renewal"
 RECREATION = "push subscription re-creation"
 
 PUSH_TYPES = ("Email",)
+# The query parameter of the callback URL that carries the subscription's token (issue #23).
+TOKEN_PARAM = "t"
+TOKEN_BYTES = 32  # `secrets.token_urlsafe(32)`: 43 characters, 256 random bits
 
 
 # ---------------------------------------------------------------------------------- time
@@ -124,15 +130,34 @@ def _device_client_id(client: JmapClient) -> str:
     return f"message-weave-{client.account_id}"
 
 
-async def create_subscription(client: JmapClient, callback_url: str, now: float
-                              ) -> PushSubscription:
-    """PushSubscription/set create for `callback_url`, asking for `expires` = now +
-    `PUSH_SUBSCRIPTION_LIFETIME_S` (the server may grant less). Raises `JmapError`."""
+def with_token(callback_url: str, token: str) -> str:
+    """The operator's callback URL with `t=<token>` added to its query (any `t` it had is
+    replaced)."""
+    parts = urlsplit(callback_url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+             if k != TOKEN_PARAM]
+    return urlunsplit(parts._replace(query=urlencode([*query, (TOKEN_PARAM, token)])))
+
+
+@dataclass(frozen=True)
+class Created:
+    """A new subscription and the digest of the token its callback URL carries."""
+
+    subscription: PushSubscription
+    token_digest: str
+
+
+async def create_subscription(client: JmapClient, callback_url: str, now: float) -> Created:
+    """PushSubscription/set create for `callback_url` plus a fresh random token
+    (`with_token`), asking for `expires` = now + `PUSH_SUBSCRIPTION_LIFETIME_S` (the server
+    may grant less). Only the token's SHA-256 is kept. Raises `JmapError`."""
     await client.get_session()
-    return await client.push_subscription_create(
-        _device_client_id(client), callback_url, PUSH_TYPES,
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    sub = await client.push_subscription_create(
+        _device_client_id(client), with_token(callback_url, token), PUSH_TYPES,
         expires=utc_date(now + keys.PUSH_SUBSCRIPTION_LIFETIME_S),
     )
+    return Created(sub, sha256_hex(token))
 
 
 async def destroy(client: JmapClient, subscription_id: str) -> bool:
@@ -207,7 +232,8 @@ async def maintain(
     `PUSH_MAINTENANCE_INTERVAL_S`, cluster-wide; `client` None = no live JMAP runtime):
 
     - PushSubscription/get of the subscription; a failure records `check_failed`;
-    - gone from the server (restart, expiry, cleanup) → re-create it from the stored URL;
+    - gone from the server (restart, expiry, cleanup) → re-create it from the stored URL; so
+      is one whose callback URL carries no token (made before issue #23);
     - otherwise store the `expires` the server reports and, when `renewal_due`, extend it with
       PushSubscription/set update `{expires: now + 7 d}` (the server may grant less; what it
       returns is stored). Refused → re-create (the refused one is destroyed or orphaned);
@@ -253,6 +279,9 @@ async def _maintain(
     if sub is None:
         log.warning("push subscription %s is gone from the server", sub_id)
         return await _recreate(redis, client, lc, now, destroy_old=False)
+    if lc.token is None:  # made before callback tokens (issue #23): every push is refused
+        log.warning("push subscription %s has no callback token: re-creating it", sub_id)
+        return await _recreate(redis, client, lc, now, destroy_old=True)
     if sub.expires_known and unix_of(sub.expires) != lc.expires:
         lc = replace(lc, expires=unix_of(sub.expires), granted=int(now))  # the server's word
     if not renewal_due(lc, now):
@@ -288,15 +317,17 @@ async def _recreate(
     if destroy_old:
         await destroy_or_orphan_quietly(redis, client, old.subscription_id, "push-maintenance")
     try:
-        sub = await create_subscription(client, lc.url, now)
+        created = await create_subscription(client, lc.url, now)
     except JmapError as exc:
         _failures.failed(RECREATION, exc)
         return await _fail(redis, lc, "recreate_failed")
     _failures.recovered(RECREATION)
+    sub = created.subscription
     new = store.Registration(old.url_digest, sub.id)
     try:
         replaced = await store.replace_subscription(
-            redis, old, new, url=lc.url, expires=unix_of(sub.expires), now=now)
+            redis, old, new, url=lc.url, expires=unix_of(sub.expires), now=now,
+            token_digest=created.token_digest)
     except RedisError:
         await destroy_or_orphan_quietly(redis, client, sub.id, "push-maintenance")
         raise

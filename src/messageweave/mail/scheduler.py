@@ -12,8 +12,10 @@ Every instance runs this loop; Redis decides which one acts:
   instance's directly, the others' through `PUBLISH reconcile:catchup-wake`; the flag is still
   polled every `POLL_S`, so a lost signal delays a pass but never loses it. Many pushes → one
   pending flag → one pass; a push during a pass → exactly one pass after it (the wake is
-  cleared before the flag is taken). If another pass holds `lock:reconcile`, the flag is set
-  again (no signal) and retried at the next poll;
+  cleared before the flag is taken). Push-triggered catch-ups start at most once per
+  `PUSH_CATCHUP_INTERVAL_S` (issue #23): a push inside the interval is deferred, and the
+  first tick after the interval (`push.release_deferred`, at `clock()`) flags it. If another
+  pass holds `lock:reconcile`, the flag is set again (no signal) and retried at the next poll;
 - while a push registration exists, `push.maintain` runs once per
   `PUSH_MAINTENANCE_INTERVAL_S` (slot `schedule:push-maintenance`; the first pass within a
   second of the registration appearing): check, renew or re-create the subscription;
@@ -141,6 +143,7 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
         if not timers.started:
             timers.started = True
             await _start_pass(svc, cfg, account)
+        await push.release_deferred(svc.redis, account, now=clock())
         if await take_catchup(svc.redis, account):
             if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account)

@@ -203,11 +203,32 @@ async def _notification(entry: Entry, svc: Services,
     return [Outgoing(route.chat_id, render_notification(found[0], cfg.timezone), options)]
 
 
+def _allowed_chat(entry: Entry, allowlist: tuple[int, ...]) -> int | None:
+    """The entry's chat, checked against the allowlist again before any reply or JMAP call
+    (issue #23): the ingress checked it, but an entry may come from anywhere that can write
+    the stream, or from before the chat left the list. The ingress's rule
+    (`service.parse_update`): an empty allowlist (a configuration older than the rule that
+    one is needed) allows every chat. None when the entry names no chat."""
+    chat = entry.fields.get("chat_id")
+    if not chat:
+        return None
+    try:
+        chat_id = int(chat)
+    except ValueError as exc:
+        raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "chat_id is not an integer") from exc
+    if allowlist and chat_id not in allowlist:
+        raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "chat is not on the allowlist")
+    return chat_id
+
+
 async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     cfg = svc.config.config
     if cfg is None:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+    chat_id = _allowed_chat(entry, cfg.chat_allowlist)
     if "callback_id" in entry.fields:  # a button pressed (issue #16)
+        if chat_id is None:
+            raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "button press without a chat")
         try:
             pressed = await handle_press(Press.of(entry.id, entry.fields), svc, cfg)
         except JmapError as exc:
@@ -216,13 +237,8 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
             raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
         return [Outgoing(r.chat_id, r.text, r.options) for r in pressed]
     text = entry.fields.get("text")
-    chat = entry.fields.get("chat_id")
-    if text is None or not chat:
+    if text is None or chat_id is None:
         return []  # not a text message: acknowledged, no reply
-    try:
-        chat_id = int(chat)
-    except ValueError as exc:
-        raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "chat_id is not an integer") from exc
     ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.jmap)
     try:
         replies = await reply_to_update(IncomingMessage(chat_id, text), ctx)

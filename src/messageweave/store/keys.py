@@ -239,10 +239,17 @@ PUSH_SUBSCRIPTION_ID = "push:subscription:id"
 # The registration (URL mapping, current pointer, lifecycle) has no EX: it is the operator's
 # intent and lives until `POST /api/push/disable`; the subscription's own expiry is managed.
 PUSH_REGISTRATION_CURRENT = "push:registration:current"
-# Hash: id, digest, url, expires, granted, created, verified (Unix seconds), failure.
+# Hash: id, digest, url, expires, granted, created, verified (Unix seconds), failure, token
+# (the SHA-256 hex of the subscription's callback token, issue #23).
 PUSH_LIFECYCLE = "push:lifecycle"
 # Unix seconds of the last StateChange accepted for the configured account.
 PUSH_LAST_STATE_CHANGE = "push:state-change:last"
+# Push-triggered catch-ups start at most once per interval (issue #23): `due` holds the Unix
+# second the next one may start; a StateChange before it leaves `deferred`, which the scheduler
+# turns into a catch-up once `due` has passed. Both EX `CATCHUP_TTL_S`.
+PUSH_CATCHUP_INTERVAL_S = 5
+PUSH_CATCHUP_DUE = "push:catchup:due"
+PUSH_CATCHUP_DEFERRED = "push:catchup:deferred"
 # What we ask for on create and renewal; the server may grant less (RFC 8620 §7.2).
 PUSH_SUBSCRIPTION_LIFETIME_S = 604_800
 # A subscription still unverified this long after its create is degraded.

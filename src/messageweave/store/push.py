@@ -1,5 +1,6 @@
-"""Redis operations of the JMAP push subscription: the registration, its lifecycle hash, the
-verification state, StateChange arrivals and orphaned subscriptions.
+"""Redis operations of the JMAP push subscription: the registration, its lifecycle hash (with
+the digest of the callback token), the verification state, StateChange arrivals, the
+coalescing of push-triggered catch-ups and orphaned subscriptions.
 
 Every multi-key change that must be atomic is one Lua script, defined here next to its caller.
 """
@@ -36,7 +37,9 @@ class Lifecycle:
 
     `expires` None = no expiry known (the server set none, or it was never told to us);
     `verified` None = no PushVerification completed for this subscription id yet;
-    `failure` = why the last maintenance pass could not keep it alive (None = it could)."""
+    `failure` = why the last maintenance pass could not keep it alive (None = it could);
+    `token` = the SHA-256 hex of the token in the subscription's callback URL (None: created
+    before callback tokens, issue #23; maintenance re-creates it)."""
 
     registration: Registration
     url: str | None = None
@@ -45,10 +48,21 @@ class Lifecycle:
     created: int | None = None
     verified: int | None = None
     failure: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class Callback:
+    """What `/push/jmap` checks a post against (`callback`): the current subscription's token
+    digest and whether its PushVerification completed."""
+
+    token_digest: str | None
+    verified: bool
 
 
 def _lifecycle_fields(
-    reg: Registration, *, url: str | None, expires: int | None, now: float | None
+    reg: Registration, *, url: str | None, expires: int | None, now: float | None,
+    token_digest: str | None = None,
 ) -> list[str]:
     fields = ["id", reg.subscription_id, "digest", reg.url_digest,
               "expires", "" if expires is None else str(expires)]
@@ -56,6 +70,8 @@ def _lifecycle_fields(
         fields += ["created", str(int(now)), "granted", str(int(now))]
     if url is not None:
         fields += ["url", url]
+    if token_digest is not None:
+        fields += ["token", token_digest]
     return fields
 
 
@@ -152,23 +168,23 @@ async def current_registration(redis: Redis) -> Registration | None:
 
 async def record_registration(
     redis: Redis, reg: Registration, *, url: str | None = None, expires: int | None = None,
-    now: float | None = None,
+    now: float | None = None, token_digest: str | None = None,
 ) -> None:
     """After PushSubscription/create: id, pending status, URL mapping, current pointer and a
-    fresh lifecycle (`url`, the granted `expires` and the create time `now`, when known),
-    atomically and without EX."""
+    fresh lifecycle (`url`, the granted `expires`, the create time `now` and the callback
+    token's digest, when known), atomically and without EX."""
     await redis.eval(
         RECORD_REGISTRATION, 5, keys.PUSH_SUBSCRIPTION_ID,
         keys.push_subscription_status(reg.subscription_id), keys.push_registration(reg.url_digest),
         keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_LIFECYCLE,
         reg.subscription_id, keys.PUSH_STATUS_PENDING_TTL_S, _encode_registration(reg),
-        *_lifecycle_fields(reg, url=url, expires=expires, now=now),
+        *_lifecycle_fields(reg, url=url, expires=expires, now=now, token_digest=token_digest),
     )
 
 
 async def replace_subscription(
     redis: Redis, old: Registration, new: Registration, *, url: str, expires: int | None,
-    now: float,
+    now: float, token_digest: str | None = None,
 ) -> bool:
     """Point the registration at a re-created subscription (pending verification again), only
     while it still names `old`. False = the registration changed meanwhile; nothing written."""
@@ -180,7 +196,7 @@ async def replace_subscription(
         keys.PUSH_LIFECYCLE,
         _encode_registration(old), _encode_registration(new), new.subscription_id,
         keys.PUSH_STATUS_PENDING_TTL_S, keys.PUSH_STATUS_DISABLED_TTL_S,
-        *_lifecycle_fields(new, url=url, expires=expires, now=now),
+        *_lifecycle_fields(new, url=url, expires=expires, now=now, token_digest=token_digest),
     )
     return int(result) == 1
 
@@ -219,7 +235,15 @@ async def read_lifecycle(redis: Redis) -> Lifecycle | None:
         reg, url=fields.get("url") or None, expires=int_of(fields.get("expires")),
         granted=int_of(fields.get("granted")), created=int_of(fields.get("created")),
         verified=int_of(fields.get("verified")), failure=fields.get("failure") or None,
+        token=fields.get("token") or None,
     )
+
+
+async def callback(redis: Redis) -> Callback:
+    """The current subscription's token digest and verification (one HMGET; nothing when
+    push is not registered: a disable deletes the lifecycle)."""
+    token, verified = await redis.hmget(keys.PUSH_LIFECYCLE, ["token", "verified"])
+    return Callback(text_of(token) or None, bool(text_of(verified)))
 
 
 async def forget_registration(redis: Redis, reg: Registration) -> None:
@@ -264,6 +288,67 @@ async def record_verified(
 
 async def record_state_change(redis: Redis, now: float) -> None:
     await redis.set(keys.PUSH_LAST_STATE_CHANGE, str(int(now)))
+
+
+# KEYS: push:catchup:due, push:catchup:deferred, reconcile:catchup:{account}
+# ARGV: now (Unix s), interval, TTL of the three keys
+# → 1: a catch-up newly flagged (announce it); 0: one was already pending, or the push is
+#   deferred (already deferred, or newly: -1). A `due` more than one interval ahead is a clock
+#   that went back: it does not hold pushes off.
+CLAIM_PUSH_CATCHUP = """
+local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+local due = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if now >= due or due - now > interval then
+  redis.call('SET', KEYS[1], tostring(now + interval), 'EX', ARGV[3])
+  redis.call('DEL', KEYS[2])
+  if redis.call('SET', KEYS[3], '1', 'NX', 'EX', ARGV[3]) then
+    return 1
+  end
+  return 0
+end
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then
+  return -1
+end
+return 0
+"""
+
+# KEYS: as CLAIM_PUSH_CATCHUP. ARGV: now, interval, TTL.
+# → 1 when a deferred push became a catch-up now (its interval has passed), else 0.
+RELEASE_DEFERRED_CATCHUP = """
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return 0
+end
+local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+local due = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if now < due and due - now <= interval then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[1], tostring(now + interval), 'EX', ARGV[3])
+redis.call('SET', KEYS[3], '1', 'NX', 'EX', ARGV[3])
+return 1
+"""
+
+
+async def claim_push_catchup(redis: Redis, account_id: str, *, now: float, interval: float
+                             ) -> int:
+    """Ask for a push-triggered catch-up, at most one per `interval` (`CLAIM_PUSH_CATCHUP`):
+    1 = newly flagged, 0 = already pending or deferred, -1 = newly deferred."""
+    return int(await redis.eval(
+        CLAIM_PUSH_CATCHUP, 3, keys.PUSH_CATCHUP_DUE, keys.PUSH_CATCHUP_DEFERRED,
+        keys.reconcile_catchup(account_id), repr(float(now)), repr(float(interval)),
+        keys.CATCHUP_TTL_S,
+    ))
+
+
+async def release_deferred_catchup(redis: Redis, account_id: str, *, now: float,
+                                   interval: float) -> bool:
+    """Turn a deferred push into a catch-up once its interval has passed; True when it did."""
+    return bool(await redis.eval(
+        RELEASE_DEFERRED_CATCHUP, 3, keys.PUSH_CATCHUP_DUE, keys.PUSH_CATCHUP_DEFERRED,
+        keys.reconcile_catchup(account_id), repr(float(now)), repr(float(interval)),
+        keys.CATCHUP_TTL_S,
+    ))
 
 
 async def last_state_change(redis: Redis) -> int | None:

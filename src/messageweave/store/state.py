@@ -33,6 +33,13 @@ def sha256_hex(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
+def session_digest(key: bytes, token: str) -> str:
+    """What `config:admin_session` holds for a session: HMAC-SHA256(admin key, token) in hex
+    (issue #23). Without the key no stored value can be made to match a token, and a new key
+    matches no session made with the old one."""
+    return hmac.new(key, token.encode(), hashlib.sha256).hexdigest()
+
+
 class ConfigStore:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -91,16 +98,18 @@ class ConfigStore:
         await self.redis.set(keys.OUTBOUND_CONFIG, json.dumps(value, separators=(",", ":")))
 
     # --- admin session -------------------------------------------------------------------
-    async def put_admin_session(self, token: str) -> None:
-        await self.redis.set(keys.ADMIN_SESSION, sha256_hex(token), ex=keys.ADMIN_SESSION_TTL_S)
+    # `key` is the admin key (`Settings.encryption_key`): a session is bound to it.
+    async def put_admin_session(self, token: str, key: bytes) -> None:
+        await self.redis.set(keys.ADMIN_SESSION, session_digest(key, token),
+                             ex=keys.ADMIN_SESSION_TTL_S)
 
-    async def admin_session_valid(self, token: str) -> bool:
-        if not token:
+    async def admin_session_valid(self, token: str, key: bytes) -> bool:
+        if not token or not key:
             return False
         stored = await self.redis.get(keys.ADMIN_SESSION)
         if not isinstance(stored, str):
             return False
-        return hmac.compare_digest(stored.encode(), sha256_hex(token).encode())
+        return hmac.compare_digest(stored.encode(), session_digest(key, token).encode())
 
     async def revoke_admin_session(self) -> None:
         await self.redis.delete(keys.ADMIN_SESSION)

@@ -45,10 +45,10 @@ async def test_a_stranger_is_refused_then_listed_with_its_name_and_count_until_a
     for _ in range(2):
         delivery = await served.emulator.send_user_message(
             served.token, STRANGER, "my secret words", first_name="Zoë", username="zoe_k")
-        assert delivery.status == 403
+        assert delivery.status == 204  # refused, but answered 204 (issue #23, finding 5)
     group = await served.emulator.send_user_message(
         served.token, GROUP, "hello", from_id=STRANGER + 1, chat_type="group")
-    assert group.status == 403
+    assert group.status == 204
 
     chats = await _listed(served.client, served.admin)
     assert [(c["chat_id"], c["name"], c["count"]) for c in chats] == [
@@ -65,6 +65,26 @@ async def test_a_stranger_is_refused_then_listed_with_its_name_and_count_until_a
     assert await served.say("/help", chat_id=STRANGER) == 204
 
 
+async def test_a_stranger_is_answered_204_and_recorded_once(served: ServedApp) -> None:
+    """Finding 5 (issue #23): a chat outside the allowlist got 403, which Telegram takes for a
+    failed delivery and resends, again and again: each stranger's message cost a script run
+    per resend and inflated its refused count. It is answered 204 after it is recorded, so
+    Telegram forgets it: one delivery, one count, nothing queued for the worker."""
+    stranger = STRANGER + 7
+    delivery = await served.emulator.send_user_message(served.token, stranger, "hello?")
+    assert delivery.status == 204
+    pending = await served.emulator.pending_updates(served.token)
+    assert delivery.update_id not in pending.pending  # delivered: Telegram will not resend it
+    attempts = [d for d in await served.emulator.webhook_deliveries(served.token)
+                if d["update_id"] == delivery.update_id]
+    assert [d["attempt"] for d in attempts] == [1]
+    [listed] = [c for c in await _listed(served.client, served.admin)
+                if c["chat_id"] == stranger]
+    assert listed["count"] == 1
+    assert await served.redis.xlen(keys.STREAM_TELEGRAM) == 0
+    assert not await served.redis.exists(keys.dedup_tg(delivery.update_id))
+
+
 async def test_thirty_strangers_leave_only_the_twenty_latest(
     client: httpx.AsyncClient, redis_client: aioredis.Redis,
 ) -> None:
@@ -76,7 +96,7 @@ async def test_thirty_strangers_leave_only_the_twenty_latest(
     for n, chat_id in enumerate(ids):
         response = await client.post("/webhook/tg", headers=SECRET, json=_update(
             500 + n, chat_id, first_name="x\n\u202e" + "y" * 200))
-        assert_envelope(response, 403, "forbidden")
+        assert response.status_code == 204 and response.content == b""
     chats = await _listed(client, admin)
     assert [c["chat_id"] for c in chats] == ids[:-21:-1]
     assert {c["name"] for c in chats} == {("x " + "y" * 200)[:refused.NAME_MAX_CHARS]}

@@ -14,26 +14,62 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ssl
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+import redis.asyncio as aioredis
 
+from messageweave.store import keys
+from messageweave.store.push import Registration, record_registration
 from tests.integration.jmap.test_push import PushResponder
 from tests.peers.cyrus import CyrusServer
+
+TEST_CALLBACK = "https://bot.example.org/push/jmap"
+TEST_TOKEN = "token-of-a-test-registration-0123456789abc"
+
+
+async def record_test_registration(
+    redis: aioredis.Redis, sub_id: str = "P-test", *, url: str = TEST_CALLBACK,
+    token: str = TEST_TOKEN, verified: bool = True,
+) -> str:
+    """The registration a real server would have accepted, recorded directly (Cyrus has no
+    PushSubscription/set): its callback token's digest in the lifecycle and, with
+    `verified`, its PushVerification completed. Returns the path and query to post pushes to
+    (`/push/jmap?t=<token>`, issue #23)."""
+    digest = hashlib.sha256(url.encode()).hexdigest()
+    await record_registration(redis, Registration(digest, sub_id), url=url, now=time.time(),
+                              token_digest=hashlib.sha256(token.encode()).hexdigest())
+    if verified:
+        await redis.hset(keys.PUSH_LIFECYCLE, "verified", str(int(time.time())))
+    return f"/push/jmap?t={token}"
+
+
+def callback_path(url: str) -> str:
+    """The path and query of a subscription's callback URL (what the JMAP server posts to)."""
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}" if parts.query else parts.path
 
 
 class RefusingResponder(PushResponder):
     """PushResponder that can refuse destroys (the server keeps the subscription), refuse
-    creates (`forbidden`, e.g. a quota), or be down altogether (every API call answers 503)."""
+    creates (`forbidden`, e.g. a quota), be down altogether (every API call answers 503), or
+    refuse the credentials (`refuse_auth`: every request, the session's included, is 401, as
+    for a wrong stored password)."""
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.refuse_destroy = False
         self.refuse_creates = False
         self.down = False
+        self.refuse_auth = False
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.refuse_auth:
+            return httpx.Response(401, headers={"WWW-Authenticate": 'Basic realm="jmap"'})
         if self.down and request.method == "POST":
             return httpx.Response(503, json={"type": "urn:ietf:params:jmap:error:unavailable"})
         return super().__call__(request)
@@ -60,6 +96,8 @@ class PushServer:
         self._tls.load_cert_chain(cyrus.server_cert, cyrus.server_key)
         self._server: asyncio.Server | None = None
         self.port = 0
+        self.connections = 0  # TCP connections accepted (each a TLS handshake)
+        self.requests = 0  # HTTP requests answered, the session's included
 
     @property
     def url(self) -> str:
@@ -76,9 +114,11 @@ class PushServer:
         await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = dict(

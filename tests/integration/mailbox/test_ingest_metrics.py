@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from tests.conftest import FreshUser, login, sample_wire
 from tests.integration.mailbox.test_reconcile_api import (
     AUTH,
+    PUSH,
     app,
     register_for_test,
     state_change,
@@ -57,7 +58,7 @@ async def test_every_accepted_event_is_counted_by_its_source(
 
     await register_for_test(redis_client)
     pushed = cyrus.append(user=mailbox.user, subject="pushed")
-    push = await app.post("/push/jmap", json=state_change(mailbox.client.account_id))
+    push = await app.post(PUSH, json=state_change(mailbox.client.account_id))
     assert push.status_code == 204
     await wait_for(redis_client, pushed.email_id, within_s=10)
     await _eventually(app, session, "jmap_push", before["jmap_push"] + 1)

@@ -19,7 +19,7 @@ from messageweave.store import keys
 from messageweave.store.state import sha256_hex
 from tests.conftest import closed_port, login, sample_wire
 from tests.integration.jmap.test_push import unix_of
-from tests.integration.mailbox.push_server import PushServer
+from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 
@@ -59,7 +59,7 @@ async def test_register_creates_an_email_subscription_and_is_idempotent(
     first = await register(client, admin, CALLBACK)
     assert first.status_code == 200 and first.json() == {"push_subscription_id": "P1"}
     sub = server.responder.subscriptions["P1"]
-    assert sub["url"] == CALLBACK and sub["types"] == ["Email"]
+    assert sub["url"].startswith(CALLBACK + "?t=") and sub["types"] == ["Email"]
     assert sub["deviceClientId"] == "message-weave-u1"
     digest = sha256_hex(CALLBACK)
     assert await redis_client.get(keys.push_registration(digest)) == "P1"
@@ -122,7 +122,7 @@ async def test_a_new_url_destroys_the_previous_subscription_first(
     destroys_before = sum("destroy" in b["methodCalls"][0][1] for b in server.responder.bodies)
     second = (await register(client, admin, OTHER)).json()["push_subscription_id"]
     [(new_id, sub)] = server.responder.subscriptions.items()  # the old one is gone
-    assert new_id == second and sub["url"] == OTHER
+    assert new_id == second and sub["url"].startswith(OTHER + "?t=")
     destroys = sum("destroy" in b["methodCalls"][0][1] for b in server.responder.bodies)
     assert destroys == destroys_before + 1
     assert await redis_client.get(keys.push_registration(sha256_hex(CALLBACK))) is None
@@ -208,6 +208,11 @@ def verification(sub_id: str, code: str) -> dict[str, str]:
     return {"@type": "PushVerification", "pushSubscriptionId": sub_id, "verificationCode": code}
 
 
+def pushed_to(server: PushServer, sub_id: str = "P1") -> str:
+    """Where the server posts for `sub_id`: its callback URL, token included (issue #23)."""
+    return callback_path(server.responder.subscriptions[sub_id]["url"])
+
+
 async def test_push_verification_is_completed_with_the_server_and_its_digest_stored(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
     redis_client: aioredis.Redis,
@@ -215,14 +220,15 @@ async def test_push_verification_is_completed_with_the_server_and_its_digest_sto
     await register(client, admin, CALLBACK)
     await enable(client, admin)
     code = server.responder.codes["P1"]
-    response = await client.post("/push/jmap", json=verification("P1", code))
+    response = await client.post(pushed_to(server), json=verification("P1", code))
     assert response.status_code == 204, response.text
     assert server.responder.subscriptions["P1"]["verificationCode"] == code
     assert await redis_client.get(keys.push_subscription("P1")) == sha256_hex(code)
     assert await redis_client.get(keys.push_subscription_status("P1")) == "verified"
     # a repeat of the same verification is answered without asking the server again
     calls = len(server.responder.bodies)
-    assert (await client.post("/push/jmap", json=verification("P1", code))).status_code == 204
+    assert (await client.post(pushed_to(server), json=verification("P1", code))
+            ).status_code == 204
     assert len(server.responder.bodies) == calls
 
 
@@ -232,9 +238,9 @@ async def test_a_wrong_code_is_503_then_rate_limited(
 ) -> None:
     await register(client, admin, CALLBACK)
     await enable(client, admin)
-    first = await client.post("/push/jmap", json=verification("P1", "wrong"))
+    first = await client.post(pushed_to(server), json=verification("P1", "wrong"))
     assert_envelope(first, 503, "push_verify_failed")
-    second = await client.post("/push/jmap", json=verification("P1", "wrong"))
+    second = await client.post(pushed_to(server), json=verification("P1", "wrong"))
     assert_envelope(second, 429, "push_verify_rate_limited")
     assert second.headers["retry-after"] == "30"
     assert await redis_client.get(keys.push_subscription("P1")) is None
@@ -243,10 +249,12 @@ async def test_a_wrong_code_is_503_then_rate_limited(
 async def test_a_verification_for_a_subscription_we_never_made_is_401(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
 ) -> None:
+    await register(client, admin, CALLBACK)
     await enable(client, admin)
-    response = await client.post("/push/jmap", json=verification("P99", "code"))
+    calls = len(server.responder.bodies)
+    response = await client.post(pushed_to(server), json=verification("P99", "code"))
     assert_envelope(response, 401, "unauthorized")
-    assert server.responder.bodies == []
+    assert len(server.responder.bodies) == calls
 
 
 def state_change(account: str) -> dict[str, object]:
@@ -265,18 +273,25 @@ async def test_a_state_change_tells_neither_the_account_id_nor_the_registration(
 ) -> None:
     """Bug caught (issue #12): a StateChange for another account answered 403, ours 204 and
     one without a registration 401, so anyone could guess the account id (and see whether push
-    was registered). Every well-formed StateChange now gets the same answer; only ours, with a
-    registration and the switch on, is acted on."""
+    was registered). Without the callback token (issue #23) every post is the same 401,
+    registered or not; with it, every well-formed StateChange gets the same 204, and only ours,
+    with the switch on, is acted on."""
     await enable(client, admin)
-    unregistered = await client.post("/push/jmap", json=state_change("u2"))
+    unregistered = await client.post("/push/jmap", json=state_change("u1"))
     await register(client, admin, CALLBACK)
-    wrong = await client.post("/push/jmap", json=state_change("u2"))
+    code = server.responder.codes["P1"]
+    assert (await client.post(pushed_to(server), json=verification("P1", code))
+            ).status_code == 204
+    anonymous = await client.post("/push/jmap", json=state_change("u1"))
+    assert_envelope(anonymous, 401, "unauthorized")
+    assert (anonymous.status_code, anonymous.headers.get("www-authenticate")) == (
+        unregistered.status_code, unregistered.headers.get("www-authenticate"))
+    wrong = await client.post(pushed_to(server), json=state_change("u2"))
     assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is None  # ignored
-    right = await client.post("/push/jmap", json=state_change("u1"))
+    right = await client.post(pushed_to(server), json=state_change("u1"))
     assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is not None  # acted on
     await client.put("/api/enabled", headers=admin, json={"enabled": False})
-    switched_off = await client.post("/push/jmap", json=state_change("u1"))
+    switched_off = await client.post(pushed_to(server), json=state_change("u1"))
 
-    assert answer_of(wrong) == answer_of(unregistered)
     assert answer_of(right) == answer_of(wrong) == answer_of(switched_off)
     assert right.status_code == 204 and right.content == b""

@@ -28,7 +28,7 @@ from messageweave.store.state import sha256_hex
 from tests.conftest import FreshUser, closed_port, login, sample_wire
 from tests.integration.jmap.test_push import DAY, FakeClock, unix_of
 from tests.integration.mailbox.conftest import enqueued
-from tests.integration.mailbox.push_server import PushServer
+from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.mailbox.test_reconcile_api import AUTH, configure, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 
@@ -91,8 +91,18 @@ async def verify(client: httpx.AsyncClient, server: PushServer, sub_id: str) -> 
     """What the callback URL would receive from the server right after the create."""
     body = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
             "verificationCode": server.responder.codes[sub_id]}
-    response = await client.post("/push/jmap", json=body)
+    response = await client.post(pushed_to(server, sub_id), json=body)
     assert response.status_code == 204, response.text
+
+
+def pushed_to(server: PushServer, sub_id: str) -> str:
+    """Where the server posts for subscription `sub_id`: its URL with the token (issue #23)."""
+    return callback_path(server.responder.subscriptions[sub_id]["url"])
+
+
+async def current_callback(redis: aioredis.Redis, server: PushServer) -> str:
+    """`pushed_to` of the current subscription."""
+    return pushed_to(server, await redis.hget(keys.PUSH_LIFECYCLE, "id"))
 
 
 def state_change() -> dict[str, object]:
@@ -146,7 +156,8 @@ async def test_an_approaching_expiry_is_extended_and_push_outlives_the_old_seven
         assert await redis_client.ttl(key) == -1, key  # no EX: nothing lapses after a week
     assert (await push.health(redis_client, clock.now)).label == "ok"
     await redis_client.delete(keys.PUSH_LAST_STATE_CHANGE)
-    response = await client.post("/push/jmap", json=state_change())
+    response = await client.post(await current_callback(redis_client, server),
+                                 json=state_change())
     assert response.status_code == 204, response.text
     # every StateChange is answered 204 (no oracle): acting on it is what shows it was accepted
     assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is not None
@@ -199,7 +210,7 @@ async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
     new = await redis_client.hget(keys.PUSH_LIFECYCLE, "id")
     assert server.responder.methods()[calls:] == ["PushSubscription/get", "PushSubscription/set"]
     sub = server.responder.subscriptions[new]
-    assert sub["url"] == CALLBACK and sub["types"] == ["Email"]
+    assert sub["url"].startswith(CALLBACK + "?t=") and sub["types"] == ["Email"]
     assert await redis_client.get(keys.PUSH_REGISTRATION_CURRENT) == f"{DIGEST}:{new}"
     assert await redis_client.get(keys.push_registration(DIGEST)) == new
     assert await redis_client.get(keys.push_subscription_status(old)) == "disabled"
@@ -299,7 +310,8 @@ async def test_a_state_change_is_timed_for_the_last_state_change_age(
     await register_and_verify(client, admin, server)
     assert (await status(client, admin))["last_state_change_at"] is None
     before = int(time.time())
-    assert (await client.post("/push/jmap", json=state_change())).status_code == 204
+    path = await current_callback(redis_client, server)
+    assert (await client.post(path, json=state_change())).status_code == 204
     body = await status(client, admin)
     assert isinstance(body["last_state_change_at"], int)
     assert before <= body["last_state_change_at"] <= time.time()
@@ -307,7 +319,7 @@ async def test_a_state_change_is_timed_for_the_last_state_change_age(
     # a StateChange for another account is answered alike (no oracle) and not recorded
     await redis_client.delete(keys.PUSH_LAST_STATE_CHANGE)
     other = {"@type": "StateChange", "changed": {"someone-else": {"Email": "x"}}}
-    assert (await client.post("/push/jmap", json=other)).status_code == 204
+    assert (await client.post(path, json=other)).status_code == 204
     assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is None
 
 

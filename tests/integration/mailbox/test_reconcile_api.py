@@ -15,14 +15,15 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.mailbox import request_catchup
-from messageweave.store.push import Registration, record_registration
 from tests.conftest import FreshUser, closed_port, login, sample_wire
 from tests.integration.mailbox.conftest import enqueued
+from tests.integration.mailbox.push_server import TEST_TOKEN, record_test_registration
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 
 TOKEN = "reconcile-SECRET"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {"Content-Type": "application/json"}
 
 
 def mailbox_wire(cyrus: CyrusServer, mailbox: FreshUser, **overrides: Any) -> dict[str, Any]:
@@ -148,10 +149,14 @@ async def test_the_built_in_schedule_runs_a_pass_without_any_cron(
 # ------------------------------------------------------------------------------ StateChange
 
 
-async def register_for_test(redis: aioredis.Redis) -> None:
+async def register_for_test(redis: aioredis.Redis) -> str:
     """Cyrus has no PushSubscription/set: the registration a real server would have accepted
-    is recorded directly (register itself is tested against the RFC responder)."""
-    await record_registration(redis, Registration("d" * 64, "P-test"))
+    (verified, with its callback token) is recorded directly (register itself is tested
+    against the RFC responder). The path and query to post pushes to."""
+    return await record_test_registration(redis)
+
+
+PUSH = f"/push/jmap?t={TEST_TOKEN}"  # where register_for_test's subscription is pushed to
 
 
 def state_change(account: str, types: dict[str, str] | None = None) -> dict[str, Any]:
@@ -162,10 +167,10 @@ async def test_a_state_change_push_enqueues_new_mail_within_a_second(
     app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     assert (await app.post("/reconcile", headers=AUTH)).status_code == 204
-    await register_for_test(redis_client)
+    path = await register_for_test(redis_client)
     new = cyrus.append(user=mailbox.user, subject="pushed")
     account = mailbox.client.account_id
-    burst = [app.post("/push/jmap", json=state_change(account)) for _ in range(10)]
+    burst = [app.post(path, json=state_change(account)) for _ in range(10)]
     assert {r.status_code for r in await asyncio.gather(*burst)} == {204}
     await wait_for(redis_client, new.email_id, within_s=1.0)
     assert await enqueued(redis_client) == [new.email_id]
@@ -187,9 +192,10 @@ async def test_a_state_change_without_a_registration_is_ignored_and_schedules_no
     app: httpx.AsyncClient, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     """Bug caught (issue #12): answering 401 here and 204 once registered told anyone whether
-    push was registered; the answer is 204 either way, only the effect differs."""
-    response = await app.post("/push/jmap", json=state_change(mailbox.client.account_id))
-    assert response.status_code == 204 and response.content == b""
+    push was registered. Since issue #23 a post without the callback token is 401 whether or
+    not push is registered (no token matches when nothing is), and acts on nothing."""
+    response = await app.post(PUSH, json=state_change(mailbox.client.account_id))
+    assert_envelope(response, 401, "unauthorized")
     assert not await acted_on(redis_client)
 
 
@@ -198,8 +204,8 @@ async def test_a_state_change_for_another_account_is_ignored_and_schedules_nothi
 ) -> None:
     """Bug caught (issue #12): 403 for another account and 204 for ours was an oracle for the
     account id; it is ignored, and answered like ours."""
-    await register_for_test(redis_client)
-    response = await app.post("/push/jmap", json=state_change("someone-else"))
+    path = await register_for_test(redis_client)
+    response = await app.post(path, json=state_change("someone-else"))
     assert response.status_code == 204 and response.content == b""
     assert not await acted_on(redis_client)
 
@@ -207,9 +213,9 @@ async def test_a_state_change_for_another_account_is_ignored_and_schedules_nothi
 async def test_a_state_change_without_email_changes_schedules_nothing(
     app: httpx.AsyncClient, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
-    await register_for_test(redis_client)
+    path = await register_for_test(redis_client)
     response = await app.post(
-        "/push/jmap", json=state_change(mailbox.client.account_id, {"Mailbox": "m9"}))
+        path, json=state_change(mailbox.client.account_id, {"Mailbox": "m9"}))
     assert response.status_code == 204
     assert await redis_client.keys("reconcile:catchup:*") == []
 
@@ -223,15 +229,17 @@ async def test_a_state_change_without_email_changes_schedules_nothing(
 async def test_malformed_push_bodies_are_400_and_enqueue_nothing(
     app: httpx.AsyncClient, redis_client: aioredis.Redis, body: bytes
 ) -> None:
-    await register_for_test(redis_client)
-    assert_envelope(await app.post("/push/jmap", content=body), 400, "invalid_request")
+    path = await register_for_test(redis_client)
+    assert_envelope(await app.post(path, content=body, headers=JSON), 400, "invalid_request")
     assert await redis_client.keys("reconcile:catchup:*") == []
     assert await enqueued(redis_client) == []
 
 
-async def test_a_huge_push_body_is_413(app: httpx.AsyncClient) -> None:
+async def test_a_huge_push_body_is_413(app: httpx.AsyncClient, redis_client: aioredis.Redis
+                                       ) -> None:
+    path = await register_for_test(redis_client)
     body = json.dumps({"@type": "StateChange", "changed": {}, "pad": "x" * 100_000})
-    assert_envelope(await app.post("/push/jmap", content=body), 413, "payload_too_large")
+    assert_envelope(await app.post(path, content=body, headers=JSON), 413, "payload_too_large")
 
 
 async def test_a_state_change_while_the_service_is_off_is_ignored_and_tells_nothing(
@@ -243,7 +251,7 @@ async def test_a_state_change_while_the_service_is_off_is_ignored_and_tells_noth
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
     await configure(client, mailbox_wire(cyrus, mailbox), enabled=False)
     body = state_change(mailbox.client.account_id)
-    assert (await client.post("/push/jmap", json=body)).status_code == 204
-    await register_for_test(redis_client)
-    assert (await client.post("/push/jmap", json=body)).status_code == 204
+    assert (await client.post(PUSH, json=body)).status_code == 401  # nothing registered
+    path = await register_for_test(redis_client)
+    assert (await client.post(path, json=body)).status_code == 204
     assert not await acted_on(redis_client)

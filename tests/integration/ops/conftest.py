@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from tests.conftest import running_client, settings_for
 
-DEBUG_TOKEN = "debug-token-SECRET"
+DEBUG_TOKEN = "debug-token-SECRET-at-least-32-chars"  # 32 or more (issue #23)
 
 
 def debug_headers(token: str = DEBUG_TOKEN) -> dict[str, str]:

@@ -25,7 +25,7 @@ from tests.conftest import (
     free_port,
     login,
 )
-from tests.integration.mailbox.push_server import PushServer
+from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.test_ready_with_peers import peer_wire_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -166,9 +166,10 @@ async def test_diagnose_shows_push_ok_then_degraded_with_a_remedy(
                                 json={"callback_url": callback})).json()["push_subscription_id"]
     verification = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
                     "verificationCode": push_server.responder.codes[sub_id]}
-    assert (await client.post("/push/jmap", json=verification)).status_code == 204
+    pushed_to = callback_path(push_server.responder.subscriptions[sub_id]["url"])
+    assert (await client.post(pushed_to, json=verification)).status_code == 204
     pushed = time.time()
-    assert (await client.post("/push/jmap", json={
+    assert (await client.post(pushed_to, json={
         "@type": "StateChange", "changed": {"u1": {"Email": "s2"}}})).status_code == 204
     code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
     assert code == 0, out
@@ -244,7 +245,8 @@ async def test_diagnose_with_no_arguments_is_all_ok_next_to_the_instance_run_sta
                                            json={"callback_url": "https://bot.example.org/push/jmap"})
             assert registered.status_code == 200, registered.text
             sub_id = registered.json()["push_subscription_id"]
-            verified = await client.post("/push/jmap", json={
+            pushed_to = callback_path(push_server.responder.subscriptions[sub_id]["url"])
+            verified = await client.post(pushed_to, json={
                 "@type": "PushVerification", "pushSubscriptionId": sub_id,
                 "verificationCode": push_server.responder.codes[sub_id]})
             assert verified.status_code == 204, verified.text

@@ -14,7 +14,7 @@ from messageweave.store.push import Registration, update_lifecycle
 from messageweave.store.state import sha256_hex
 from tests.conftest import login, sample_wire
 from tests.integration.jmap.test_push import unix_of
-from tests.integration.mailbox.push_server import PushServer
+from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.ops.conftest import debug_headers
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
@@ -126,8 +126,14 @@ async def test_push_metrics_show_the_last_state_change_age_and_the_expiry(
         text = (await client.get("/metrics", headers=session)).text
         assert sample(text, EXPIRY) == granted and sample(text, AGE) is None
 
+        # the operator's callback path here is not /push/jmap: post where the route is
+        pushed_to = "/push/jmap?" + callback_path(
+            server.responder.subscriptions[sub_id]["url"]).split("?", 1)[1]
+        verification = {"@type": "PushVerification", "pushSubscriptionId": sub_id,
+                        "verificationCode": server.responder.codes[sub_id]}
+        assert (await client.post(pushed_to, json=verification)).status_code == 204
         state_change = {"@type": "StateChange", "changed": {"u1": {"Email": "s2"}}}
-        assert (await client.post("/push/jmap", json=state_change)).status_code == 204
+        assert (await client.post(pushed_to, json=state_change)).status_code == 204
         text = (await client.get("/metrics", headers=session)).text
         age = sample(text, AGE)
         assert age is not None and 0 <= age < 3

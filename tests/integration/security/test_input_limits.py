@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from messageweave.errors import MAX_JSON_DEPTH
 from messageweave.store import keys
 from tests.conftest import admin_headers, login, sample_wire
+from tests.integration.mailbox.push_server import record_test_registration
 from tests.integration.test_envelope import assert_envelope
 
 WEBHOOK_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -50,10 +51,12 @@ async def configured_and_enabled(client: httpx.AsyncClient) -> dict[str, str]:
     return session
 
 
-async def route_headers(client: httpx.AsyncClient) -> dict[str, dict[str, str]]:
+async def route_headers(client: httpx.AsyncClient,
+                        redis: aioredis.Redis) -> dict[str, dict[str, str]]:
     session = await configured_and_enabled(client)
+    push = await record_test_registration(redis)  # /push/jmap takes the callback token first
     return {
-        "/push/jmap": {},
+        push: {"Content-Type": "application/json"},
         "/webhook/tg": {WEBHOOK_SECRET_HEADER: str(sample_wire()["telegram_webhook_secret"])},
         "/api/bootstrap": admin_headers(),
         "/api/business-config/preflight": session,
@@ -80,7 +83,7 @@ async def test_deep_json_is_a_400_on_every_route_and_writes_nothing(
 ) -> None:
     """Bug: 5,000-deep JSON (10 KB, no credentials needed on /push/jmap) blew the decoder's
     recursion limit: 500 internal_error and an ERROR log line on every JSON route."""
-    headers = await route_headers(client)
+    headers = await route_headers(client, redis_client)
     before = await state_of(redis_client)
     caplog.set_level(logging.DEBUG)
     for path, auth in headers.items():
@@ -95,7 +98,7 @@ async def test_json_nested_exactly_64_deep_still_parses(
 ) -> None:
     """Bug: an off-by-one depth limit would refuse a legitimate Telegram update that carries
     nested extra fields (the webhook keeps only what it needs, and ignores the rest)."""
-    headers = await route_headers(client)
+    headers = await route_headers(client, redis_client)
     update = '{"update_id": 4242, "extra": ' + nested(MAX_JSON_DEPTH - 1) + "}"
     response = await client.post("/webhook/tg", content=update, headers=headers["/webhook/tg"])
     assert response.status_code == 204, response.text

@@ -30,7 +30,10 @@ from messageweave.server import (
 )
 from tests.conftest import ADMIN_KEY, console_script, free_port, serving, settings_for
 
-PARTIAL_PUSH = (b"POST /push/jmap HTTP/1.1\r\nHost: mw.test\r\n"
+# A body cut off mid-way, on a route that reads it once the credential passed (the admin key:
+# `/push/jmap`, unauthenticated before issue #23, now refuses a post without its token unread).
+PARTIAL_BODY = (b"POST /api/bootstrap HTTP/1.1\r\nHost: mw.test\r\n"
+                b"Authorization: Bearer " + ADMIN_KEY.encode() + b"\r\n"
                 b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"@type\":")
 
 
@@ -74,11 +77,11 @@ def test_client_disconnect_mid_body_is_an_info_499_not_an_error_500(
             time.sleep(0.1)
 
         with socket.create_connection(("127.0.0.1", port)) as s:
-            s.sendall(PARTIAL_PUSH)
+            s.sendall(PARTIAL_BODY)
             time.sleep(0.3)  # the handler is now waiting for the rest of the body
 
         deadline = time.monotonic() + 10
-        while not any(line.get("path") == "/push/jmap" for line in _json_lines(log_file)):
+        while not any(line.get("path") == "/api/bootstrap" for line in _json_lines(log_file)):
             assert time.monotonic() < deadline, log_file.read_text()
             time.sleep(0.05)
         time.sleep(0.3)  # an error line, if any, comes right after the request line
@@ -86,7 +89,7 @@ def test_client_disconnect_mid_body_is_an_info_499_not_an_error_500(
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
     lines = _json_lines(log_file)
-    request = [line for line in lines if line.get("path") == "/push/jmap"]
+    request = [line for line in lines if line.get("path") == "/api/bootstrap"]
     assert len(request) == 1
     assert request[0]["level"] == "info" and request[0]["status"] == 499, request
     errors = [line for line in lines if line["level"] in ("error", "critical")]
@@ -171,7 +174,7 @@ async def test_slow_body_is_cut_off_after_the_body_timeout_and_logged_499(
     caplog.set_level(logging.INFO)
     async with _served(embedded_redis_url, LIMITS, protocol) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(PARTIAL_PUSH)
+        writer.write(PARTIAL_BODY)
         elapsed = await _closed_after(reader, writer, b" " * 200, limit=4.0)
         assert elapsed >= LIMITS.body_timeout_s - 0.2
         deadline = time.monotonic() + 5
@@ -181,7 +184,7 @@ async def test_slow_body_is_cut_off_after_the_body_timeout_and_logged_499(
     fields = [getattr(r, "fields", {}) for r in caplog.records]
     assert {"event": "slow_client", "phase": "body", "timeout_s": 1.0} in fields
     request = [f for f in fields if f.get("event") == "request"]
-    assert [(f["path"], f["status"]) for f in request] == [("/push/jmap", 499)]
+    assert [(f["path"], f["status"]) for f in request] == [("/api/bootstrap", 499)]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
