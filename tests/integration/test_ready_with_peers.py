@@ -74,7 +74,7 @@ async def test_ready_reports_the_push_it_finds_off_ok_then_degraded(
     pushed_to = callback_path(push_server.responder.subscriptions[sub_id]["url"])
     assert (await client.post(pushed_to, json=verification)).status_code == 204
     ready = await client.get("/ready")
-    assert ready.status_code == 200 and ready.json()["push"] == "ok"
+    assert ready.status_code == 200 and ready.json()["push"] == "ok (subscription)"
 
     push_server.responder.restart()  # the JMAP server lost it…
     push_server.responder.refuse_creates = True  # …and will not take a new one

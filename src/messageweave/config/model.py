@@ -23,11 +23,11 @@ from messageweave.config.features import (
     DEFAULT_RETRY_WINDOW_S,
     PARSERS,
     BotLanguage,
-    PushMode,
-    TelegramUpdates,
     FeatureInvalid,
     NotifyRule,
+    PushMode,
     QuietHours,
+    TelegramUpdates,
     check_rule_chats,
 )
 from messageweave.errors import is_int
