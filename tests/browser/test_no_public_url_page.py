@@ -258,6 +258,9 @@ def test_a_503_ready_answer_is_read_to_its_end(service: LiveService, page_run: P
     page.click("#setup-recheck")
     expect(page.locator("#ready-summary")).to_have_text(
         "Not ready: no business configuration is loaded yet.")
+    # The summary reads the same before and after the recheck: wait for the second answer
+    # itself (a body left unread never sets bodyUsed, and this wait then fails).
+    page.wait_for_function("window.__ready.length === 2 && window.__ready[1].bodyUsed")
     seen = page.evaluate("window.__ready.map(r => [r.status, r.bodyUsed])")
     assert seen == [[503, True], [503, True]]
 
