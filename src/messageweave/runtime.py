@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from messageweave.aio import cancel
-from messageweave.config.service import ConfigService
+from messageweave.config.live import ConfigService
 from messageweave.logs import add_secret_source, remove_secret_source
 from messageweave.mail.auditor import run_auditor
 from messageweave.mail.eventsource import run_eventsource

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 from messageweave.chat import webhook_setup
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.config.features import BotLanguage
+from messageweave.config.live import ConfigService, NotConfigured, Warning
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.config.service import ConfigService, NotConfigured, Warning
 from messageweave.logs import failure_text, redis_url_password, scrub
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 from messageweave.ops import audit
@@ -131,7 +131,7 @@ async def _publish_menu(telegram: TelegramClient, language: BotLanguage) -> None
 
 
 class Peers:
-    """The peer clients of the configuration in force (`config.service.Peers`)."""
+    """The peer clients of the configuration in force (`config.live.Peers`)."""
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None

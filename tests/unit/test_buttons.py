@@ -7,7 +7,7 @@ import pytest
 
 from messageweave.config.model import parse_wire
 from messageweave.pipeline import buttons
-from messageweave.pipeline.service import ChatNotAllowed, parse_update
+from messageweave.pipeline.ingress import ChatNotAllowed, parse_update
 from tests.conftest import sample_wire
 
 CFG = parse_wire(sample_wire())

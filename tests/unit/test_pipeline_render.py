@@ -5,8 +5,8 @@ import pytest
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import EmailMeta
 from messageweave.pipeline.attempt import backoff_s
+from messageweave.pipeline.ingress import ChatNotAllowed, InvalidUpdate, parse_update
 from messageweave.pipeline.notify import render_notification
-from messageweave.pipeline.service import ChatNotAllowed, InvalidUpdate, parse_update
 from tests.conftest import sample_wire
 
 

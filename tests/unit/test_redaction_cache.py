@@ -10,8 +10,8 @@ import logging
 import re
 
 from messageweave.chat.telegram import TelegramClient
+from messageweave.config.live import ConfigService
 from messageweave.config.model import parse_wire
-from messageweave.config.service import ConfigService
 from messageweave.logs import (
     MIN_SECRET_LEN,
     add_secret_source,

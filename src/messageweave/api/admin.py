@@ -11,13 +11,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
-from messageweave.api.services import (
+from messageweave.api.credentials import (
     require_admin,
     require_admin_key,
     require_admin_key_or_session,
     require_worker_or_admin,
     services,
 )
+from messageweave.config.live import SaveResult, StoredConfigInvalid, StoreUnavailable
 from messageweave.config.model import (
     SECRET_FIELDS,
     ConfigInvalid,
@@ -26,7 +27,6 @@ from messageweave.config.model import (
     fill_generated_secrets,
 )
 from messageweave.config.outbound import parse_outbound, validate_outbound
-from messageweave.config.service import SaveResult, StoredConfigInvalid, StoreUnavailable
 from messageweave.errors import (
     ApiError,
     check_json_depth,

@@ -3,7 +3,7 @@
 Mounted only when requested (`--debug` or a truthy `DEBUG_ENABLED`) *and* `DEBUG_TOKEN` has at
 least 32 characters (`settings.DEBUG_TOKEN_MIN_CHARS`; shorter, the start logs why); otherwise
 every debug path is an ordinary 404. Every route needs `Bearer DEBUG_TOKEN`, throttled like
-every credential (`api.services.require_debug_token`).
+every credential (`api.credentials.require_debug_token`).
 Probe failures are answers, not errors: `/debug/jmap` and `/debug/telegram` are always 200.
 """
 
@@ -23,7 +23,7 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from messageweave.api.services import require_debug_token, services
+from messageweave.api.credentials import require_debug_token, services
 from messageweave.chat.telegram import TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from messageweave import observe
-from messageweave.api.services import (
+from messageweave.api.credentials import (
     constant_time_eq,
     ensure_enabled,
     require_admin,
@@ -29,7 +29,7 @@ from messageweave.errors import (
     unauthorized,
 )
 from messageweave.ops import audit
-from messageweave.pipeline import service
+from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import MAX_BATCH, worker_for
 from messageweave.services import Services
 from messageweave.store import keys
@@ -68,14 +68,14 @@ class TelegramWebhook:
             raise unauthorized()
         assert cfg is not None
         try:
-            update = service.parse_update(parse_json(await _body(receive)), cfg)
+            update = ingress.parse_update(parse_json(await _body(receive)), cfg)
         except ApiError:  # the body itself: not JSON (400), too large (413)
             await ensure_enabled(svc)  # switched off: 503, as if the body had not been read
             raise
-        except service.InvalidUpdate as exc:
+        except ingress.InvalidUpdate as exc:
             await ensure_enabled(svc)
             raise invalid_request() from exc
-        except service.ChatNotAllowed as exc:
+        except ingress.ChatNotAllowed as exc:
             await ensure_enabled(svc)
             await _remember(svc, exc)
             # 204, not the contract's 403 (issue #23): Telegram resends any non-2xx answer,
@@ -84,8 +84,8 @@ class TelegramWebhook:
             await send(_EMPTY_BODY)
             return
         try:
-            queued = await service.enqueue_update_if_enabled(svc.ingress, update)
-        except (service.SwitchedOff, RedisError) as exc:
+            queued = await ingress.enqueue_update_if_enabled(svc.ingress, update)
+        except (ingress.SwitchedOff, RedisError) as exc:
             raise service_unavailable() from exc
         if queued:  # a redelivery is not a new event
             observe.ingested("telegram_webhook", 1)
@@ -113,10 +113,10 @@ async def _body(receive: Receive) -> bytes:
 router.routes.append(Route("/webhook/tg", TelegramWebhook(), methods=["POST"]))
 
 
-async def _remember(svc: Services, refusal: service.ChatNotAllowed) -> None:
+async def _remember(svc: Services, refusal: ingress.ChatNotAllowed) -> None:
     """Keep the refused chat for the admin page; failing to, the answer is still the 204."""
     try:
-        await service.remember_refused(svc.redis, refusal)
+        await ingress.remember_refused(svc.redis, refusal)
     except RedisError:
         log.warning("refused chat not recorded: Redis unavailable")
 
@@ -152,7 +152,7 @@ async def drain(request: Request) -> Response:
 async def delivery_status(request: Request) -> JSONResponse:
     await require_admin(request)
     try:
-        return JSONResponse(await service.delivery_status(services(request).redis))
+        return JSONResponse(await ingress.delivery_status(services(request).redis))
     except RedisError as exc:
         raise service_unavailable() from exc
 
@@ -172,10 +172,10 @@ async def list_dlq(request: Request) -> JSONResponse:
         limit = int(request.query_params.get("limit", DEFAULT_DLQ_LIMIT))
     except ValueError as exc:
         raise invalid_request() from exc
-    if not 1 <= limit <= service.MAX_DLQ_LIMIT:
+    if not 1 <= limit <= ingress.MAX_DLQ_LIMIT:
         raise invalid_request()
     try:
-        entries = await service.dlq_entries(services(request).redis, streams, limit)
+        entries = await ingress.dlq_entries(services(request).redis, streams, limit)
     except RedisError as exc:
         raise service_unavailable() from exc
     return JSONResponse({"entries": [e.to_json() for e in entries]})
@@ -194,7 +194,7 @@ async def replay_dlq(request: Request) -> JSONResponse:
         raise invalid_request()
     svc = services(request)
     try:
-        replayed = await service.replay(svc.redis, stream, ids)
+        replayed = await ingress.replay(svc.redis, stream, ids)
     except RedisError as exc:
         raise service_unavailable() from exc
     await audit.record_audit(svc, audit.DLQ_REPLAYED, stream=stream, replayed=replayed)

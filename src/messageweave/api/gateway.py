@@ -15,7 +15,7 @@ longer matches.
 is missing, malformed, more than `MAX_SKEW_S` = 60 s away from this host's clock, or not
 the HMAC of what arrived (compared in constant time). `UNSIGNED_PATHS` (`/healthz`, the
 platform's liveness probe and the gateway's own probe) stay open. A signed request is marked
-(`SIGNED`) so that `api.services.client_address` believes the client-address header on it only.
+(`SIGNED`) so that `api.credentials.client_address` believes the client-address header on it only.
 """
 
 from __future__ import annotations

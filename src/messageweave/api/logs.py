@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import require_admin, services
+from messageweave.api.credentials import require_admin, services
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.store.oplog import InvalidCursor, OpLog, Page, audit_log, send_log
 

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import (
+from messageweave.api.credentials import (
     require_admin,
     require_enabled,
     require_reconcile_token,
     services,
 )
-from messageweave.config.service import NotConfigured
+from messageweave.config.live import NotConfigured
 from messageweave.errors import ApiError, conflict, json_object, service_unavailable
 from messageweave.mail import push
 from messageweave.mail.eventsource import read_in_force

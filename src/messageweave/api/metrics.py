@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from redis.exceptions import RedisError
 
-from messageweave.api.services import require_worker_or_admin, services
+from messageweave.api.credentials import require_worker_or_admin, services
 from messageweave.mail import push
 from messageweave.mail.eventsource import PushInForce, read_in_force
 from messageweave.ops import metrics

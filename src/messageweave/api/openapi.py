@@ -33,7 +33,7 @@ from messageweave.config.outbound import (
     TIMEOUT_MAX_MS,
     TIMEOUT_MIN_MS,
 )
-from messageweave.pipeline.service import MAX_DLQ_LIMIT
+from messageweave.pipeline.ingress import MAX_DLQ_LIMIT
 from messageweave.pipeline.trace import MAX_QUERY
 from messageweave.store import keys
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import services, shows_admin
+from messageweave.api.credentials import services, shows_admin
 from messageweave.errors import ApiError
 from messageweave.mail.eventsource import read_in_force
 from messageweave.pipeline.polling import read_label

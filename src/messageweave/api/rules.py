@@ -10,7 +10,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from messageweave.api.admin import invalid_configuration
-from messageweave.api.services import require_admin, services
+from messageweave.api.credentials import require_admin, services
+from messageweave.config.live import NotConfigured
 from messageweave.config.model import (
     BusinessConfig,
     ConfigInvalid,
@@ -19,7 +20,6 @@ from messageweave.config.model import (
     parse_patch,
     validate,
 )
-from messageweave.config.service import NotConfigured
 from messageweave.errors import invalid_request, json_object, service_unavailable
 from messageweave.mail.jmap import JmapError
 from messageweave.pipeline.routing import dry_run

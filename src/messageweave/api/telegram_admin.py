@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from messageweave.api.admin import invalid_configuration
-from messageweave.api.services import require_admin, services
+from messageweave.api.credentials import require_admin, services
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.chat.webhook_setup import register_webhook, webhook_url_of
 from messageweave.config.botapi import validate_bot_api
@@ -20,7 +20,7 @@ from messageweave.config.model import DEFAULT_TELEGRAM_API, ConfigInvalid
 from messageweave.errors import ApiError, invalid_request, json_object, service_unavailable
 from messageweave.logs import scrub
 from messageweave.ops import audit
-from messageweave.pipeline import service
+from messageweave.pipeline import ingress
 from messageweave.services import Services
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ async def get_refused_chats(request: Request) -> JSONResponse:
     await svc.config.refresh()  # another instance may have saved the allowlist
     cfg = svc.config.config
     try:
-        chats = await service.refused_chats(svc.redis, cfg.chat_allowlist if cfg else ())
+        chats = await ingress.refused_chats(svc.redis, cfg.chat_allowlist if cfg else ())
     except RedisError as exc:
         raise service_unavailable() from exc
     return JSONResponse({"chats": [chat.to_json() for chat in chats]})
@@ -143,10 +143,10 @@ async def post_discover_chats(request: Request) -> JSONResponse:
     except TelegramSendError as exc:
         if exc.failure_class is FailureClass.CONFLICT:
             try:
-                refused = await service.refused_chats(svc.redis, ())
+                refused = await ingress.refused_chats(svc.redis, ())
             except RedisError as redis_exc:
                 raise service_unavailable() from redis_exc
-            chats = [service.WroteChat(chat.chat_id, chat.name, None) for chat in refused]
+            chats = [ingress.WroteChat(chat.chat_id, chat.name, None) for chat in refused]
             return JSONResponse({"chats": [chat.to_json() for chat in chats],
                                  "source": "refused_chats", "conflict": True})
         log.warning("chat discovery refused: %s", exc.failure_class)
@@ -155,6 +155,6 @@ async def post_discover_chats(request: Request) -> JSONResponse:
         raise telegram_failed(svc, exc) from exc
     finally:
         await client.aclose()
-    chats = service.chats_of_updates(updates)
+    chats = ingress.chats_of_updates(updates)
     return JSONResponse({"chats": [chat.to_json() for chat in chats], "source": "telegram",
                          "conflict": False})

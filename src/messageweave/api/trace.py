@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.services import require_admin, services
-from messageweave.config.service import NotConfigured
+from messageweave.api.credentials import require_admin, services
+from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.mail.jmap import JmapError
 from messageweave.pipeline.trace import InvalidQuery, trace

@@ -16,8 +16,8 @@ from typing import Literal
 from redis.exceptions import RedisError
 
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
+from messageweave.config.live import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.config.model import BusinessConfig
-from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.eventsource import read_in_force
 from messageweave.pipeline.polling import updates_label
 from messageweave.probes import jmap_session_failure, probe_telegram_get_me

@@ -19,7 +19,7 @@ from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
-from messageweave.config.service import StoredConfigInvalid, StoreUnavailable
+from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.auditor import TRIGGER_CLI, AuditResult, run_audit
 from messageweave.mail.jmap import JmapError
 from messageweave.mail.reconcile import Budget, Progress, ReconcileBusy, ReconcileError, reconcile

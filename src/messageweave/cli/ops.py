@@ -15,7 +15,7 @@ from messageweave.api.gateway import signature_headers
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.cli.common import DataDirOption, console, fail, load_settings
 from messageweave.cli.diagnose import Check, run_checks
-from messageweave.config.service import ConfigService, StoredConfigInvalid, StoreUnavailable
+from messageweave.config.live import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.runtime import settings_from_data_dir
 from messageweave.settings import KEY_FILE, Settings, default_data_dir
 from messageweave.store.redis import connect

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from messageweave import runtime
 from messageweave.aio import cancel
 from messageweave.cli.common import DataDirOption, load_settings
-from messageweave.pipeline import service
+from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import Worker
 from messageweave.services import Services
 from messageweave.store import keys
@@ -106,7 +106,7 @@ def _stream(name: str) -> str:
 def dlq_list(
     stream: Annotated[str | None, typer.Option(help="stalwart:jmap or stalwart:telegram")]
     = None,
-    limit: Annotated[int, typer.Option(min=1, max=service.MAX_DLQ_LIMIT)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=ingress.MAX_DLQ_LIMIT)] = 50,
     data_dir: DataDirOption = None,
 ) -> None:
     """Print dead-lettered events as JSON lines (id, stream, class, reason, attempts, time).
@@ -117,7 +117,7 @@ def dlq_list(
 
     async def main() -> None:
         async with _services(data_dir) as svc:
-            for entry in await service.dlq_entries(svc.redis, streams, limit):
+            for entry in await ingress.dlq_entries(svc.redis, streams, limit):
                 typer.echo(json.dumps(entry.to_json(), ensure_ascii=False))
 
     asyncio.run(main())
@@ -138,7 +138,7 @@ def dlq_replay(
 
     async def main() -> None:
         async with _services(data_dir) as svc:
-            replayed = await service.replay(svc.redis, name, ids or None)
+            replayed = await ingress.replay(svc.redis, name, ids or None)
             typer.echo(json.dumps({"replayed": replayed}))
 
     asyncio.run(main())

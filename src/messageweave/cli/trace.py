@@ -16,7 +16,7 @@ import typer
 from redis.exceptions import RedisError
 
 from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
-from messageweave.config.service import NotConfigured, StoredConfigInvalid, StoreUnavailable
+from messageweave.config.live import NotConfigured, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.jmap import JmapError
 from messageweave.pipeline.trace import MAX_QUERY, InvalidQuery, trace
 from messageweave.settings import Settings

@@ -33,8 +33,8 @@ from redis.exceptions import RedisError
 
 from messageweave import observe
 from messageweave.aio import every, raise_if_cancelling
+from messageweave.config.live import NotConfigured
 from messageweave.config.model import EXCLUDED_ROLES
-from messageweave.config.service import NotConfigured
 from messageweave.logs import RepeatLog
 from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from messageweave.config.service import ConfigService
+from messageweave.config.live import ConfigService
 from messageweave.mail.jmap import JmapClient
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore

@@ -32,8 +32,8 @@ from typing import Literal
 from redis.exceptions import RedisError
 
 from messageweave.aio import cancel, jittered_backoff, raise_if_cancelling
+from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.config.service import NotConfigured
 from messageweave.logs import RepeatLog
 from messageweave.mail import push_lifecycle
 from messageweave.mail.context import MailContext

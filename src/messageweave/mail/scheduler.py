@@ -42,8 +42,8 @@ import time
 from dataclasses import dataclass, field
 
 from messageweave.aio import cancel, every, raise_if_cancelling
+from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.config.service import NotConfigured
 from messageweave.logs import RepeatLog
 from messageweave.mail import push
 from messageweave.mail.context import MailContext

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from messageweave.chat import replies
 from messageweave.chat.telegram import Keyboard, SendOptions, TelegramClient, TelegramSendError
 from messageweave.config.features import BotLanguage
+from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.config.service import NotConfigured
 from messageweave.mail.jmap import BlobTooLarge, JmapClient, JmapError, JmapSetError
 from messageweave.pipeline import reading, summarize
 from messageweave.services import Services
@@ -139,7 +139,7 @@ def notification_keyboard(cfg: BusinessConfig, email_id: str,
 
 @dataclass(frozen=True)
 class Press:
-    """What the worker needs of a `callback_query` (`pipeline.service.parse_update`)."""
+    """What the worker needs of a `callback_query` (`pipeline.ingress.parse_update`)."""
 
     entry_id: str  # the stream entry: its retries find their own claim
     callback_id: str

@@ -29,8 +29,8 @@ from typing import Any
 from messageweave.chat import replies
 from messageweave.chat.telegram import SendOptions
 from messageweave.config.features import BotLanguage
+from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.config.service import NotConfigured
 from messageweave.mail.jmap import EmailMeta, JmapClient
 from messageweave.pipeline.buttons import notification_keyboard
 from messageweave.pipeline.notify import render_notification

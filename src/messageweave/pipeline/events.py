@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from messageweave.chat.telegram import PLAIN, FailureClass, SendOptions
-from messageweave.config.service import NotConfigured
+from messageweave.config.live import NotConfigured
 from messageweave.mail.jmap import (
     EmailMeta,
     JmapAuthError,

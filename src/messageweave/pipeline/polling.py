@@ -7,7 +7,7 @@ Every instance runs `run_poller`; one of them at a time holds `lock:telegram-pol
   on file (`getWebhookInfo`), and stands by, asking again every `WEBHOOK_CHECK_S`, while one is
   registered (from the page or the CLI); `polling`: it always polls, and deletes a registered
   webhook first; `webhook`: it only watches that a webhook is registered.
-- Each update takes the webhook's path: `pipeline.service.parse_update` (the allowlist; a
+- Each update takes the webhook's path: `pipeline.ingress.parse_update` (the allowlist; a
   refused chat is recorded for the page), then the webhook's script (the service switch, the
   `update_id` dedup, the `XADD` to `stalwart:telegram`), so the same worker answers it.
 - The next offset is stored in Redis (`store.receivers.save_offset`, fenced by the lease) only
@@ -37,7 +37,7 @@ from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSen
 from messageweave.config.model import BusinessConfig
 from messageweave.errors import is_int
 from messageweave.logs import RepeatLog
-from messageweave.pipeline.service import (
+from messageweave.pipeline.ingress import (
     ChatNotAllowed,
     InvalidUpdate,
     Update,

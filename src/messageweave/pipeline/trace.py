@@ -38,7 +38,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from messageweave.config.service import NotConfigured
+from messageweave.config.live import NotConfigured
 from messageweave.mail.auditor import GAP_AUDIT
 from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import EmailMeta, JmapClient, JmapError

@@ -10,7 +10,7 @@ import * as gapAudit from "./gap-audit.js";
 import { applyI18n, lang, MESSAGES, missing } from "./i18n.js";
 import * as logs from "./logs.js";
 import * as rules from "./rules.js";
-import * as service from "./service.js";
+import * as processing from "./processing.js";
 import * as session from "./session.js";
 import * as status from "./status.js";
 import * as trace from "./trace.js";
@@ -18,7 +18,7 @@ import * as zones from "./zones.js";
 
 // The cards behind sign-in, in the order they load after it (the status card first: signed
 // in, it also reads the switch and the queues).
-const CARDS = [status.signedIn, service, business, discover, rules, callbacks, chats, delivery,
+const CARDS = [status.signedIn, processing, business, discover, rules, callbacks, chats, delivery,
   gapAudit, logs, trace];
 session.manage(CARDS);
 

@@ -28,7 +28,7 @@ _JS = "text/javascript; charset=utf-8"
 # fixed route, so a request can never name any other file of the package.
 SCRIPTS = (
     "main.js", "i18n.js", "strings-common.js", "strings-config.js", "strings-rules.js",
-    "strings-ops.js", "api.js", "dom.js", "status.js", "session.js", "service.js",
+    "strings-ops.js", "api.js", "dom.js", "status.js", "session.js", "processing.js",
     "business.js", "business-form.js", "rules.js", "rules-editor.js", "dry-run.js", "zones.js",
     "callbacks.js", "delivery.js", "gap-audit.js", "logs.js", "chats.js", "trace.js",
     "discover.js",

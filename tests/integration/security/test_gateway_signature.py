@@ -178,7 +178,7 @@ def test_the_client_address_header_is_believed_only_on_a_signed_request(
     """Finding 3: catches `Services.client_address` believing the header on a request the
     signature check let through unsigned (`/healthz`, or a route added to the open list
     later): the header is the gateway's only when the gateway signed the request."""
-    from messageweave.api import services
+    from messageweave.api import credentials
 
     app = fastapi_of(create_app(_settings(embedded_redis_url, TRUSTED_PROXY_HEADER=CLIENT_IP)))
 
@@ -187,8 +187,8 @@ def test_the_client_address_header_is_believed_only_on_a_signed_request(
                         "query_string": b"", "headers": [(CLIENT_IP.encode(), GUESSER.encode())],
                         "client": GATEWAY, "app": app, **extra})
 
-    assert services.client_address(request()).header is None
-    assert services.client_address(request(**{"messageweave.gateway_signed": True})).header \
+    assert credentials.client_address(request()).header is None
+    assert credentials.client_address(request(**{"messageweave.gateway_signed": True})).header \
         == CLIENT_IP
 
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from messageweave.config.live import ConfigService
 from messageweave.config.model import GENERATED_SECRETS, MIN_TOKEN_CHARS
-from messageweave.config.service import ConfigService
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
 from tests.conftest import (

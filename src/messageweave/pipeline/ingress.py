@@ -1,5 +1,5 @@
-"""What the delivery routes and the CLI call: ingress parsing, refused chats, queue stats,
-DLQ list/replay."""
+"""The delivery queue's doors, for the delivery routes and the CLI: an update parsed and
+enqueued (ingress), the chats refused, the queue's stats, and the DLQ listed and replayed."""
 
 from __future__ import annotations
 
