@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.mailbox import enqueue_new_mail
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 

@@ -22,7 +22,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_
 
 from messageweave.app import create_app
 from messageweave.settings import Settings
-from tests.conftest import ADMIN_KEY, admin_headers, free_port, sample_wire, settings_for
+from tests.helpers import ADMIN_KEY, admin_headers, free_port, sample_wire, settings_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, Request, expect
 
 from messageweave.store import keys
 from tests.browser.conftest import LiveService, PageRun, save_configuration
-from tests.conftest import ADMIN_KEY, CYRUS_PASSWORD, CYRUS_USER, sample_wire
+from tests.helpers import ADMIN_KEY, CYRUS_PASSWORD, CYRUS_USER, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 

@@ -18,7 +18,7 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
 from tests.browser.conftest import LiveService, PageRun, save_configuration
 from tests.browser.test_admin_page import open_page, sign_in, signed_in
-from tests.conftest import admin_headers, closed_port, sample_wire
+from tests.helpers import admin_headers, closed_port, sample_wire
 from tests.peers.cyrus import CyrusServer
 
 RECONCILE = {"Authorization": "Bearer reconcile-SECRET"}

@@ -24,7 +24,7 @@ from messageweave.config import features
 from messageweave.store import keys
 from tests.browser.conftest import LiveService, PageRun, _open, save_configuration
 from tests.browser.test_admin_page import is_put, open_page, sign_in, signed_in
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, admin_headers
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, admin_headers
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

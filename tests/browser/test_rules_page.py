@@ -32,7 +32,7 @@ from tests.browser.test_admin_page import (
     signed_in,
 )
 from tests.browser.test_audit_card import RECONCILE, Mail
-from tests.conftest import admin_headers, sample_wire
+from tests.helpers import admin_headers, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
 

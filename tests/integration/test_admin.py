@@ -7,7 +7,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.state import session_digest
-from tests.conftest import ADMIN_KEY, admin_headers, login, sample_wire
+from tests.helpers import ADMIN_KEY, admin_headers, login, sample_wire
 from tests.integration.test_envelope import assert_envelope
 
 

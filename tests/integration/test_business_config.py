@@ -11,7 +11,7 @@ from messageweave.config.crypto import AAD, decrypt
 from messageweave.config.model import parse_wire
 from messageweave.probes import probe_telegram_get_me
 from messageweave.store import keys
-from tests.conftest import ADMIN_KEY, admin_headers, closed_port, login, sample_wire
+from tests.helpers import ADMIN_KEY, admin_headers, closed_port, login, sample_wire
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.telegram import TelegramEmulator
 

@@ -16,7 +16,7 @@ import redis
 
 from messageweave.store import keys
 from messageweave.store.redis import PASSWORD_FILE, SOCKET_POINTER_FILE, embedded_url
-from tests.conftest import console_script, free_port, sample_wire, wait_healthy
+from tests.helpers import console_script, free_port, sample_wire, wait_healthy
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ import httpx
 from fastapi import APIRouter
 
 from messageweave.settings import Settings
-from tests.conftest import admin_headers, fastapi_of, login, running_client
+from tests.helpers import admin_headers, fastapi_of, login, running_client
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 

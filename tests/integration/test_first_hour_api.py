@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.streams import StreamStore
-from tests.conftest import login, sample_wire
+from tests.helpers import login, sample_wire
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator

@@ -6,7 +6,7 @@ import time
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.conftest import admin_headers, running_client, sample_wire, settings_for
+from tests.helpers import admin_headers, running_client, sample_wire, settings_for
 
 
 async def test_write_on_one_instance_is_live_on_another_within_a_second(

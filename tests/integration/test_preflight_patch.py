@@ -5,7 +5,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.conftest import login, sample_wire
+from tests.helpers import login, sample_wire
 from tests.integration.test_business_config import snapshot
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from messageweave.config.model import MAX_CA_PEM_CHARS, parse_wire
 from messageweave.probes import probe_jmap_session
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
 from tests.integration.test_business_config import first_save, snapshot, stored_wire
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer

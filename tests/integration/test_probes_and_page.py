@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.web.static import ASSETS, CSP, SCRIPTS, ZONES_MARKER, ZONES_MODULE
-from tests.conftest import login, running_client, sample_wire, settings_for
+from tests.helpers import login, running_client, sample_wire, settings_for
 from tests.integration.test_envelope import assert_envelope
 
 
@@ -71,7 +71,7 @@ async def test_ready_is_503_when_upstreams_fail(client: httpx.AsyncClient) -> No
 
 
 async def test_ready_is_503_when_redis_is_gone(embedded_redis_url: str) -> None:
-    from tests.conftest import free_port
+    from tests.helpers import free_port
 
     settings = settings_for(f"redis://127.0.0.1:{free_port()}/0")
     async with running_client(settings) as c:

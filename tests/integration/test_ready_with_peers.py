@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.conftest import login, sample_wire
+from tests.helpers import login, sample_wire
 from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer

@@ -19,7 +19,7 @@ from messageweave.api.admin import CONFIG_ERROR_HEADER
 from messageweave.config import crypto
 from messageweave.pipeline import routing
 from messageweave.store.state import ConfigStore
-from tests.conftest import FreshUser, login, sample_wire, settings_for
+from tests.helpers import FreshUser, login, sample_wire, settings_for
 from tests.integration.ops.test_metrics import value
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer

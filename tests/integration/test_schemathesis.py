@@ -26,7 +26,7 @@ from messageweave.api.openapi import OPERATIONS
 from messageweave.app import create_app
 from messageweave.settings import Settings
 from messageweave.store import keys
-from tests.conftest import (
+from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
     closed_port,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ADMIN_KEY, console_script, free_port, wait_healthy
+from tests.helpers import ADMIN_KEY, console_script, free_port, wait_healthy
 
 DEBUG_TOKEN = "debug-token-for-the-exec-test-0123456789"
 

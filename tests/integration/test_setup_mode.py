@@ -5,7 +5,7 @@ import pytest
 
 from messageweave.settings import Settings
 from messageweave.web.static import ASSETS
-from tests.conftest import running_client
+from tests.helpers import running_client
 
 BUSINESS_ROUTES = [
     ("POST", "/webhook/tg"), ("POST", "/push/jmap"), ("POST", "/api/push/register"),

@@ -8,7 +8,7 @@ import pytest
 from messageweave.config.model import parse_wire
 from messageweave.pipeline import buttons
 from messageweave.pipeline.ingress import ChatNotAllowed, parse_update
-from tests.conftest import sample_wire
+from tests.helpers import sample_wire
 
 CFG = parse_wire(sample_wire())
 MAIL = "M8683a72e1c0987fc13b8f774"  # a Cyrus email id

@@ -17,7 +17,7 @@ from messageweave.pipeline.digest import (
     render,
 )
 from messageweave.pipeline.routing import Route
-from tests.conftest import sample_wire
+from tests.helpers import sample_wire
 
 HOME, TEAM = 4242, -100777
 

@@ -7,7 +7,7 @@ from starlette.routing import Route
 
 from messageweave.api import delivery
 from messageweave.app import create_app
-from tests.conftest import fastapi_of, settings_for
+from tests.helpers import fastapi_of, settings_for
 
 
 def test_the_webhook_is_the_first_route_tried() -> None:

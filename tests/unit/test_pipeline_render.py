@@ -7,7 +7,7 @@ from messageweave.mail.jmap import EmailMeta
 from messageweave.pipeline.attempt import backoff_s
 from messageweave.pipeline.ingress import ChatNotAllowed, InvalidUpdate, parse_update
 from messageweave.pipeline.notify import render_notification
-from tests.conftest import sample_wire
+from tests.helpers import sample_wire
 
 
 def meta(**kw: object) -> EmailMeta:

@@ -22,7 +22,7 @@ from messageweave.logs import (
 )
 from messageweave.runtime import build_services
 from messageweave.services import Runtime
-from tests.conftest import ADMIN_KEY, sample_wire, settings_for
+from tests.helpers import ADMIN_KEY, sample_wire, settings_for
 
 _EDGE = r"[A-Za-z0-9_\-]"
 

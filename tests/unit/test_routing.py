@@ -13,7 +13,7 @@ from messageweave.config.model import BusinessConfig, parse_wire, validate
 from messageweave.mail.jmap import Mailbox
 from messageweave.pipeline import routing
 from messageweave.pipeline.routing import Route, in_quiet_hours, roles_by_id, roles_in, route_for
-from tests.conftest import sample_wire
+from tests.helpers import sample_wire
 
 HOME, TEAM = 4242, -100777
 

@@ -21,7 +21,7 @@ from messageweave.config.model import BusinessConfig, parse_wire
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline.conversation import ConversationContext, IncomingMessage, reply_to_update
-from tests.conftest import (
+from tests.helpers import (
     CYRUS_PASSWORD,
     CYRUS_USER,
     free_port,

@@ -9,7 +9,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys, refused
-from tests.conftest import ADMIN_KEY, sample_wire
+from tests.helpers import ADMIN_KEY, sample_wire
 from tests.integration.security.test_input_limits import configured_and_enabled
 from tests.integration.test_envelope import assert_envelope
 from tests.served import ServedApp

@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from messageweave.mail.jmap import JmapClient
-from tests.conftest import CYRUS_PASSWORD as PASSWORD
-from tests.conftest import CYRUS_USER as USER
-from tests.conftest import RecordingTransport
+from tests.helpers import CYRUS_PASSWORD as PASSWORD
+from tests.helpers import CYRUS_USER as USER
+from tests.helpers import RecordingTransport
 from tests.peers.cyrus import CyrusServer
 
 

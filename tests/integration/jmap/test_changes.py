@@ -17,7 +17,7 @@ from messageweave.mail.jmap import (
     JmapClient,
     JmapMethodError,
 )
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 

@@ -32,7 +32,7 @@ from messageweave.mail.jmap import (
     UnsupportedFilter,
 )
 from messageweave.mail.jmap.mail import _email_meta
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 PASSWORD = "s3cret-Pa55-xyz"

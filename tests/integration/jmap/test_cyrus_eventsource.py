@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import (
     STOCK_HTTPD,
     CyrusError,

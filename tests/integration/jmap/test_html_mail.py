@@ -9,7 +9,7 @@ from email.message import EmailMessage
 from email.policy import SMTP
 
 from messageweave.mail.jmap import JmapClient
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import CyrusServer, make_message
 
 NEWSLETTER = """<!DOCTYPE html>

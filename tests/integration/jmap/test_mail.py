@@ -14,7 +14,7 @@ from messageweave.mail.jmap import (
     UnknownMethod,
     result_ref,
 )
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import CyrusServer, make_message
 
 WHEN = datetime(2024, 5, 17, 8, 30, 15, tzinfo=UTC)

@@ -4,7 +4,7 @@ reconcile relies on — real Cyrus (a fresh user per test)."""
 from __future__ import annotations
 
 from messageweave.mail.jmap import JmapClient
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 PROPS = ("mailboxIds",)

@@ -16,7 +16,7 @@ import pytest
 from messageweave.config.model import BusinessConfig, parse_wire
 from messageweave.mail.jmap import JmapClient, JmapProtocolError
 from messageweave.probes import jmap_session_failure
-from tests.conftest import sample_wire
+from tests.helpers import sample_wire
 from tests.integration.jmap.conftest import PASSWORD, USER, Reply, TinyServer
 from tests.peers.cyrus import CyrusServer
 

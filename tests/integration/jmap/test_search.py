@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from messageweave.mail.jmap import result_ref
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 T0 = datetime(2025, 1, 10, 9, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 
 
 @pytest.fixture

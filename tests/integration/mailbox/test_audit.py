@@ -14,7 +14,7 @@ from messageweave.mail.auditor import AuditResult, audit
 from messageweave.mail.reconcile import encode_walk, reconcile
 from messageweave.store import gaps, keys
 from messageweave.store.mailbox import enqueue_new_mail
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.peers.cyrus import CyrusServer
 
 INBOX = ("inbox",)

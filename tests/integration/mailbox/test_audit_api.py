@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
-from tests.conftest import FreshUser, closed_port, login, running_client, settings_for
+from tests.helpers import FreshUser, closed_port, login, running_client, settings_for
 from tests.integration.pipeline.conftest import eventually
 from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer

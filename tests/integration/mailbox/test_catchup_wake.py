@@ -28,7 +28,7 @@ from messageweave.mail.context import MailContext
 from messageweave.mail.reconcile import Progress
 from messageweave.store import keys
 from messageweave.store.mailbox import catchup_pending, request_catchup
-from tests.conftest import FreshUser, running_client, settings_for
+from tests.helpers import FreshUser, running_client, settings_for
 from tests.integration.mailbox.conftest import enqueued
 from tests.integration.mailbox.test_push_lifecycle import eventually
 from tests.integration.mailbox.test_reconcile_api import (

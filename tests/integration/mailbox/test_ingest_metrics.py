@@ -10,7 +10,7 @@ import time
 import httpx
 import redis.asyncio as aioredis
 
-from tests.conftest import FreshUser, login, sample_wire
+from tests.helpers import FreshUser, login, sample_wire
 from tests.integration.mailbox.test_reconcile_api import (
     AUTH,
     PUSH,

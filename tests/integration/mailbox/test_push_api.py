@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.state import sha256_hex
-from tests.conftest import closed_port, login, sample_wire
+from tests.helpers import closed_port, login, sample_wire
 from tests.integration.jmap.test_push import unix_of
 from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.test_envelope import assert_envelope

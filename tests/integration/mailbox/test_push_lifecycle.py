@@ -25,7 +25,7 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
 from messageweave.store.push import Registration, record_registration
 from messageweave.store.state import sha256_hex
-from tests.conftest import FreshUser, closed_port, login, sample_wire
+from tests.helpers import FreshUser, closed_port, login, sample_wire
 from tests.integration.jmap.test_push import DAY, FakeClock, unix_of
 from tests.integration.mailbox.conftest import enqueued
 from tests.integration.mailbox.push_server import PushServer, callback_path

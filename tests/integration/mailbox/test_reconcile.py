@@ -18,7 +18,7 @@ from messageweave.mail.reconcile import (
 )
 from messageweave.store import keys
 from messageweave.store.mailbox import reconcile_lock
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.integration.mailbox.conftest import enqueued
 from tests.peers.cyrus import CyrusServer
 

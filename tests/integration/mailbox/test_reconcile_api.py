@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.mailbox import request_catchup
-from tests.conftest import FreshUser, closed_port, login, sample_wire
+from tests.helpers import FreshUser, closed_port, login, sample_wire
 from tests.integration.mailbox.conftest import enqueued
 from tests.integration.mailbox.push_server import TEST_TOKEN, record_test_registration
 from tests.integration.test_envelope import assert_envelope

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
 from messageweave.store.mailbox import NOT_NOTIFIED, enqueue_new_mail, enqueue_new_mails
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.integration.mailbox.conftest import enqueued
 from tests.peers.cyrus import CyrusServer
 

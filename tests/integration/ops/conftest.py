@@ -8,7 +8,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from tests.conftest import running_client, settings_for
+from tests.helpers import running_client, settings_for
 
 DEBUG_TOKEN = "debug-token-SECRET-at-least-32-chars"  # 32 or more (issue #23)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from tests.conftest import ADMIN_KEY, sample_wire, serve_process
+from tests.helpers import ADMIN_KEY, sample_wire, serve_process
 from tests.integration.ops.test_diagnose_cli import run_cli
 
 

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.settings import from_env
-from tests.conftest import ADMIN_KEY, running_client
+from tests.helpers import ADMIN_KEY, running_client
 from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
 from tests.integration.test_envelope import assert_envelope
 

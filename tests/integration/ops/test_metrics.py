@@ -12,7 +12,7 @@ from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
 from messageweave.store.push import Registration, update_lifecycle
 from messageweave.store.state import sha256_hex
-from tests.conftest import login, sample_wire
+from tests.helpers import login, sample_wire
 from tests.integration.jmap.test_push import unix_of
 from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.ops.conftest import debug_headers

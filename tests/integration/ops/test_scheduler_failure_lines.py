@@ -20,7 +20,7 @@ from messageweave.logs import RepeatLog
 from messageweave.mail import scheduler
 from messageweave.services import Services
 from messageweave.store import keys
-from tests.conftest import FreshUser, closed_port, sample_wire, settings_for
+from tests.helpers import FreshUser, closed_port, sample_wire, settings_for
 from tests.peers.cyrus import CyrusServer
 
 PERIODIC = "periodic reconcile"

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from messageweave import runtime
 from messageweave.services import Services
 from messageweave.store.mailbox import enqueue_new_mail
-from tests.conftest import CYRUS_USER, running_client, settings_for
+from tests.helpers import CYRUS_USER, running_client, settings_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, served_app

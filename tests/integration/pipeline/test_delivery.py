@@ -9,7 +9,7 @@ import json
 import os
 
 from messageweave.store import keys
-from tests.conftest import ADMIN_KEY, console_script
+from tests.helpers import ADMIN_KEY, console_script
 from tests.integration.pipeline.conftest import eventually, subject_of
 from tests.integration.test_envelope import assert_envelope
 from tests.served import ServedApp

@@ -20,7 +20,7 @@ from messageweave.mail.reconcile import Budget, Progress, reconcile
 from messageweave.pipeline import routing
 from messageweave.store import keys
 from messageweave.store.mailbox import DIGEST_MAX_IDS, enqueue_digest
-from tests.conftest import ADMIN_KEY, FreshUser
+from tests.helpers import ADMIN_KEY, FreshUser
 from tests.integration.ops.test_diagnose_cli import run_cli
 from tests.integration.pipeline.conftest import eventually
 from tests.peers.cyrus import CyrusServer

@@ -14,7 +14,7 @@ from messageweave.pipeline import worker as worker_module
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
 from messageweave.store.mailbox import enqueue_new_mail
-from tests.conftest import CYRUS_USER, running_client, settings_for
+from tests.helpers import CYRUS_USER, running_client, settings_for
 from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
 from tests.served import ServedApp
 

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.redis import EmbeddedRedis
-from tests.conftest import ADMIN_KEY, console_script, running_client, settings_for
+from tests.helpers import ADMIN_KEY, console_script, running_client, settings_for
 from tests.integration.pipeline.conftest import enqueue_mails, eventually, subject_of
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator

@@ -18,7 +18,7 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import routing
 from messageweave.pipeline.governor import bot_id
 from messageweave.store import keys
-from tests.conftest import ADMIN_KEY, FreshUser, sample_wire
+from tests.helpers import ADMIN_KEY, FreshUser, sample_wire
 from tests.integration.ops.test_diagnose_cli import run_cli
 from tests.integration.pipeline.conftest import eventually
 from tests.peers.cyrus import CyrusServer

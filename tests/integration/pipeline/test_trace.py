@@ -9,7 +9,7 @@ from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.mailbox import enqueue_new_mail, reconcile_lock
-from tests.conftest import ADMIN_KEY, CYRUS_USER
+from tests.helpers import ADMIN_KEY, CYRUS_USER
 from tests.integration.ops.test_diagnose_cli import run_cli
 from tests.integration.pipeline.conftest import eventually
 from tests.integration.test_envelope import assert_envelope

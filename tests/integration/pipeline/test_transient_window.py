@@ -29,7 +29,7 @@ from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
 from messageweave.store.mailbox import enqueue_new_mail
 from messageweave.store.waiting import waiting_for_peers
-from tests.conftest import CYRUS_USER, settings_for
+from tests.helpers import CYRUS_USER, settings_for
 from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
 from tests.served import ServedApp
 

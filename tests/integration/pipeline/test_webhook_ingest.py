@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 
 from messageweave.store import keys
 from messageweave.store.streams import StreamStore, SwitchedOff, UpdateIngress
-from tests.conftest import sample_wire
+from tests.helpers import sample_wire
 from tests.integration.security import test_owner_words
 from tests.integration.security.test_input_limits import configured_and_enabled
 from tests.integration.test_envelope import assert_envelope

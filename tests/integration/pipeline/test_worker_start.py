@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from messageweave import runtime
 from messageweave.aio import cancel
 from messageweave.pipeline.worker import Worker
-from tests.conftest import settings_for
+from tests.helpers import settings_for
 
 FAILED = "worker maintenance failed"
 

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys, receivers
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.integration.receivers.conftest import until, until_label
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.peers.telegram import TelegramEmulator

@@ -19,7 +19,7 @@ from messageweave.pipeline import polling
 from messageweave.store import keys, receivers
 from messageweave.store.mailbox import Lock
 from messageweave.store.streams import StreamStore
-from tests.conftest import ADMIN_KEY, console_script, free_port
+from tests.helpers import ADMIN_KEY, console_script, free_port
 from tests.integration.receivers.conftest import WAIT_S, until
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator

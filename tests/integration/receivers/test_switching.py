@@ -15,7 +15,7 @@ import uvicorn
 
 from messageweave.app import create_app
 from messageweave.store import keys
-from tests.conftest import free_port, serving, settings_for
+from tests.helpers import free_port, serving, settings_for
 from tests.integration.conversation.conftest import tls_emulator
 from tests.integration.receivers.conftest import until, until_status
 from tests.peers.cyrus import CyrusServer

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from messageweave.ops.sendlog import record_send
 from messageweave.store import keys, throttle
-from tests.conftest import running_client, settings_for
+from tests.helpers import running_client, settings_for
 from tests.integration.security.test_throttling import WRONG, _configure
 
 ROTATED = ("192.0.2.77", 40000)  # one more address of an attacker who rotates them

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from messageweave.api.throttle import ClientAddressPolicy, client_of
 from messageweave.settings import Settings, from_env
 from messageweave.store import keys
-from tests.conftest import ADMIN_KEY, running_client
+from tests.helpers import ADMIN_KEY, running_client
 from tests.integration.test_envelope import assert_envelope
 
 HEADER = "x-mw-client-ip"

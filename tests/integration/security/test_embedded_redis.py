@@ -20,7 +20,7 @@ from messageweave.store.redis import (
     EmbeddedRedis,
     embedded_url,
 )
-from tests.conftest import console_script, free_port, wait_healthy
+from tests.helpers import console_script, free_port, wait_healthy
 
 
 def _env() -> dict[str, str]:

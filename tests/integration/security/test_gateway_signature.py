@@ -22,7 +22,7 @@ from starlette.requests import Request
 from messageweave.app import create_app
 from messageweave.settings import Settings, from_env
 from messageweave.store import keys
-from tests.conftest import (
+from tests.helpers import (
     ADMIN_KEY,
     fastapi_of,
     free_port,

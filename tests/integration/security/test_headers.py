@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from messageweave.app import create_app
 from messageweave.settings import Settings
 from messageweave.web import static
-from tests.conftest import (
+from tests.helpers import (
     admin_headers,
     fastapi_of,
     login,

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from messageweave.errors import MAX_JSON_DEPTH
 from messageweave.store import keys
-from tests.conftest import admin_headers, login, sample_wire
+from tests.helpers import admin_headers, login, sample_wire
 from tests.integration.mailbox.push_server import record_test_registration
 from tests.integration.test_envelope import assert_envelope
 

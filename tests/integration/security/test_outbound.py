@@ -20,7 +20,7 @@ from messageweave.mail.jmap import JmapError
 from messageweave.services import Peers
 from messageweave.store import keys
 from messageweave.summary import llm
-from tests.conftest import (
+from tests.helpers import (
     CYRUS_PASSWORD,
     CYRUS_USER,
     closed_port,

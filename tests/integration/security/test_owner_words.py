@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from messageweave.pipeline.ledger import Ledger, terminal_record
 from messageweave.store import keys
 from messageweave.store.streams import StreamStore
-from tests.conftest import CYRUS_USER, login
+from tests.helpers import CYRUS_USER, login
 from tests.integration.pipeline.conftest import (
     eventually,
     pipeline,  # noqa: F401  (the fixture `owner` builds on)

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from messageweave.settings import Settings
 from messageweave.store import keys
 from messageweave.version import build_version
-from tests.conftest import ADMIN_KEY, admin_headers, login, running_client
+from tests.helpers import ADMIN_KEY, admin_headers, login, running_client
 
 RELEASE = version("messageweave")  # pyproject.toml's version, as installed
 

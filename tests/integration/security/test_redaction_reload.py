@@ -10,7 +10,7 @@ import logging
 import httpx
 
 from messageweave.logs import configure_logging
-from tests.conftest import login, sample_wire
+from tests.helpers import login, sample_wire
 
 
 async def test_a_saved_secret_is_redacted_from_the_next_log_line(

@@ -28,7 +28,7 @@ from messageweave.server import (
     ReadLimits,
     serve,
 )
-from tests.conftest import ADMIN_KEY, console_script, free_port, serving, settings_for
+from tests.helpers import ADMIN_KEY, console_script, free_port, serving, settings_for
 
 # A body cut off mid-way, on a route that reads it once the credential passed (the admin key:
 # `/push/jmap`, unauthenticated before issue #23, now refuses a post without its token unread).

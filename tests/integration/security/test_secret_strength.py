@@ -22,7 +22,7 @@ from messageweave.config.live import ConfigService
 from messageweave.config.model import GENERATED_SECRETS, MIN_TOKEN_CHARS
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
-from tests.conftest import (
+from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
     login,

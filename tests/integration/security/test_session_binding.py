@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.conftest import (
+from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
     login,

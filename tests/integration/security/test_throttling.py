@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from messageweave.api.throttle import UNKNOWN_CLIENT, ClientAddressPolicy, client_of
 from messageweave.store import keys
-from tests.conftest import (
+from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
     closed_port,

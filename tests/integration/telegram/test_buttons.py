@@ -17,7 +17,7 @@ from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
 from messageweave.store import keys
-from tests.conftest import FreshUser
+from tests.helpers import FreshUser
 from tests.integration.conversation.conftest import served, tls_emulator
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp

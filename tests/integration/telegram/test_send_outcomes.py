@@ -30,7 +30,7 @@ from messageweave.chat.telegram import (
     split_text,
 )
 from messageweave.chat.telegram import client as telegram
-from tests.conftest import closed_port
+from tests.helpers import closed_port
 from tests.integration.telegram.conftest import BotChat
 from tests.peers.telegram import TelegramEmulator
 
