@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from messageweave.chat import webhook_setup
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.config.features import BotLanguage
-from messageweave.config.live import ConfigService, NotConfigured, Warning
+from messageweave.config.live import ConfigService, NotConfigured, PeerWarning
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import failure_text, redis_url_password, scrub
@@ -73,7 +73,7 @@ def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient
 
 async def build_runtime(
     cfg: BusinessConfig, outbound: OutboundConfig
-) -> tuple[Runtime, list[Warning]]:
+) -> tuple[Runtime, list[PeerWarning]]:
     """Connect what can be connected; every failure becomes a scrubbed warning.
 
     The returned runtime owns an open JMAP client when its session could be fetched; whoever
@@ -85,25 +85,26 @@ async def build_runtime(
                                 timeout_s=outbound.telegram_timeout_ms / 1000),
         jmap_settings=jmap_settings(cfg, outbound),
     )
-    warnings: list[Warning] = []
+    warnings: list[PeerWarning] = []
     secrets = cfg.secrets()
     try:
         client: JmapClient | None = new_jmap_client(cfg, outbound)
     except ValueError as exc:  # the trust store (SSL_CERT_FILE, jmap_ca_pem) cannot be loaded
         client = None
-        warnings.append(Warning("jmap", "build", scrub(str(exc), secrets)))
+        warnings.append(PeerWarning("jmap", "build", scrub(str(exc), secrets)))
     try:
         if client is not None:
             await client.get_session()
             runtime.jmap = client
     except JmapAccountError as exc:
-        warnings.append(Warning("jmap", "account", scrub(str(exc), secrets)))
+        warnings.append(PeerWarning("jmap", "account", scrub(str(exc), secrets)))
     except (JmapError, ValueError) as exc:
-        warnings.append(Warning("jmap", "connect", scrub(f"{type(exc).__name__}: {exc}", secrets)))
+        warnings.append(PeerWarning("jmap", "connect",
+                                    scrub(f"{type(exc).__name__}: {exc}", secrets)))
     if runtime.jmap is None and client is not None:
         await client.aclose()
     if cfg.llm_active and not urlsplit(cfg.llm_base_url or "").hostname:
-        warnings.append(Warning("llm", "build", "LLM base URL has no host"))
+        warnings.append(PeerWarning("llm", "build", "LLM base URL has no host"))
     return runtime, warnings
 
 
@@ -131,14 +132,15 @@ async def _publish_menu(telegram: TelegramClient, language: BotLanguage) -> None
 
 
 class Peers:
-    """The peer clients of the configuration in force (`config.live.Peers`)."""
+    """The peer clients of the configuration in force; the config service is handed it as its
+    `config.live.PeerBuilder`."""
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
         self._jmap_lock = asyncio.Lock()
 
     async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
-                    current: Callable[[], bool]) -> list[Warning]:
+                    current: Callable[[], bool]) -> list[PeerWarning]:
         """The new revision's clients, each on its own (issue #23): the Telegram client (and
         the configuration) always replace the old ones, so a rotated bot token or a fixed Bot
         API address takes effect while the mail server is down. A JMAP client that could not
@@ -160,7 +162,7 @@ class Peers:
                 await _publish_menu(runtime.telegram, cfg.bot_language)
         return warnings
 
-    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
+    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[PeerWarning]:
         """What a preflight reports: the runtime's build, and Telegram's getMe for the bot
         token at the configured Bot API address (issue #22: "Test connection" tests Telegram
         too)."""
@@ -168,7 +170,7 @@ class Peers:
         try:
             await runtime.telegram.get_me()
         except TelegramSendError as exc:
-            warnings.append(Warning("telegram", "get_me",
+            warnings.append(PeerWarning("telegram", "get_me",
                                     scrub(telegram_probe_text(exc), cfg.secrets())))
         finally:
             await runtime.aclose()

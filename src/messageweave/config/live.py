@@ -4,8 +4,9 @@ Every instance polls `config:business:revision` (a single GET) every `RELOAD_INT
 write on any instance is live on all of them well within a second.
 
 "Persist and report": a valid configuration is always saved; the clients for it are built
-afterwards by the `Peers` handed in (this package builds none), and their failures come back as
-warnings `{component, step, detail}` with every credential scrubbed from `detail`.
+afterwards by the `PeerBuilder` handed in (`services.Peers`; this package builds none), and
+their failures come back as `PeerWarning`s `{component, step, detail}` with every credential
+scrubbed from `detail`.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ class StoredConfigInvalid(Exception):
 
 
 @dataclass(frozen=True)
-class Warning:
+class PeerWarning:
+    """A peer (JMAP, Telegram, the LLM) whose client could not be built or connected: which,
+    at which step, and why (scrubbed). Not `Warning`: that name is Python's builtin."""
+
     component: str
     step: str
     detail: str
@@ -67,50 +71,50 @@ class Warning:
         return {"component": self.component, "step": self.step, "detail": self.detail}
 
 
-class Peers(Protocol):
+class PeerBuilder(Protocol):
     """Whoever builds the peer clients for a configuration (`messageweave.services.Peers`)."""
 
     async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
-                    current: Callable[[], bool]) -> list[Warning]:
+                    current: Callable[[], bool]) -> list[PeerWarning]:
         """Build clients for `cfg`. When `current()` still holds once they are built (`cfg` is
         the newest revision), they replace the ones in use, each on its own (a JMAP client
         that could not connect is connected on demand later). The warnings say what could not
         be built or connected."""
 
-    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
+    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[PeerWarning]:
         """Build clients for `cfg`, report what failed, and close them again."""
 
     async def aclose(self) -> None: ...
 
 
-class _NoPeers:
+class _NoPeerBuilder:
     """For a process that only reads or writes the stored configuration (operator commands
     that talk to no peer): nothing is built, and a preflight says so."""
 
     async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
-                    current: Callable[[], bool]) -> list[Warning]:
+                    current: Callable[[], bool]) -> list[PeerWarning]:
         return []
 
-    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[Warning]:
-        return [Warning(name, "connect", "this process builds no peer clients")
+    async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[PeerWarning]:
+        return [PeerWarning(name, "connect", "this process builds no peer clients")
                 for name in ("jmap", "telegram")]
 
     async def aclose(self) -> None:
         pass
 
 
-NO_PEERS: Peers = _NoPeers()
+NO_PEERS: PeerBuilder = _NoPeerBuilder()
 
 
 @dataclass
 class SaveResult:
     revision: int
     runtime_applied: bool
-    warnings: list[Warning] = field(default_factory=list)
+    warnings: list[PeerWarning] = field(default_factory=list)
 
 
 class ConfigService:
-    def __init__(self, store: ConfigStore, key: bytes, peers: Peers = NO_PEERS) -> None:
+    def __init__(self, store: ConfigStore, key: bytes, peers: PeerBuilder = NO_PEERS) -> None:
         self.store = store
         self._key = key
         self._peers = peers
@@ -201,9 +205,9 @@ class ConfigService:
             self.revision = revision
             self.config = cfg
 
-    async def _apply_runtime(self, revision: int, cfg: BusinessConfig) -> list[Warning]:
-        """Build clients for `cfg` and put them in force (`Peers.apply`: the Telegram and the
-        JMAP client independently; one that could not connect is connected on demand)."""
+    async def _apply_runtime(self, revision: int, cfg: BusinessConfig) -> list[PeerWarning]:
+        """Build clients for `cfg` and put them in force (`PeerBuilder.apply`: the Telegram and
+        the JMAP client independently; one that could not connect is connected on demand)."""
         return await self._peers.apply(cfg, self.outbound,
                                       current=lambda: revision >= self.revision)
 
