@@ -17,7 +17,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from messageweave.chat import webhook_setup
@@ -28,7 +27,6 @@ from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import failure_text, redis_url_password, scrub
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
-from messageweave.ops import audit
 from messageweave.settings import Settings
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
@@ -261,6 +259,3 @@ class Services:
                 values.extend(source.secrets())
         self._secrets_memo = (sources, values)
         return list(values)
-
-    async def record_audit(self, action: str, **fields: Any) -> None:
-        await audit.record_audit(self, action, **fields)

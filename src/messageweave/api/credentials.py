@@ -188,7 +188,7 @@ async def _count_failure(request: Request, svc: Services, client: str) -> None:
         log.warning("failed credential not counted: Redis unavailable")
         return
     if lock_s:
-        await svc.record_audit(audit.AUTH_THROTTLED, client=client, lock_s=lock_s,
+        await audit.record_audit(svc, audit.AUTH_THROTTLED, client=client, lock_s=lock_s,
                                  method=request.method, path=request.url.path)
 
 

@@ -12,7 +12,6 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from messageweave import observe
 from messageweave.api.credentials import (
     constant_time_eq,
     ensure_enabled,
@@ -28,7 +27,7 @@ from messageweave.errors import (
     service_unavailable,
     unauthorized,
 )
-from messageweave.ops import audit
+from messageweave.ops import audit, metrics
 from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import MAX_BATCH, worker_for
 from messageweave.services import Services
@@ -88,7 +87,7 @@ class TelegramWebhook:
         except (ingress.SwitchedOff, RedisError) as exc:
             raise service_unavailable() from exc
         if queued:  # a redelivery is not a new event
-            observe.ingested("telegram_webhook", 1)
+            metrics.observe_ingest("telegram_webhook", 1)
         await send(_NO_CONTENT)
         await send(_EMPTY_BODY)
 

@@ -31,7 +31,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from messageweave import observe
 from messageweave.aio import every, raise_if_cancelling
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import EXCLUDED_ROLES
@@ -45,6 +44,8 @@ from messageweave.mail.jmap import (
     JmapClient,
 )
 from messageweave.mail.reconcile import Replay, Walk, in_any_mailbox, mailbox_sets, parse_cursor
+from messageweave.ops import metrics
+from messageweave.ops.audit import record_audit
 from messageweave.store import gaps, keys
 from messageweave.store.mailbox import claim_slot
 from messageweave.store.redis import Redis
@@ -253,14 +254,14 @@ async def run_audit(svc: MailContext, trigger: str) -> AuditResult:
             pass
         raise
     for reason, count in result.reasons.items():
-        observe.gap_audit_missing(reason, count)
+        metrics.observe_gap_audit_missing(reason, count)
     if result.missing:
         log.warning("gap audit: %d missing mail(s), %d re-enqueued", result.missing,
                     result.enqueued)
     await gaps.save_last(svc.redis, {**result.summary(), "trigger": trigger, "ok": True})
     if trigger != TRIGGER_SCHEDULE or result.missing:
-        await svc.record_audit(
-            GAP_AUDIT, trigger=trigger, **result.answer(),
+        await record_audit(
+            svc, GAP_AUDIT, trigger=trigger, **result.answer(),
             complete=result.complete, email_ids=result.missing_ids[:RECORD_MAX_IDS],
         )
     return result

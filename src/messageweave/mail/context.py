@@ -6,7 +6,7 @@ above), so it names only what it uses.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from messageweave.config.live import ConfigService
 from messageweave.mail.jmap import JmapClient
@@ -35,5 +35,5 @@ class MailContext(Protocol):
     async def jmap(self) -> JmapClient:
         """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
 
-    async def record_audit(self, action: str, **fields: Any) -> None:
-        """An audit-log record (`ops.audit`); never raises for a Redis error."""
+    def secrets(self) -> list[str | None]:
+        """Every secret value the instance knows, kept out of an audit record (`ops.audit`)."""

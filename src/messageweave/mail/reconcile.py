@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from messageweave import observe
 from messageweave.config.model import EXCLUDED_ROLES
 from messageweave.mail.jmap import (
     CannotCalculateChanges,
@@ -64,6 +63,7 @@ from messageweave.mail.jmap import (
     Mailbox,
     MailboxList,
 )
+from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.mailbox import (
@@ -471,9 +471,9 @@ async def reconcile(
         ok = True
         return result
     finally:
-        observe.reconcile(ok)
+        metrics.observe_reconcile(ok)
         if reconciler.progress.enqueued:
-            observe.ingested(source, reconciler.progress.enqueued)
+            metrics.observe_ingest(source, reconciler.progress.enqueued)
         await lease.stop()
         with contextlib.suppress(Exception):
             await lock.release()

@@ -1,17 +1,17 @@
 """Prometheus metrics: process counters the code increments, plus numbers read at scrape time.
 
 Counters and histograms live in this module's own registry and move through the `observe_*`
-functions (the pipeline, ingress and clients call them). Stream length, pending entries, DLQ
-size, `unknown_after_send`, the configuration revision and the push lifecycle (degraded, last
-StateChange age, subscription expiry) are read from Redis on each scrape, so every instance
-reports the shared state the same way.
+functions (the pipeline, the ingress, the mail loops and the clients call them; `mail/` may,
+since `ops/` sits below it). Stream length, pending entries, DLQ size, `unknown_after_send`,
+the configuration revision and the push lifecycle (degraded, last StateChange age,
+subscription expiry) are read from Redis on each scrape, so every instance reports the shared
+state the same way.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from messageweave import observe
 from messageweave.store.opstats import StreamStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -84,12 +84,6 @@ def observe_reconcile(ok: bool, lag_s: float | None = None) -> None:
     RECONCILE_PASSES.labels(result="ok" if ok else "error").inc()
     if lag_s is not None:
         RECONCILE_LAG.set(lag_s)
-
-
-# `mail/` reports passes and audits through `messageweave.observe` (it cannot import ops/).
-observe.on_reconcile(observe_reconcile)
-observe.on_ingested(observe_ingest)
-observe.on_gap_audit_missing(observe_gap_audit_missing)
 
 
 def render(

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from messageweave import observe
 from messageweave.aio import cancel, jittered_backoff, raise_if_cancelling
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.errors import is_int
 from messageweave.logs import RepeatLog
+from messageweave.ops import metrics
 from messageweave.pipeline.ingress import (
     ChatNotAllowed,
     InvalidUpdate,
@@ -263,7 +263,7 @@ class Poller:
             ids = await store.enqueue_updates_if_enabled([(u.update_id, u.fields) for u in chunk])
             queued += sum(1 for entry in ids if entry)
         if queued:
-            observe.ingested("telegram_polling", queued)
+            metrics.observe_ingest("telegram_polling", queued)
         for refusal in refused:
             await remember_refused(self.svc.redis, refusal)
         if next_offset is not None and next_offset != held.offset:
