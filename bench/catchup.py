@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER
 from tests.peers.cyrus import HOST, CyrusServer, make_message, new_base_dir, remove_base_dir
 
 from messageweave.mail.jmap import JmapClient

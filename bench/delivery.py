@@ -17,8 +17,8 @@ changes by the session's EventSource (the test Cyrus runs the harness's patched 
    chat) the moment it reads the `state` event; timed the same way.
 2. **Chat round trip.** `--chats` times the emulator's user writes `/help`, `--spacing-ms`
    apart (the rate governor keeps Telegram's one message a second per chat, so faster typing
-   would time the governor); timed to the store time of our reply. The floor: a minimal `getUpdates` → `sendMessage` echo loop (httpx, its
-   own bot token), timed the same way.
+   would time the governor); timed to the store time of our reply. The floor: a minimal
+   `getUpdates` → `sendMessage` echo loop (httpx, its own bot token), timed the same way.
 
 Prints p50 / p99 / max for each, beside its floor.
 """
@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 from bench.peers import started_peers
 from bench.pipeline import pct
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER, console_script, free_port
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, console_script, free_port
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.peers.telegram import TelegramEmulator
 

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import httpx
 import redis.asyncio as aioredis
-from tests.conftest import ADMIN_KEY, console_script, free_port, login, sample_wire, wait_healthy
+from tests.helpers import ADMIN_KEY, console_script, free_port, login, sample_wire, wait_healthy
 
 from messageweave.api.delivery import SECRET_HEADER
 from messageweave.store import keys
@@ -66,20 +66,22 @@ CLIENTS = ("raw", "httpx")
 TARGETS = ("service", "bare", "bare+redis", "bare+batch")
 
 
-def _request(update_id: int, secret: str) -> bytes:
+def _request(update_id: int, secret: str, text: bytes | None = None) -> bytes:
+    """One webhook request: a message without text (a sticker), or with `text` (JSON-safe)."""
+    content = b'"sticker":{"file_id":"x"}' if text is None else b'"text":"%s"' % text
     body = (b'{"update_id":%d,"message":{"message_id":1,"date":0,'
-            b'"chat":{"id":%d,"type":"private"},"sticker":{"file_id":"x"}}}' % (update_id, CHAT))
+            b'"chat":{"id":%d,"type":"private"},%s}}' % (update_id, CHAT, content))
     head = ("POST /webhook/tg HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
             f"{SECRET_HEADER}: {secret}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode() + body
 
 
 async def _connection(port: int, ids: Iterator[int], secret: str, stop_at: float,
-                      statuses: dict[int, int]) -> None:
+                      statuses: dict[int, int], text: bytes | None = None) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while time.monotonic() < stop_at:
-            writer.write(_request(next(ids), secret))
+            writer.write(_request(next(ids), secret, text))
             head = await reader.readuntil(b"\r\n\r\n")
             status = int(head[9:12])
             statuses[status] = statuses.get(status, 0) + 1
@@ -102,7 +104,7 @@ async def _httpx_task(client: httpx.AsyncClient, ids: Iterator[int], secret: str
 
 
 async def _load(port: int, ids: Iterator[int], seconds: float, connections: int,
-                client: str) -> float:
+                client: str, text: bytes | None = None) -> float:
     """Requests per second over `seconds`, every answer a 204 (else the bench fails)."""
     statuses: dict[int, int] = {}
     secret = str(WIRE["telegram_webhook_secret"])
@@ -115,8 +117,8 @@ async def _load(port: int, ids: Iterator[int], seconds: float, connections: int,
             await asyncio.gather(*(_httpx_task(pool, ids, secret, started + seconds, statuses)
                                    for _ in range(connections)))
     else:
-        await asyncio.gather(*(_connection(port, ids, secret, started + seconds, statuses)
-                               for _ in range(connections)))
+        await asyncio.gather(*(_connection(port, ids, secret, started + seconds, statuses,
+                                           text) for _ in range(connections)))
     elapsed = time.monotonic() - started
     assert set(statuses) == {204}, statuses
     return sum(statuses.values()) / elapsed

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import CYRUS_PASSWORD, CYRUS_USER
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER
 from tests.peers.cyrus import CyrusServer, new_base_dir, remove_base_dir
 from tests.peers.telegram import TelegramEmulator
 

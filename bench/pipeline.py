@@ -13,8 +13,8 @@ The workload, spread over `--chats N` chats (round-robin, all in the allowlist):
 notification goes to the configuration's one `telegram_chat_id` (`pipeline.events.lane_of`), so
 that chat's events are new mails (`stalwart:jmap`, an Email/get each); the events of each other
 chat are `/help` messages from its owner (`stalwart:telegram`, through the webhook's own
-`enqueue_update`), each answered by one reply. `--chats 1` is the single-chat notification
-throughput (one sequential lane).
+`enqueue_updates_if_enabled`), each answered by one reply. `--chats 1` is the single-chat
+notification throughput (one sequential lane).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 
 import redis.asyncio as aioredis
 from bench.peers import started_peers
-from tests.conftest import CYRUS_USER, running_client, settings_for
+from tests.helpers import CYRUS_USER, running_client, settings_for
 from tests.served import CHAT, configure, lift_limits, peer_wire
 
 from messageweave.store import keys
@@ -77,8 +77,8 @@ async def run(events: int, chats: int) -> None:
                     await redis.xadd(keys.STREAM_JMAP, {"account_id": CYRUS_USER,
                                                         "email_id": next(mails)})
                 else:
-                    await streams.enqueue_update(n, {"update_id": str(n), "chat_id": str(chat),
-                                                     "text": "/help"})
+                    await streams.enqueue_updates_if_enabled(
+                        [(n, {"update_id": str(n), "chat_id": str(chat), "text": "/help"})])
                 enqueued[chat].append(time.time())
             seen: dict[tuple[int, int], float] = {}
             while len(seen) < events and time.time() - started < 120:

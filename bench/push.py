@@ -35,7 +35,7 @@ import time
 import redis.asyncio as aioredis
 from bench.peers import started_peers
 from bench.pipeline import pct
-from tests.conftest import CYRUS_USER, running_client, settings_for
+from tests.helpers import CYRUS_USER, running_client, settings_for
 from tests.served import configure, lift_limits, peer_wire
 
 from messageweave.store.push import Registration, record_registration

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 from bench.peers import Peers, started_peers
-from tests.conftest import ADMIN_KEY, console_script, free_port
+from tests.helpers import ADMIN_KEY, console_script, free_port
 from tests.served import configure, peer_wire
 
 
