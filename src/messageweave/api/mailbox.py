@@ -1,10 +1,15 @@
 """Mailbox routes: `/reconcile`, `/push/jmap`, `/api/push/register`, `/api/push/disable`,
-`/api/push/status`."""
+`/api/push/status`.
+
+`mail.push` raises its own errors (`PushError`); `_push_errors` turns each into the status and
+envelope code of reference §2, so the push code speaks no HTTP."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -30,6 +35,28 @@ from messageweave.services import Services
 log = logging.getLogger(__name__)
 
 router = APIRouter()
+
+
+# The status of each `mail.push` error; 429 and 503 also carry `Retry-After` (reference §2).
+_PUSH_STATUS: dict[type[push.PushError], int] = {
+    push.InvalidPush: 400,
+    push.UnknownCallback: 401,
+    push.SubscriptionNotFound: 404,
+    push.RegistrationBusy: 409,
+    push.VerifyRateLimited: 429,
+    push.PushNotSupported: 502,
+    push.PushUnavailable: 503,
+}
+
+
+@contextmanager
+def _push_errors() -> Iterator[None]:
+    """A `mail.push` error becomes its answer: the status of `_PUSH_STATUS`, its own code."""
+    try:
+        yield
+    except push.PushError as exc:
+        status = _PUSH_STATUS[type(exc)]
+        raise ApiError(status, exc.code, retry=status in (429, 503)) from exc
 
 
 def _reconcile_retry() -> ApiError:
@@ -70,8 +97,9 @@ async def post_push(request: Request) -> Response:
     Redis fails); it never makes this handler connect to JMAP (reference §7.2)."""
     svc = services(request)
     try:
-        callback = await push.check_callback(svc.redis,
-                                             request.query_params.get(push.TOKEN_PARAM))
+        with _push_errors():
+            callback = await push.check_callback(svc.redis,
+                                                 request.query_params.get(push.TOKEN_PARAM))
     except RedisError as exc:
         raise service_unavailable() from exc
     if not push.is_json(request.headers.get("content-type")):
@@ -79,7 +107,8 @@ async def post_push(request: Request) -> Response:
     body = await request.body()
     if len(body) > push.MAX_PUSH_BODY_BYTES:
         raise ApiError(413, "payload_too_large")
-    message = push.parse_push(json_object(body))
+    with _push_errors():
+        message = push.parse_push(json_object(body))
     if isinstance(message, push.StateChange):
         try:
             await push.accept_state_change(svc.redis, message, callback, svc.store.enabled,
@@ -88,11 +117,14 @@ async def post_push(request: Request) -> Response:
             raise service_unavailable() from exc
         return Response(status_code=204)
     try:
-        await push.require_known_subscription(svc.redis, message)
+        with _push_errors():
+            await push.require_known_subscription(svc.redis, message)
     except RedisError as exc:
         raise service_unavailable() from exc
     await require_enabled(request)
-    await push.verify(svc.redis, await _jmap(svc), message, now=time.time())
+    client = await _jmap(svc)
+    with _push_errors():
+        await push.verify(svc.redis, client, message, now=time.time())
     return Response(status_code=204)
 
 
@@ -100,9 +132,11 @@ async def post_push(request: Request) -> Response:
 async def register_push(request: Request) -> JSONResponse:
     await require_admin(request)
     svc = services(request)
-    url = push.callback_url_of(json_object(await request.body()), strict=True)
-    result = await push.register(svc.redis, lambda: _jmap(svc), url, request.state.request_id,
-                                 now=time.time())
+    body = json_object(await request.body())
+    with _push_errors():
+        url = push.callback_url_of(body, strict=True)
+        result = await push.register(svc.redis, lambda: _jmap(svc), url,
+                                     request.state.request_id, now=time.time())
     if not result.get("idempotent"):
         await audit.record_audit(svc, audit.PUSH_REGISTERED,
                                  subscription_id=result["push_subscription_id"])
@@ -113,8 +147,10 @@ async def register_push(request: Request) -> JSONResponse:
 async def disable_push(request: Request) -> JSONResponse:
     await require_admin(request)
     svc = services(request)
-    url = push.callback_url_of(json_object(await request.body()), strict=False)
-    result = await push.disable(svc.redis, lambda: _jmap(svc), url)
+    body = json_object(await request.body())
+    with _push_errors():
+        url = push.callback_url_of(body, strict=False)
+        result = await push.disable(svc.redis, lambda: _jmap(svc), url)
     await audit.record_audit(svc, audit.PUSH_DISABLED)
     return JSONResponse(result)
 

@@ -1,6 +1,10 @@
-"""JMAP push (SPEC B.10, C.1): registering the subscription, verifying it and reading pushes.
-Keeping it alive (the push lifecycle, docs/reference.md §7.2) is `push_lifecycle`; its public
+"""JMAP push (RFC 8620 §7.2, reference §1.6 and §7.2): registering the subscription, verifying
+it and reading pushes. Keeping it alive (the push lifecycle) is `push_lifecycle`; its public
 names are importable from here too.
+
+Every refusal or failure is a `PushError`, whose subclass says what went wrong and whose
+`code` is the envelope code a client sees (reference §2); `api.mailbox` maps each subclass to
+its HTTP status, so nothing here speaks HTTP.
 
 Nothing in a push body is trusted beyond "something changed": a StateChange only schedules a
 catch-up reconcile from the stored Email state (Email/changes is the truth).
@@ -31,7 +35,6 @@ from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
 
-from messageweave.errors import ApiError, conflict, invalid_request, unauthorized
 from messageweave.mail.jmap import JmapClient, JmapError, UnknownMethod
 from messageweave.mail.push_lifecycle import (
     PUSH_TYPES,
@@ -67,11 +70,19 @@ __all__ = [
     "TOKEN_PARAM",
     "Clock",
     "Connect",
+    "InvalidPush",
     "MaintenanceOutcome",
+    "PushError",
     "PushHealth",
+    "PushNotSupported",
     "PushState",
+    "PushUnavailable",
+    "RegistrationBusy",
     "StateChange",
+    "SubscriptionNotFound",
+    "UnknownCallback",
     "Verification",
+    "VerifyRateLimited",
     "accept_state_change",
     "assess",
     "callback_url_of",
@@ -95,7 +106,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Connect = Callable[[], Awaitable[JmapClient]]
-"""Returns the live JMAP client (raising an ApiError when there is none)."""
+"""Returns the live JMAP client; when there is none it raises what its caller answers with."""
 
 Clock = Callable[[], float]
 """Unix seconds now (`time.time` in production; tests pass their own)."""
@@ -109,8 +120,61 @@ MAX_PUSH_ACCOUNTS = 32
 _NO_TOKEN = "0" * 64
 
 
-def _unavailable(code: str) -> ApiError:
-    return ApiError(503, code, retry=True)
+# ---------------------------------------------------------------------------------- errors
+
+
+class PushError(Exception):
+    """A push request refused or failed; `code` is the envelope code (reference §2)."""
+
+    code = "service_unavailable"
+
+    def __init__(self, code: str | None = None) -> None:
+        super().__init__(code or self.code)
+        if code is not None:
+            self.code = code
+
+
+class InvalidPush(PushError):
+    """A body or callback URL that is not what the route takes (400)."""
+
+    code = "invalid_request"
+
+
+class UnknownCallback(PushError):
+    """A post without the current subscription's token, or naming a subscription we do not
+    track (401)."""
+
+    code = "unauthorized"
+
+
+class SubscriptionNotFound(PushError):
+    """A disable for a callback URL with no registration (404)."""
+
+    code = "push_subscription_not_found"
+
+
+class RegistrationBusy(PushError):
+    """The URL's register lock is held by a registration or a maintenance pass (409)."""
+
+    code = "conflict"
+
+
+class VerifyRateLimited(PushError):
+    """A verification attempt inside the subscription's rate limit (429, retry)."""
+
+    code = "push_verify_rate_limited"
+
+
+class PushNotSupported(PushError):
+    """The mail server has no PushSubscription/set (502: a retry cannot help)."""
+
+    code = "push_not_supported"
+
+
+class PushUnavailable(PushError):
+    """Redis or the mail server failed (503, retry); `code` says which step
+    (`push_state_unavailable`, `push_verify_failed`, `push_destroy_failed`,
+    `service_unavailable`)."""
 
 
 # ---------------------------------------------------------------------------------- bodies
@@ -128,8 +192,8 @@ class StateChange:
 
 
 def parse_push(body: dict[str, Any]) -> Verification | StateChange:
-    """An RFC 8620 §7.1/§7.2 push object, else 400 invalid_request (also a StateChange naming
-    more than `MAX_PUSH_ACCOUNTS` accounts)."""
+    """An RFC 8620 §7.1/§7.2 push object, else `InvalidPush` (also a StateChange naming more
+    than `MAX_PUSH_ACCOUNTS` accounts)."""
     kind = body.get("@type")
     if kind == "PushVerification":
         sub_id, code = body.get("pushSubscriptionId"), body.get("verificationCode")
@@ -143,14 +207,14 @@ def parse_push(body: dict[str, Any]) -> Verification | StateChange:
             for account, types in changed.items()
         ):
             return StateChange(changed)
-    raise invalid_request()
+    raise InvalidPush
 
 
 def callback_url_of(body: dict[str, Any], *, strict: bool) -> str:
     """`callback_url`; with `strict`, it must be https with a host and no credentials."""
     url = body.get("callback_url")
     if not isinstance(url, str) or not url.strip():
-        raise invalid_request()
+        raise InvalidPush
     if strict:
         try:
             parts = urlsplit(url)
@@ -159,7 +223,7 @@ def callback_url_of(body: dict[str, Any], *, strict: bool) -> str:
         except ValueError:
             valid = False
         if not valid:
-            raise invalid_request()
+            raise InvalidPush
     return url
 
 
@@ -168,13 +232,14 @@ def callback_url_of(body: dict[str, Any], *, strict: bool) -> str:
 
 async def check_callback(redis: Redis, token: str | None) -> store.Callback:
     """The first check of every post to `/push/jmap`: the token of its URL must be the current
-    subscription's (SHA-256 compared in constant time), else 401 (no registration included).
+    subscription's (SHA-256 compared in constant time), else `UnknownCallback` (no
+    registration included).
     A RedisError propagates."""
     found = await store.callback(redis)
     given = sha256_hex(token) if token else ""
     matches = hmac.compare_digest(given.encode(), (found.token_digest or _NO_TOKEN).encode())
     if not matches or found.token_digest is None:
-        raise unauthorized()
+        raise UnknownCallback
     return found
 
 
@@ -192,23 +257,23 @@ async def verify(redis: Redis, client: JmapClient, push: Verification, *, now: f
         if await store.verified_digest(redis, push.subscription_id) == digest:
             return  # already verified with this code
         if not await store.claim_verify_slot(redis, push.subscription_id):
-            raise ApiError(429, "push_verify_rate_limited", retry=True)
+            raise VerifyRateLimited
     except RedisError as exc:
-        raise _unavailable("push_state_unavailable") from exc
+        raise PushUnavailable("push_state_unavailable") from exc
     try:
         await client.push_subscription_verify(push.subscription_id, push.code)
     except JmapError as exc:
         log.warning("push verification refused: %s", type(exc).__name__)
-        raise _unavailable("push_verify_failed") from exc
+        raise PushUnavailable("push_verify_failed") from exc
     try:
         await store.record_verified(redis, push.subscription_id, digest, now=now)
     except RedisError as exc:
-        raise _unavailable("push_state_unavailable") from exc
+        raise PushUnavailable("push_state_unavailable") from exc
 
 
 async def require_known_subscription(redis: Redis, push: Verification) -> None:
     if not await store.is_known_subscription(redis, push.subscription_id):
-        raise unauthorized()
+        raise UnknownCallback
 
 
 async def accept_state_change(
@@ -276,9 +341,9 @@ async def register(
     lock = store.push_register_lock(redis, digest)
     try:
         if not await lock.acquire():
-            raise conflict()
+            raise RegistrationBusy
     except RedisError as exc:
-        raise _unavailable("service_unavailable") from exc
+        raise PushUnavailable() from exc
     try:
         try:
             existing = await store.registration_for(redis, digest)
@@ -286,7 +351,7 @@ async def register(
             if existing is not None:
                 await _remember_url(redis, store.Registration(digest, existing), callback_url)
         except RedisError as exc:
-            raise _unavailable("service_unavailable") from exc
+            raise PushUnavailable() from exc
         if existing is not None:
             return {"push_subscription_id": existing, "idempotent": True}
         client = await connect()
@@ -297,10 +362,10 @@ async def register(
         except UnknownMethod as exc:  # Cyrus 3.6: no PushSubscription at all (issue #22)
             log.warning("push subscription not created: the mail server has no "
                         "PushSubscription/set")
-            raise ApiError(502, "push_not_supported") from exc
+            raise PushNotSupported from exc
         except JmapError as exc:
             log.warning("push subscription not created: %s", type(exc).__name__)
-            raise _unavailable("service_unavailable") from exc
+            raise PushUnavailable() from exc
         sub = created.subscription
         try:
             await store.record_registration(redis, store.Registration(digest, sub.id),
@@ -308,7 +373,7 @@ async def register(
                                             now=now, token_digest=created.token_digest)
         except RedisError as exc:
             await destroy_or_orphan_quietly(redis, client, sub.id, request_id)
-            raise _unavailable("push_state_unavailable") from exc
+            raise PushUnavailable("push_state_unavailable") from exc
         return {"push_subscription_id": sub.id}
     finally:
         await release_lock(lock)
@@ -318,18 +383,19 @@ async def _replace_previous(
     redis: Redis, client: JmapClient, previous: store.Registration, request_id: str
 ) -> None:
     """Destroy (or orphan) the registration of another URL and forget it, under that URL's
-    lock too, so a maintenance pass cannot re-create it meanwhile (409 while one runs)."""
+    lock too, so a maintenance pass cannot re-create it meanwhile (`RegistrationBusy` while
+    one runs)."""
     lock = store.push_register_lock(redis, previous.url_digest)
     try:
         if not await lock.acquire():
-            raise conflict()
+            raise RegistrationBusy
         try:
             await destroy_or_orphan(redis, client, previous.subscription_id, request_id)
             await store.forget_registration(redis, previous)
         finally:
             await release_lock(lock)
     except RedisError as exc:
-        raise _unavailable("push_state_unavailable") from exc
+        raise PushUnavailable("push_state_unavailable") from exc
 
 
 async def _remember_url(redis: Redis, reg: store.Registration, callback_url: str) -> None:
@@ -342,26 +408,26 @@ async def _remember_url(redis: Redis, reg: store.Registration, callback_url: str
 
 async def disable(redis: Redis, connect: Connect, callback_url: str) -> dict[str, Any]:
     """Destroy the subscription and forget the registration. Holds the URL's register lock
-    (409 while a registration or a maintenance pass holds it)."""
+    (`RegistrationBusy` while a registration or a maintenance pass holds it)."""
     digest = sha256_hex(callback_url)
     lock = store.push_register_lock(redis, digest)
     try:
         known = await store.registration_for(redis, digest) is not None
         if known and not await lock.acquire():
-            raise conflict()
+            raise RegistrationBusy
     except RedisError:
         known = False
     if not known:
-        raise ApiError(404, "push_subscription_not_found")
+        raise SubscriptionNotFound
     try:
         sub_id = await store.registration_for(redis, digest)  # again, now under the lock
         if sub_id is None:
-            raise ApiError(404, "push_subscription_not_found")
+            raise SubscriptionNotFound
         if not await destroy(await connect(), sub_id):
-            raise _unavailable("push_destroy_failed")  # mapping kept: the disable can be retried
+            raise PushUnavailable("push_destroy_failed")  # mapping kept: the disable can be retried
         await store.forget_registration(redis, store.Registration(digest, sub_id))
     except RedisError as exc:
-        raise _unavailable("push_state_unavailable") from exc
+        raise PushUnavailable("push_state_unavailable") from exc
     finally:
         await release_lock(lock)
     return {"disabled": True}
