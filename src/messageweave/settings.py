@@ -1,5 +1,6 @@
-"""The process environment (boot settings, reference §4): the five variables of SPEC Part A,
-plus the three that describe the deployment in front of the service (`TRUSTED_PROXY_HEADER`,
+"""The process environment (boot settings, reference §4): the service's own five variables
+(`REDIS_URL`, `CONFIG_ENCRYPTION_KEY`, `PORT`, `DEBUG_ENABLED`, `DEBUG_TOKEN`), plus the three
+that describe the deployment in front of the service (`TRUSTED_PROXY_HEADER`,
 `TRUSTED_PROXIES`, `GATEWAY_SECRET`, reference §3.4).
 
 A missing or malformed required variable never crashes the process; it puts the service in

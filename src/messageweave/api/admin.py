@@ -1,4 +1,4 @@
-"""Admin and configuration API (reference §3; inventory §2.4)."""
+"""Admin and configuration API (reference §3.1, §5.3-§5.5, §6)."""
 
 from __future__ import annotations
 
@@ -170,7 +170,8 @@ async def create_admin_session(request: Request) -> JSONResponse:
 
 @router.post("/api/admin/session/revoke", status_code=204)
 async def revoke_admin_session(request: Request) -> Response:
-    """Needs the current session or the admin credential (SPEC C.7), then ends the session."""
+    """Needs the current session or the admin key (reference §3.1), then ends the session:
+    a session can end itself, and the key holder can end it without signing in."""
     await require_admin_key_or_session(request)
     svc = services(request)
     try:

@@ -100,7 +100,8 @@ async def require_admin_key(request: Request) -> None:
 
 
 async def require_admin_key_or_session(request: Request) -> None:
-    """`POST /api/admin/session/revoke`: the current session or the admin key (SPEC C.7)."""
+    """`POST /api/admin/session/revoke`: the current session or the admin key (reference
+    §3.1)."""
     await _authenticate(request, {Credential.ADMIN_KEY, Credential.ADMIN_SESSION})
 
 
@@ -194,7 +195,8 @@ async def _count_failure(request: Request, svc: Services, client: str) -> None:
 
 async def require_enabled(request: Request) -> None:
     """The global switch (`config:enabled`, off by default). Business routes call this *after*
-    authenticating the caller, so the unauthenticated learn nothing (SPEC C.7)."""
+    authenticating the caller, so the unauthenticated learn nothing (not even whether the
+    switch is on)."""
     await ensure_enabled(services(request))
 
 

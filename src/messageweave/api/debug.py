@@ -1,4 +1,4 @@
-"""The opt-in debug surface `/debug/*` (inventory §2.5).
+"""The opt-in debug surface `/debug/*` (reference §3.1, §4: `DEBUG_TOKEN`).
 
 Mounted only when requested (`--debug` or a truthy `DEBUG_ENABLED`) *and* `DEBUG_TOKEN` has at
 least 32 characters (`settings.DEBUG_TOKEN_MIN_CHARS`; shorter, the start logs why); otherwise

@@ -1,4 +1,5 @@
-"""What the owner's message asks for: `parse_intent` (inventory §5.1, SPEC C.6).
+"""What the owner's message asks for: `parse_intent` (reference §7: bot
+conversation, consent phrases).
 
 The order and the triggers are the contract, quirks included: consent phrases are substrings
 (`今天的邮件摘要 e1` grants consent for today), 搜索/查找/检索 only count as a prefix, and
@@ -117,7 +118,8 @@ def _contains_any(text: str, needles: tuple[str, ...]) -> bool:
 
 
 def _email_id(text: str) -> str | None:
-    """The last whitespace-separated token, if it looks like an email id (SPEC C.6: case kept)."""
+    """The last whitespace-separated token, if it looks like an email id; its case is kept (a
+    JMAP id is case-sensitive; reference §7: bot conversation)."""
     tokens = text.split()
     if not tokens:
         return None

@@ -1,4 +1,5 @@
-"""Every user-visible string the bot sends, one table per language (inventory §5.2, issue #16).
+"""Every user-visible string the bot sends, one table per language (reference §7:
+bot language; issue #16).
 
 `ZH` is the contract's text byte for byte but for the lines reference §7 lists (§7.12: the
 consent's expiry and the hint of what to send); `EN` says the same in English. Both tables have the

@@ -1,4 +1,5 @@
-"""The business configuration wire: fields, parsing, merge and validation (inventory §6).
+"""The business configuration wire: fields, parsing, merge and validation
+(reference §5).
 
 The wire is one JSON object. It is what `/api/bootstrap` and preflight take, what a
 `PUT /api/business-config` patch is merged onto, and (encrypted) what Redis stores.

@@ -1,4 +1,4 @@
-"""Gap-free new-mail discovery (SPEC B.9 with the corrections of C.2).
+"""Gap-free new-mail discovery (reference §1.5: the reconcile pass).
 
 One pass, under `lock:reconcile`:
 
@@ -96,7 +96,7 @@ _known_mailboxes: weakref.WeakKeyDictionary[JmapClient, MailboxList] = (
 
 @dataclass(frozen=True)
 class Budget:
-    """Per-pass limits (SPEC B.9). A pass cut by one saves its cursor and ends cleanly."""
+    """Per-pass limits (reference §1.5). A pass cut by one saves its cursor and ends cleanly."""
 
     page_size: int = 100  # BASELINE_PAGE_SIZE
     max_walk_pages: int = 100  # BASELINE_MAX_PAGES

@@ -1,5 +1,5 @@
-"""Built-in scheduling (SPEC D.4): periodic reconcile passes, push catch-ups, the push
-lifecycle, orphan sweeps.
+"""Built-in scheduling (reference §7: built-in schedule): periodic reconcile passes, push
+catch-ups, the push lifecycle, orphan sweeps.
 
 Every instance runs this loop; Redis decides which one acts:
 - a periodic pass runs on the instance whose `SET schedule:reconcile NX EX interval` wins, once

@@ -1,4 +1,4 @@
-"""The audit log: one record per admin action, never a secret (SPEC D.6).
+"""The audit log: one record per admin action, never a secret (reference §1.7).
 
 Call `record_audit(ctx, action, **fields)` (any `AuditContext`; `Services` is one) after an
 admin action succeeded. Field values are JSON values (names, counts, booleans, lists of

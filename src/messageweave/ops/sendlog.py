@@ -1,4 +1,4 @@
-"""The send log: one record per delivery attempt (SPEC D.3), kept 7 days.
+"""The send log: one record per delivery attempt, kept 7 days (reference §1.7).
 
 The pipeline calls `record_send(...)` once per attempt. It appends the record to the
 `log:send` stream, writes one JSON log line (`"event":"delivery"`) and counts the attempt in

@@ -1,7 +1,7 @@
-"""One delivery attempt at one stream entry, under its own lease (SPEC D.1, D.2).
+"""One delivery attempt at one stream entry, under its own lease (reference §1.3.1).
 
 `Deliverer.process` is what the worker runs for every entry it takes: `Ledger.begin` gives the
-attempt a lease, a renewer keeps it alive while the attempt runs, and `Ledger.mark` checks it
+attempt a lease, a renewer keeps it alive while the attempt runs, and `Ledger.gate` checks it
 right before each Telegram call (the fence), so no two paths ever send one entry twice
 (`docs/reference.md` §1.3.1). A failed attempt is retried with backoff (inline when the retry is
 due soon, holding the chat's lane) or dead-lettered; every end is one line of the send log.

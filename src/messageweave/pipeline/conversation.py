@@ -3,8 +3,9 @@
 The worker calls `reply_to_update` for each `stalwart:telegram` entry and sends the replies
 through the same sender, rate governor and ledger as notifications, in the configured
 `bot_language` (the owner's phrases are understood in both languages). Unknown text, and a
-`/summary` for an email id the mailbox does not have, get no reply (inventory §5). A mailbox
-that cannot be reached raises `JmapError` (or `NotConfigured`) so the entry is retried.
+`/summary` for an email id the mailbox does not have, get no reply (reference §7: bot
+conversation). A mailbox that cannot be reached raises `JmapError` (or `NotConfigured`) so
+the entry is retried.
 """
 
 from __future__ import annotations

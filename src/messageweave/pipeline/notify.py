@@ -1,4 +1,4 @@
-"""The new-mail notification: exactly three lines (SPEC B.8, inventory §5.5)."""
+"""The new-mail notification: exactly three lines (reference §7: bot language, §7.5)."""
 
 from __future__ import annotations
 

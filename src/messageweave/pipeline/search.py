@@ -1,4 +1,4 @@
-"""Search results as one plain-text reply in the bot's language (inventory §5.2)."""
+"""Search results as one plain-text reply in the bot's language (reference §7: bot conversation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`/summary <email_id>`: the reply for one mail, by consent (inventory §5.2, SPEC C.11).
+"""`/summary <email_id>`: the reply for one mail, by consent (reference §1.2, §7.1).
 
 - no valid consent: the metadata line and the re-consent hint (no content leaves the server);
 - consent and an active LLM: the model's summary, or the local excerpt when the model fails;

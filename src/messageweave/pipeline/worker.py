@@ -1,4 +1,4 @@
-"""The worker that drains `stalwart:jmap` and `stalwart:telegram` (SPEC C.4, D.1, D.2).
+"""The worker that drains `stalwart:jmap` and `stalwart:telegram` (reference §1.3, §1.3.1).
 
 Every instance runs one continuously (`run_worker`, started by the app lifespan): XREADGROUP
 BLOCK under a consumer name unique to the process, bounded concurrency, and per-chat lanes so
@@ -6,7 +6,7 @@ messages to one chat leave in stream order. `POST /worker` and `messageweave dra
 `Worker.drain_once` for cron-driven deployments.
 
 Every attempt at an entry holds its own lease (`Ledger.begin`), kept alive by a renewer while
-the attempt runs and checked right before each Telegram call (`Ledger.mark`, the fence), so the
+the attempt runs and checked right before each Telegram call (`Ledger.gate`, the fence), so the
 continuous worker, `POST /worker`, `messageweave drain` and other instances never send one entry
 twice (`docs/reference.md` §1.3.1).
 
@@ -83,7 +83,9 @@ def consumer_name() -> str:
 
 
 def idle_threshold_ms(svc: Services) -> int:
-    """The reference's XAUTOCLAIM idle time for one entry (inventory §3), the stuck fallback."""
+    """The XAUTOCLAIM idle time for one entry, the stuck fallback (reference §7: delivery
+    pipeline): twice what all of an entry's attempts may spend in the three peers' timeouts,
+    kept within 5 min and 6 h."""
     o = svc.config.outbound
     per = (o.max_retries + 1) * (o.jmap_timeout_ms + o.telegram_timeout_ms + o.llm_timeout_ms) * 2
     return int(min(max(300_000, per), 21_600_000))

@@ -1,4 +1,5 @@
-"""One-mail summaries from an OpenAI-compatible chat completions API (SPEC C.11).
+"""One-mail summaries from an OpenAI-compatible chat completions API (reference §7: LLM;
+§7.1 for the budget).
 
 The model gets a real instruction (about 300 characters, in the mail's language, no preamble) and
 at most `MAX_INPUT_CHARS` of the mail's text; the answer is cut to `MAX_SUMMARY_CHARS`. Neither

@@ -81,7 +81,7 @@ _NOT_FOUND = re.compile(r"chat not found|user not found|peer_id_invalid", re.IGN
 
 
 def classify(status: int, description: str, retry_after: float | None = None) -> FailureClass:
-    """Map a Bot API error answer to its failure class (SPEC C.5, D.1).
+    """Map a Bot API error answer to its failure class (reference §7: delivery pipeline, §7.11).
 
     404 counts as `auth`: Telegram answers it to a malformed token (and to a wrong base URL),
     which an operator has to fix just like a revoked token (401).
