@@ -241,9 +241,9 @@ class Deliverer:
             return await self._failed(entry, attempt, maybe.failure)
         except DeliveryFailure as failure:
             return await self._failed(entry, attempt, failure)
-        except Muted as muted:
-            await self.ledger.commit(attempt.lease, terminal_record(SKIPPED, rule=muted.rule))
-            await self._record(entry, attempt, SKIPPED, rule=muted.rule)
+        if isinstance(ids, Muted):
+            await self.ledger.commit(attempt.lease, terminal_record(SKIPPED, rule=ids.rule))
+            await self._record(entry, attempt, SKIPPED, rule=ids.rule)
             return "muted", None
         if sent is not None and not sent.done():
             sent.set_result(None)  # the chat's next entry may send while this one commits
@@ -267,17 +267,19 @@ class Deliverer:
         return None
 
     async def _deliver_classified(self, entry: Entry, attempt: _Attempt, progress: Progress,
-                                  after: asyncio.Future[None] | None) -> list[int]:
+                                  after: asyncio.Future[None] | None) -> list[int] | Muted:
         try:
             return await self._deliver(entry, attempt, progress, after)
-        except (DeliveryFailure, Muted, _MaybeSent, LeaseLost, RedisError):
+        except (DeliveryFailure, _MaybeSent, LeaseLost, RedisError):
             raise
         except Exception as exc:  # a bug must not leave the entry retrying forever
             log.exception("delivery of %s %s failed unexpectedly", entry.stream, entry.id)
             raise DeliveryFailure(FailureClass.UNKNOWN, type(exc).__name__) from None
 
     async def _deliver(self, entry: Entry, attempt: _Attempt, progress: Progress,
-                       after: asyncio.Future[None] | None) -> list[int]:
+                       after: asyncio.Future[None] | None) -> list[int] | Muted:
+        """The ids of the messages sent, or `Muted`: a rule said to send none, decided before
+        the lane wait or any Telegram call."""
         # A reply is worked out only in its turn: the message before it in the chat may change
         # what it says (a grant or revoke of consent before a /summary). A notification
         # depends on nothing of the chat, so its mail is read while the lane is still busy.
@@ -285,6 +287,8 @@ class Deliverer:
         if ordered and after is not None:
             await asyncio.shield(after)
         outgoing = await outgoing_for(entry, self.svc, self.mail)
+        if isinstance(outgoing, Muted):
+            return outgoing
         if not ordered:
             self._answered_by(waiting.JMAP)  # a notification's mail was read
         if not ordered and after is not None:

@@ -63,13 +63,12 @@ def jmap_failure(exc: JmapError) -> DeliveryFailure:
                            peer=waiting.JMAP if unreachable else None)
 
 
-class Muted(Exception):
-    """A `mute` rule matched the mail: nothing is sent, the entry ends `skipped` with the
-    rule's name (issue #16)."""
+@dataclass(frozen=True)
+class Muted:
+    """What a mail a `mute` rule matched becomes instead of messages: nothing is sent, the entry
+    ends `skipped` with the rule's name (issue #16)."""
 
-    def __init__(self, rule: str) -> None:
-        super().__init__(rule)
-        self.rule = rule
+    rule: str
 
 
 def kind_of(stream: str) -> str:
@@ -144,7 +143,9 @@ def _retrieved(task: asyncio.Task[dict[str, EmailMeta]]) -> None:
 
 
 async def outgoing_for(entry: Entry, svc: Services,
-                       mail: MailPrefetch | None = None) -> list[Outgoing]:
+                       mail: MailPrefetch | None = None) -> list[Outgoing] | Muted:
+    """The messages `entry` becomes, or `Muted` when a rule says to send none (a notification
+    only); a failure raises `DeliveryFailure`."""
     if digest.is_digest(entry):
         return await _digest(entry, svc)
     if entry.stream == keys.STREAM_JMAP:
@@ -178,7 +179,7 @@ async def _digest(entry: Entry, svc: Services) -> list[Outgoing]:
 
 
 async def _notification(entry: Entry, svc: Services,
-                        mail: MailPrefetch | None) -> list[Outgoing]:
+                        mail: MailPrefetch | None) -> list[Outgoing] | Muted:
     cfg = svc.config.config
     if cfg is None:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
@@ -198,7 +199,7 @@ async def _notification(entry: Entry, svc: Services,
         facts = await facts_for(cfg, client, found[0])
     route = route_for(cfg, facts)  # the rules, and quiet hours at `routing.clock()`
     if route.muted and route.rule is not None:
-        raise Muted(route.rule)
+        return Muted(route.rule)
     options = SendOptions(route.thread_id, route.silent, notification_keyboard(cfg, email_id))
     return [Outgoing(route.chat_id, render_notification(found[0], cfg.timezone), options)]
 
