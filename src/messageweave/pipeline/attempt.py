@@ -105,9 +105,12 @@ def bare_options(options: SendOptions) -> SendOptions:
 
 
 class Deliverer:
-    """Attempts at entries for one consumer: its ledger, the rate governor, the send log."""
+    """Attempts at entries for one consumer: its ledger, the rate governor, the send log.
 
-    def __init__(self, svc: Services, ledger: Ledger, governor: Governor, *,
+    `mail` is the worker's `MailPrefetch`: the worker starts and drops its batches, an
+    attempt only takes its entry's mail from it (`outgoing_for`)."""
+
+    def __init__(self, svc: Services, ledger: Ledger, governor: Governor, mail: MailPrefetch, *,
                  inline_retry_max_s: float, backoff_base_s: float = BACKOFF_BASE_S,
                  backoff_cap_s: float = BACKOFF_CAP_S) -> None:
         self.svc = svc
@@ -123,8 +126,7 @@ class Deliverer:
         # Leases of attempts a Redis error ended before they could give them back: released
         # (by token) by the next maintenance pass, so the entry does not wait for the TTL.
         self._orphans: dict[tuple[str, str], Lease] = {}
-        # The mail of entries taken together, fetched in one Email/get (`MailPrefetch.start`).
-        self.mail = MailPrefetch(svc)
+        self.mail = mail
 
     async def process(self, entry: Entry, after: asyncio.Future[None] | None = None,
                       sent: asyncio.Future[None] | None = None, *,
@@ -157,8 +159,6 @@ class Deliverer:
             log.warning("delivery of %s %s interrupted: %s", entry.stream, entry.id,
                         failure_text(exc))
             return "interrupted"
-        finally:
-            self.mail.forget(entry)  # not used (busy, terminal, cancelled): nothing kept
 
     async def pause(self, delay_s: float, peer: str | None = None) -> None:
         """Sleep `delay_s`, or less: until a call gets through to `peer` (any peer: None)."""

@@ -43,7 +43,7 @@ from redis.exceptions import RedisError
 from messageweave.aio import cancel, raise_if_cancelling
 from messageweave.logs import RepeatLog
 from messageweave.pipeline.attempt import BACKOFF_BASE_S, BACKOFF_CAP_S, Deliverer
-from messageweave.pipeline.events import lane_of
+from messageweave.pipeline.events import MailPrefetch, lane_of
 from messageweave.pipeline.governor import Governor
 from messageweave.pipeline.ledger import Ledger
 from messageweave.services import Services
@@ -116,7 +116,10 @@ class Worker:
         # the maintenance pass never reclaims them as stalled.
         self._active: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[str]] = set()
-        self.deliverer = Deliverer(svc, self.ledger, self.governor,
+        # The mail of entries taken together, fetched in one Email/get: started for each
+        # batch taken (`_take`), dropped when an entry is finished; attempts take from it.
+        self.mail = MailPrefetch(svc)
+        self.deliverer = Deliverer(svc, self.ledger, self.governor, self.mail,
                                    inline_retry_max_s=self.options.inline_retry_max_s,
                                    backoff_base_s=self.options.backoff_base_s,
                                    backoff_cap_s=self.options.backoff_cap_s)
@@ -171,7 +174,7 @@ class Worker:
             finally:
                 for entry in taken:  # not started (cancelled while waiting for a slot)
                     self._active.discard((entry.stream, entry.id))
-                    self.deliverer.mail.forget(entry)
+                    self.mail.forget(entry)
 
     def _free_slots(self) -> int:
         return self.options.concurrency - self._running
@@ -194,7 +197,7 @@ class Worker:
             if key not in self._active:
                 self._active.add(key)
                 taken.append(entry)
-        self.deliverer.mail.start(taken)
+        self.mail.start(taken)
         return taken
 
     async def spawn(self, entry: Entry) -> None:
@@ -224,6 +227,7 @@ class Worker:
                 await self.deliverer.pause(not_before - time.time())
             return await self.process(entry, prev, mine)
         finally:
+            self.mail.forget(entry)  # not used (busy, terminal, cancelled): nothing kept
             self._running -= 1
             self._freed.set()
             self._slots.release()
@@ -248,7 +252,7 @@ class Worker:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.wait(list(self._tasks), timeout=0.1)
-        self.deliverer.mail.close()
+        self.mail.close()
         await cancel(beating)
         with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
             await asyncio.shield(self.streams.stop_beating(self.consumer))
@@ -298,6 +302,7 @@ class Worker:
                             if due is not None:
                                 blocked[lane] = due
                 finally:
+                    self.mail.forget(entry)
                     self._active.discard((entry.stream, entry.id))
                     if not mine.done():
                         mine.set_result(None)
@@ -306,7 +311,7 @@ class Worker:
         finally:
             for entry in taken:
                 self._active.discard((entry.stream, entry.id))
-                self.deliverer.mail.forget(entry)
+                self.mail.forget(entry)
             await cancel(beating)
         return result
 
