@@ -1,0 +1,50 @@
+"""The admin page checks a form before it is sent with copies of the server's limits (issue #24):
+each copy in `web/*.js` must equal the server's value, or the page refuses what a save would
+take (or lets through what it refuses, with a 422 the form cannot place on a field)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from messageweave import web
+from messageweave.config import features, model
+
+WEB = Path(web.__file__).parent
+
+
+def js_constant(module: str, name: str) -> object:
+    """The value of `const NAME = …;` (optionally exported) in `web/<module>`: a number, a
+    string or an array of strings (JSON literals all)."""
+    source = (WEB / module).read_text(encoding="utf-8")
+    found = re.search(rf"^(?:export )?const {name} = (.+?);$", source, re.MULTILINE | re.DOTALL)
+    assert found, f"{module} defines no const {name}"
+    return json.loads(found.group(1).replace("\n", " "))
+
+
+@pytest.mark.parametrize(("module", "name", "server"), [
+    ("business-form.js", "MIN_TOKEN_CHARS", model.MIN_TOKEN_CHARS),
+    ("rules-editor.js", "MAX_RULES", features.MAX_RULES),
+    ("rules.js", "DIGEST_MAX", features.DIGEST_THRESHOLD_MAX),
+    ("zones.js", "SHORTLIST", list(model.SHORTLIST_TIMEZONES)),
+])
+def test_each_limit_the_page_copies_is_the_servers(module: str, name: str, server: object) -> None:
+    """Catches a server limit changed without its copy in the page (a token length, the rule
+    count, the digest threshold, the zone shortlist)."""
+    assert js_constant(module, name) == server
+
+
+def test_the_page_falls_back_to_the_servers_default_time_zone() -> None:
+    """Catches the page proposing another zone than the server's default when the browser's
+    own is not offered (`|| "Asia/Shanghai"` in each module that picks one)."""
+    fallbacks = [
+        (path.name, zone)
+        for path in sorted(WEB.glob("*.js"))
+        for zone in re.findall(r'\|\|\s*"([A-Za-z]+/[A-Za-z_]+)"',
+                               path.read_text(encoding="utf-8"))
+    ]
+    assert fallbacks, "no module of the page falls back to a zone any more"
+    assert {zone for _, zone in fallbacks} == {model.DEFAULT_TIMEZONE}, fallbacks
