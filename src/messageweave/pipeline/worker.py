@@ -173,8 +173,7 @@ class Worker:
                     taken.pop(0)
             finally:
                 for entry in taken:  # not started (cancelled while waiting for a slot)
-                    self._active.discard((entry.stream, entry.id))
-                    self.mail.forget(entry)
+                    self._release(entry)
 
     def _free_slots(self) -> int:
         return self.options.concurrency - self._running
@@ -210,7 +209,7 @@ class Worker:
         try:
             await self._slots.acquire()
         except BaseException:
-            self._active.discard((entry.stream, entry.id))
+            self._release(entry)
             raise
         prev, mine = self._ticket(entry)
         self._running += 1
@@ -227,13 +226,23 @@ class Worker:
                 await self.deliverer.pause(not_before - time.time())
             return await self.process(entry, prev, mine)
         finally:
-            self.mail.forget(entry)  # not used (busy, terminal, cancelled): nothing kept
             self._running -= 1
             self._freed.set()
             self._slots.release()
-            self._active.discard((entry.stream, entry.id))
-            if not mine.done():
-                mine.set_result(None)
+            self._finish(entry, mine)
+
+    def _finish(self, entry: Entry, mine: asyncio.Future[None]) -> None:
+        """The end of every entry a path gave a turn in its lane (`_run_one`, `_drain_one`),
+        whatever the outcome: its place in the lane is passed on and the entry released."""
+        if not mine.done():
+            mine.set_result(None)
+        self._release(entry)
+
+    def _release(self, entry: Entry) -> None:
+        """No longer ours to work on (the maintenance pass may reclaim it), and its batch's
+        mail, if an attempt did not take it (busy, finished, cancelled), dropped."""
+        self._active.discard((entry.stream, entry.id))
+        self.mail.forget(entry)
 
     def _ticket(self, entry: Entry) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """A place in the entry's chat lane: wait for `prev`, then resolve `mine`."""
@@ -289,31 +298,32 @@ class Worker:
             taken += self._take(await self._recoverable(batch))
             taken += self._take(await self.streams.read_new(self.consumer, batch, None))
             for entry in taken:
-                lane = lane_of(entry, self.svc)
-                prev, mine = self._ticket(entry)
-                try:
-                    if lane in blocked:
-                        await self.ledger.defer(entry.stream, entry.id, blocked[lane])
-                        outcome = "deferred"
-                    else:
-                        outcome = await self.process(entry, prev, mine, hold_for_peers=False)
-                        if outcome == "retry":
-                            due = await self.ledger.due_at(entry.stream, entry.id)
-                            if due is not None:
-                                blocked[lane] = due
-                finally:
-                    self.mail.forget(entry)
-                    self._active.discard((entry.stream, entry.id))
-                    if not mine.done():
-                        mine.set_result(None)
+                outcome = await self._drain_one(entry, blocked)
                 result.processed += 1
                 result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
         finally:
-            for entry in taken:
-                self._active.discard((entry.stream, entry.id))
-                self.mail.forget(entry)
+            for entry in taken:  # those a Redis error left unprocessed
+                self._release(entry)
             await cancel(beating)
         return result
+
+    async def _drain_one(self, entry: Entry, blocked: dict[int, float]) -> str:
+        """One entry of a drain, in its lane's turn: attempted, or deferred behind its chat's
+        entry that waits for a retry (`blocked`: lane → when it is due, ms)."""
+        lane = lane_of(entry, self.svc)
+        prev, mine = self._ticket(entry)
+        try:
+            if lane in blocked:
+                await self.ledger.defer(entry.stream, entry.id, blocked[lane])
+                return "deferred"
+            outcome = await self.process(entry, prev, mine, hold_for_peers=False)
+            if outcome == "retry":
+                due = await self.ledger.due_at(entry.stream, entry.id)
+                if due is not None:
+                    blocked[lane] = due
+            return outcome
+        finally:
+            self._finish(entry, mine)
 
     # --- maintenance --------------------------------------------------------------------
     async def _maintenance_loop(self) -> None:
