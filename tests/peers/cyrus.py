@@ -8,6 +8,8 @@ child process) with these listeners, all bound to 127.0.0.1 on free ports:
 - IMAP (LOGIN without TLS), used to put mail in place (`append`, `set_flags`, `move`)
 - LMTP without authentication (`lmtpd -a`), used by `deliver`
 
+With `smtp_host`, JMAP EmailSubmission relays to that SMTP server (`tests/peers/smtp.py`'s sink).
+
 A rolling squatter keeps the Xapian index nearly current; `index()` runs it synchronously so
 text queries and SearchSnippet/get see every message. Start-up (and a restart) takes about half a
 second on an idle machine, up to about a second under load.
@@ -255,7 +257,9 @@ class CyrusServer:
 
     `eventsource`: run the patched httpd copy so `eventSourceUrl` works (see the module
     docstring); `push_poll`: `jmap_pushpoll` in whole seconds, how often Cyrus looks for changes
-    to push; `stock_httpd`: the binary that is copied and patched."""
+    to push; `stock_httpd`: the binary that is copied and patched; `smtp_host`
+    (`host:port/noauth`, e.g. `tests.peers.smtp.SmtpSink.smtp_host`): the SMTP server JMAP
+    `EmailSubmission/set` relays to (`smtp_backend: host`), by default none (sendmail)."""
 
     base_dir: Path
     users: dict[str, str] = field(default_factory=lambda: {"alice": "secret"})
@@ -265,6 +269,7 @@ class CyrusServer:
     eventsource: bool = True
     push_poll: int = 1
     stock_httpd: Path = STOCK_HTTPD
+    smtp_host: str | None = None  # `host:port/noauth`: where EmailSubmission relays to
     startup_seconds: float = field(default=0.0, init=False)  # how long the last start() took
     _httpd: Path | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -662,6 +667,8 @@ class CyrusServer:
             "tls_server_cert": d / "tls/server.pem",
             "tls_server_key": d / "tls/server.key",
         }
+        if self.smtp_host:  # imapd.conf(5): else Cyrus forks sendmail for a submission
+            lines |= {"smtp_backend": "host", "smtp_host": self.smtp_host}
         if os.geteuid() != 0:
             # Not root: Cyrus must not try to switch to the `cyrus` user.
             lines["cyrus_user"] = pwd.getpwuid(os.geteuid()).pw_name
@@ -1006,6 +1013,21 @@ def _make_test_pki() -> tuple[bytes, bytes, bytes]:
         pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
+
+
+@contextlib.contextmanager
+def running(prefix: str = "mw-cyrus-", **options: Any) -> Iterator[CyrusServer]:
+    """A `CyrusServer(**options)` in a fresh base dir, started; stopped and its dir removed
+    afterwards. Raises `CyrusNotInstalled` when the packages are missing."""
+    require_cyrus()
+    base = new_base_dir(prefix)
+    server = CyrusServer(base, **options)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        remove_base_dir(base)
 
 
 def new_base_dir(prefix: str = "mw-cyrus-") -> Path:

@@ -275,8 +275,10 @@ class TelegramEmulator:
         first_name: str = "Test",
         username: str | None = None,
         chat_type: str = "private",
+        reply_to_message_id: int | None = None,
     ) -> Delivery:
-        """Play the human: `text` from `chat_id` to bot `token`.
+        """Play the human: `text` from `chat_id` to bot `token`; with `reply_to_message_id`,
+        as a Telegram reply to that message of the bot (its keyboard comes with it).
 
         With a webhook set, the emulator POSTs the Update (with X-Telegram-Bot-Api-Secret-Token
         when setWebhook had a secret) and this returns after the webhook answered.
@@ -293,6 +295,8 @@ class TelegramEmulator:
             body["from_id"] = from_id
         if username is not None:
             body["username"] = username
+        if reply_to_message_id is not None:
+            body["reply_to_message_id"] = reply_to_message_id
         result = await self._control("/control/userMessage", body)
         delivery = result["delivery"]
         return Delivery(

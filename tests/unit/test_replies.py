@@ -38,8 +38,8 @@ def test_the_english_table_is_english() -> None:
 def test_the_chinese_texts_are_the_contract() -> None:
     """Catches an edit of the contract's Chinese strings (inventory §5.2) while adding English.
     One line is a listed deviation (reference §7): the help's consent heading said English
-    aliases do not work, which stopped being true when they did (issue #16); and two lines are
-    added (issue #25, reference §7.13): `/read` and the buttons."""
+    aliases do not work, which stopped being true when they did (issue #16); and three lines
+    are added (issue #25, reference §7.13): `/read`, `/reply` and the buttons."""
     zh = replies.ZH
     assert zh["help"] == (  # inventory §5.2, byte for byte but for the consent heading
         "使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。\n\n"
@@ -53,9 +53,12 @@ def test_the_chinese_texts_are_the_contract() -> None:
         "/read <email_id>：在聊天中显示邮件全文（发件人、收件人、抄送、日期、主题，"
         "然后是正文，最多 3 条消息）和附件列表，每个附件一个按钮；"
         "正文会经过 Telegram 的服务器，本服务不保存。\n"
+        "/reply <email_id> <内容>：回复这封邮件（也可以在 Telegram 中直接回复它的通知）；"
+        "先生成草稿，显示收件人、主题和开头几行，按“发送”才发出，按“取消”删除草稿；"
+        "24 小时内未发送的草稿会被删除。\n"
         "/help（或 help）：显示本说明。\n"
         "通知下方的按钮：摘要、标为已读、归档、阅读全文（同 /read）；"
-        "阅读全文回复下的 📎 按钮发送该附件。\n\n"
+        "阅读全文回复下的 📎 按钮发送该附件；回复草稿下的按钮：发送、取消。\n\n"
         "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
         "正文和 AI 结果不会持久化，也不会写入日志。\n"
         "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。")
@@ -153,13 +156,14 @@ def test_every_phrase_the_chinese_help_lists_does_what_it_says() -> None:
 def test_the_command_menu_follows_the_language() -> None:
     """Catches a menu left in Chinese for an English bot (or the commands themselves changing)."""
     assert [name for name, _ in commands("zh")] == list(COMMANDS) == [
-        "help", "search", "summary", "read", "ai"]
+        "help", "search", "summary", "read", "reply", "ai"]
     assert commands("zh")[0] == ("help", "使用说明")
     assert dict(commands("en")) == {
         "help": "How to use",
         "search": "Search mail: /search <words>",
         "summary": "Summarize a mail: /summary <email_id>",
         "read": "Read a mail: /read <email_id>",
+        "reply": "Reply to a mail: /reply <email_id> <text>",
         "ai": "AI summary consent: /ai on or /ai off",
     }
 

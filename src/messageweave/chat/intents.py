@@ -52,6 +52,16 @@ class Read:
 
 
 @dataclass(frozen=True)
+class ReplyMail:
+    """`/reply <email_id> <text>` (issue #25), or a Telegram reply to a notification
+    (`pipeline.conversation`): a draft answer to the mail. `text` keeps its lines; it may be
+    empty (the owner is told what to write)."""
+
+    email_id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class MissingEmailId:
     """A summary or mail query without a usable email id."""
 
@@ -61,8 +71,8 @@ class Unknown:
     pass
 
 
-Intent = (Help | Search | GrantConsent | RevokeConsent | Summary | Read | MissingEmailId
-          | Unknown)
+Intent = (Help | Search | GrantConsent | RevokeConsent | Summary | Read | ReplyMail
+          | MissingEmailId | Unknown)
 
 LABEL_ONE_HOUR_TEMPORARY = "label_one_hour_temporary"
 LABEL_ONE_HOUR = "label_one_hour"
@@ -102,6 +112,7 @@ _SEARCH_COMMAND = "/search"
 _SEARCH_PREFIXES = ("搜索", "查找", "检索")
 _SUMMARY_COMMAND = "/summary"
 _READ_COMMAND = "/read"
+_REPLY_COMMAND = "/reply"
 _SUMMARY_PHRASES = ("摘要", "总结")
 _QUERY_PHRASES = ("查询邮件", "查看邮件", "查邮件")
 _ID_EXTRA_CHARS = frozenset("-_")
@@ -121,9 +132,10 @@ def _email_id(text: str) -> str | None:
     """The last whitespace-separated token, if it looks like an email id; its case is kept (a
     JMAP id is case-sensitive; reference §7: bot conversation)."""
     tokens = text.split()
-    if not tokens:
-        return None
-    token = tokens[-1]
+    return _as_email_id(tokens[-1]) if tokens else None
+
+
+def _as_email_id(token: str) -> str | None:
     if len(token) > 1 and all(
         (c.isascii() and c.isalnum()) or c in _ID_EXTRA_CHARS for c in token
     ):
@@ -131,9 +143,25 @@ def _email_id(text: str) -> str | None:
     return None
 
 
+def _is_command(t: str, command: str) -> bool:
+    return t.startswith(command) and (len(t) == len(command) or t[len(command)].isspace())
+
+
+def _reply(rest: str) -> Intent:
+    """`/reply`'s rest: the email id first (not last, as `/read`'s: the text follows it),
+    then the text with its lines kept."""
+    parts = rest.strip().split(None, 1)
+    email_id = _as_email_id(parts[0]) if parts else None
+    if email_id is None:
+        return MissingEmailId()
+    return ReplyMail(email_id, parts[1].strip() if len(parts) > 1 else "")
+
+
 def parse_intent(text: str) -> Intent:
     raw = text.strip()
     t = ascii_lower(raw)
+    if _is_command(t, _REPLY_COMMAND):  # first: its text may hold any phrase below (今天, 帮助)
+        return _reply(raw[len(_REPLY_COMMAND):])
     if t in _HELP_EXACT or _contains_any(t, _HELP_PHRASES):
         return Help()
     if raw.startswith(_SEARCH_COMMAND):
@@ -143,8 +171,7 @@ def parse_intent(text: str) -> Intent:
     for prefix in _SEARCH_PREFIXES:
         if raw.startswith(prefix):
             return Search(raw[len(prefix):].strip())
-    if t.startswith(_READ_COMMAND) and (len(t) == len(_READ_COMMAND)
-                                        or t[len(_READ_COMMAND)].isspace()):
+    if _is_command(t, _READ_COMMAND):
         email_id = _email_id(raw[len(_READ_COMMAND):])
         return Read(email_id) if email_id is not None else MissingEmailId()
     english = " ".join(t.split())

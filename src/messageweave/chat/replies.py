@@ -38,9 +38,12 @@ ZH: dict[str, str] = {
         "/read <email_id>：在聊天中显示邮件全文（发件人、收件人、抄送、日期、主题，"
         "然后是正文，最多 3 条消息）和附件列表，每个附件一个按钮；"
         "正文会经过 Telegram 的服务器，本服务不保存。\n"
+        "/reply <email_id> <内容>：回复这封邮件（也可以在 Telegram 中直接回复它的通知）；"
+        "先生成草稿，显示收件人、主题和开头几行，按“发送”才发出，按“取消”删除草稿；"
+        "24 小时内未发送的草稿会被删除。\n"
         "/help（或 help）：显示本说明。\n"
         "通知下方的按钮：摘要、标为已读、归档、阅读全文（同 /read）；"
-        "阅读全文回复下的 📎 按钮发送该附件。\n"
+        "阅读全文回复下的 📎 按钮发送该附件；回复草稿下的按钮：发送、取消。\n"
         "\n"
         "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
         "正文和 AI 结果不会持久化，也不会写入日志。\n"
@@ -112,6 +115,20 @@ ZH: dict[str, str] = {
     "notice_too_large": "文件太大（{size} MB），请在邮件客户端中打开",
     "notice_sent": "已经发送过了",
     "notice_upload_failed": "文件没能发送，请再按一次",
+    # Reply (issue #25: `pipeline.reply`).
+    "command_reply": "回复邮件：/reply <email_id> <内容>",
+    "reply_off": "此邮件服务器不支持发信（JMAP submission），无法在聊天中回复",
+    "reply_empty": "请在邮件 ID 后写上回复内容：/reply <email_id> <内容>",
+    "reply_no_identity": "邮箱账户没有可用来回复的发件身份",
+    "reply_refused": "邮件服务器拒绝了这份草稿：{reason}",
+    "reply_draft": "回复草稿（尚未发送）",
+    "button_send": "发送",
+    "button_cancel": "取消",
+    "reply_sent": "已发送（{time}）",
+    "notice_reply_sent": "已发送",
+    "notice_send_refused": "邮件服务器拒绝发送：{reason}",
+    "notice_cancelled": "草稿已删除",
+    "notice_draft_gone": "这份草稿已不在了（已发送、已取消或已过期）",
     # The backlog digest (`pipeline.digest`).
     "digest_header": "新邮件汇总：共 {count} 封",
     "digest_line": "{sender} — {subject}",
@@ -139,9 +156,13 @@ EN: dict[str, str] = {
         "/read <email_id>: the whole mail in the chat (From, To, Cc, Date, Subject, then the "
         "text, in at most 3 messages) and its attachments, with a button for each; the text "
         "passes through Telegram's servers and is not stored here.\n"
+        "/reply <email_id> <text>: answer that mail (or simply reply to its notification in "
+        "Telegram); you first get a draft with its To, Subject and first lines, sent only when "
+        "you press Send (Cancel deletes it); a draft not sent within 24 hours is deleted.\n"
         "/help (or help): show this text.\n"
         "The buttons under a notification: Summary, Mark read, Archive, Read (as /read); the "
-        "📎 buttons under a Read reply send that attachment.\n"
+        "📎 buttons under a Read reply send that attachment; the buttons under a reply draft: "
+        "Send, Cancel.\n"
         "\n"
         "Privacy: AI is off by default; a mail's text is sent to the model only after you turn "
         "it on; consent expires and is never renewed by itself; mail text and AI results are "
@@ -214,6 +235,21 @@ EN: dict[str, str] = {
     "notice_too_large": "too large ({size} MB), open it in your mail client",
     "notice_sent": "Already sent",
     "notice_upload_failed": "The file could not be sent; press again",
+    # Reply (issue #25: `pipeline.reply`).
+    "command_reply": "Reply to a mail: /reply <email_id> <text>",
+    "reply_off": "This mail server does not offer sending (JMAP submission): replies from the "
+                 "chat are off",
+    "reply_empty": "Write the reply after the id: /reply <email_id> <text>",
+    "reply_no_identity": "The mail account has no identity to reply as",
+    "reply_refused": "The mail server refused the draft: {reason}",
+    "reply_draft": "Reply draft (not sent yet)",
+    "button_send": "Send",
+    "button_cancel": "Cancel",
+    "reply_sent": "Sent ({time})",
+    "notice_reply_sent": "Sent",
+    "notice_send_refused": "The mail server refused to send it: {reason}",
+    "notice_cancelled": "Draft deleted",
+    "notice_draft_gone": "This draft is gone (sent, cancelled or expired)",
     # The backlog digest (`pipeline.digest`).
     "digest_header": "New mail digest: {count} mails",
     "digest_line": "{sender} — {subject}",

@@ -12,7 +12,7 @@ from messageweave.config.features import BotLanguage
 # Messages, and the presses of the buttons under notifications (issue #16).
 ALLOWED_UPDATES = ("message", "callback_query")
 # The menu's commands; their descriptions are `command_<name>` in `chat.replies`.
-COMMANDS: tuple[str, ...] = ("help", "search", "summary", "read", "ai")
+COMMANDS: tuple[str, ...] = ("help", "search", "summary", "read", "reply", "ai")
 
 
 def commands(language: BotLanguage) -> tuple[tuple[str, str], ...]:

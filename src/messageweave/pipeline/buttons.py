@@ -11,6 +11,11 @@ cannot forge a button; changing the secret makes the buttons already sent answer
 valid". Telegram allows 64 bytes, so a mail whose id is longer than `MAX_EMAIL_ID_BYTES` gets no
 buttons (Cyrus's ids are 25 characters; a 36-character UUID still fits).
 
+A reply draft's Send (`d`) and Cancel (`x`) buttons (issue #25, `pipeline.reply`) name the
+draft's email id instead of the original's. A Telegram reply to a notification carries the
+notification's keyboard (`reply_to_message.reply_markup`): `replied_mail` reads the mail's id
+from its signed data.
+
 An attachment button (`f`) also names the attachment: `f`, the MAC over `f:{index}:{email_id}`,
 one character of the base64url alphabet for the index in the mail's `attachments` (0-63), then
 the id; so its mail id may be one character shorter (`MAX_FILE_EMAIL_ID_BYTES`).
@@ -34,16 +39,17 @@ from messageweave.config.features import BotLanguage
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.jmap import BlobTooLarge, JmapClient, JmapError, JmapSetError
-from messageweave.pipeline import reading, summarize
+from messageweave.pipeline import reading, reply, summarize
 from messageweave.services import Services
-from messageweave.store import callbacks
+from messageweave.store import callbacks, drafts
 
 log = logging.getLogger(__name__)
 
 SUMMARY, READ, ARCHIVE = "s", "r", "a"
 ACTIONS = (SUMMARY, READ, ARCHIVE)  # the notification's first row
 READ_MAIL, FILE = "v", "f"  # issue #25: Read (its own row), an attachment of a Read reply
-SIGNED = (*ACTIONS, READ_MAIL, FILE)
+DRAFT_ACTIONS = (reply.SEND, reply.CANCEL)  # a reply draft's buttons: they name the draft
+SIGNED = (*ACTIONS, READ_MAIL, FILE, *DRAFT_ACTIONS)
 # What Mark read and Archive leave behind, so a second press finds them done.
 LASTING = (READ, ARCHIVE)
 MAX_CALLBACK_BYTES = 64  # Telegram's limit on callback_data
@@ -114,6 +120,17 @@ def verify(cfg: BusinessConfig, data: str) -> Button | None:
     if not hmac.compare_digest(mac, _mac(cfg, action, rest, part)):
         return None
     return Button(action, rest, part)
+
+
+def replied_mail(cfg: BusinessConfig, data: str | None) -> str | None:
+    """The mail a message's button `data` names, if we signed it: a notification's or a Read
+    reply's button, not a draft's (whose id is the draft's)."""
+    button = verify(cfg, data) if data else None
+    return None if button is None or button.action in DRAFT_ACTIONS else button.email_id
+
+
+def draft_signer(cfg: BusinessConfig) -> reply.Sign:
+    return lambda action, draft_id: callback_data(cfg, action, draft_id)
 
 
 def notification_keyboard(cfg: BusinessConfig, email_id: str,
@@ -197,6 +214,8 @@ async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list
             if button.action == READ_MAIL:
                 return await _read(press, button, svc, cfg, telegram)
             return await _file(press, button, svc, cfg, telegram)
+        if button.action in DRAFT_ACTIONS:
+            return await _draft(press, button, svc, cfg, telegram)
         await _lasting(press, button, svc, cfg, telegram)
     except (JmapError, NotConfigured):
         await _answer(telegram, press, table["notice_retry"])
@@ -284,6 +303,54 @@ async def _file(press: Press, button: Button, svc: Services, cfg: BusinessConfig
         raise
     await callbacks.finish(svc.redis, FILE, button.email_id, part=part)
     return []
+
+
+async def _draft(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+                 telegram: TelegramClient) -> list[ButtonReply]:
+    """Send or Cancel of a reply draft: only in the chat that made it; claimed once per draft
+    (`button:d:{draft_id}`), so a double press, or Send then Cancel, does one of them. A claim
+    is kept through a failure that may have sent (the entry's retry finds it and looks at the
+    draft before sending), and given back only when nothing happened."""
+    table = texts(cfg.bot_language)
+    record = await drafts.record(svc.redis, button.email_id)
+    if record is None or record.chat_id != press.chat_id or not reading.allowed(
+            cfg, press.chat_id):
+        await _answer(telegram, press, table["notice_draft_gone"])
+        return []
+    if record.outcome is not None:
+        await _answer(telegram, press, table["notice_sent" if record.outcome == "sent"
+                                             else "notice_draft_gone"])
+        await _drop_keyboard(telegram, press)
+        return []
+    claim = await callbacks.claim(svc.redis, reply.CLAIM, button.email_id, press.entry_id)
+    if claim != "claimed":
+        await _answer(telegram, press, table["notice_busy" if claim == "busy"
+                                             else "notice_draft_gone"])
+        return []
+    client, now = await svc.jmap(), time.time()
+    if button.action == reply.SEND:
+        done = await reply.send(client, svc.redis, cfg, button.email_id, record, now=now)
+    else:
+        done = await reply.cancel(client, svc.redis, cfg, button.email_id, now=now)
+    if not done.settled:
+        await callbacks.release(svc.redis, reply.CLAIM, button.email_id, press.entry_id)
+    await _answer(telegram, press, done.notice)
+    if done.settled:
+        await _drop_keyboard(telegram, press)
+    if done.message is None:
+        return []
+    return [ButtonReply(press.chat_id, done.message, SendOptions(thread_id=press.thread_id))]
+
+
+async def _drop_keyboard(telegram: TelegramClient, press: Press) -> None:
+    """The settled draft's preview loses its buttons (best effort, like `_show`)."""
+    if press.message_id is None:
+        return
+    try:
+        await telegram.edit_message_reply_markup(press.chat_id, press.message_id, None)
+    except TelegramSendError as exc:
+        if _NOT_MODIFIED not in exc.description:
+            log.info("editMessageReplyMarkup failed: %s", exc.failure_class)
 
 
 async def _lasting(press: Press, button: Button, svc: Services, cfg: BusinessConfig,

@@ -20,7 +20,7 @@ from messageweave.chat.telegram import PLAIN, SendOptions
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
-from messageweave.pipeline import buttons, reading, search, summarize
+from messageweave.pipeline import buttons, reading, reply, search, summarize
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,10 @@ class IncomingMessage:
 
     chat_id: int
     text: str
+    entry_id: str = ""  # the stream entry: a retried reply finds the draft it made
+    # A Telegram reply (issue #25): the signed data of the replied-to message's first button
+    # (`ingress.parse_update`), which names the mail a notification was about.
+    reply_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,11 @@ class ConversationContext:
 
 async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[Reply]:
     """The replies to one message; an empty list when the bot should stay silent."""
-    intent = intents.parse_intent(message.text)
+    intent = _replying(message, ctx.config) or intents.parse_intent(message.text)
     if isinstance(intent, intents.Read):
         return await _read(intent.email_id, message.chat_id, ctx)
+    if isinstance(intent, intents.ReplyMail):
+        return await _reply(intent, message, ctx)
     text = await _answer(message, ctx)
     return [] if text is None else [Reply(message.chat_id, text)]
 
@@ -80,6 +86,29 @@ async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | N
         case intents.Summary(email_id=email_id):
             return await _summary(email_id, message.chat_id, ctx)
     return None
+
+
+def _replying(message: IncomingMessage, cfg: BusinessConfig) -> intents.ReplyMail | None:
+    """A Telegram reply to one of our messages about a mail is an answer to that mail, unless
+    it is a command (`/summary …` in reply to a notification is a command)."""
+    email_id = buttons.replied_mail(cfg, message.reply_to)
+    if email_id is None or message.text.lstrip().startswith("/"):
+        return None
+    return intents.ReplyMail(email_id, message.text.strip())
+
+
+async def _reply(intent: intents.ReplyMail, message: IncomingMessage,
+                 ctx: ConversationContext) -> list[Reply]:
+    """A draft reply and its preview (`pipeline.reply`); silent for a chat outside the
+    configured ones."""
+    if not reading.allowed(ctx.config, message.chat_id):
+        log.info("a reply from a chat outside the allowlist was refused")
+        return []
+    request = reply.ReplyRequest(intent.email_id, intent.text, message.chat_id,
+                                 message.entry_id)
+    shown = await reply.draft_reply(await ctx.jmap(), ctx.redis, ctx.config, request,
+                                    now=ctx.now(), sign=buttons.draft_signer(ctx.config))
+    return [Reply(message.chat_id, shown.text, SendOptions(keyboard=shown.keyboard))]
 
 
 async def _read(email_id: str, chat_id: int, ctx: ConversationContext) -> list[Reply]:

@@ -242,7 +242,8 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
         return []  # not a text message: acknowledged, no reply
     ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.jmap)
     try:
-        replies = await reply_to_update(IncomingMessage(chat_id, text), ctx)
+        incoming = IncomingMessage(chat_id, text, entry.id, entry.fields.get("reply_to_data"))
+        replies = await reply_to_update(incoming, ctx)
     except JmapError as exc:
         raise jmap_failure(exc) from exc
     except NotConfigured as exc:

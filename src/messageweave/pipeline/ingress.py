@@ -63,7 +63,21 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
     text = message.get("text")
     if isinstance(text, str):
         fields["text"] = text
+    replied = _replied_data(message.get("reply_to_message"))
+    if replied is not None:
+        fields["reply_to_data"] = replied
     return Update(update_id, fields)
+
+
+def _replied_data(replied: object) -> str | None:
+    """A Telegram reply (issue #25): the `callback_data` of the first button under the
+    replied-to message, which Telegram sends with it (`reply_markup`); whether we signed it,
+    and for which mail, the worker checks (`buttons.replied_mail`)."""
+    markup = replied.get("reply_markup") if isinstance(replied, dict) else None
+    rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+    first = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], list) else []
+    data = first[0].get("callback_data") if first and isinstance(first[0], dict) else None
+    return data[:64] if isinstance(data, str) else None
 
 
 def _callback_fields(query: object, cfg: BusinessConfig) -> dict[str, str]:

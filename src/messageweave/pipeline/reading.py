@@ -78,7 +78,7 @@ def render(mail: MailText, cfg: BusinessConfig, sign: Sign) -> list[Page]:
         lines.append(table["read_to"].format(value=_names(mail.to)))
     if mail.cc:
         lines.append(table["read_cc"].format(value=_names(mail.cc)))
-    date = _date(mail.sent_at or mail.received_at, cfg.timezone)
+    date = local_date(mail.sent_at or mail.received_at, cfg.timezone)
     if date:
         lines.append(table["read_date"].format(value=date))
     lines.append(table["read_subject"].format(value=mail.subject or table["read_no_subject"]))
@@ -179,7 +179,8 @@ def _names(addresses: tuple[Address, ...]) -> str:
     return ", ".join(str(a) for a in addresses if str(a)) or "—"
 
 
-def _date(value: str | None, timezone: str) -> str | None:
+def local_date(value: str | None, timezone: str) -> str | None:
+    """An RFC 3339 time from the server in `timezone`, the zone named (None for none)."""
     if not value:
         return None
     try:

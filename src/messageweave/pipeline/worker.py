@@ -23,6 +23,10 @@ Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
   on a live but stuck consumer are taken over with XAUTOCLAIM (the fallback);
 - streams are trimmed below what the group still needs.
 
+Reply drafts not sent within a day are destroyed by a loop of its own (`_draft_expiry_loop`,
+every `DRAFT_EXPIRY_INTERVAL_S`; issue #25, `pipeline.reply.expire_drafts`): it calls the
+mailbox, which must not hold up the recovery above.
+
 The loops' Redis failures are logged through `logs.RepeatLog` (`Worker.failures`): class,
 reason and what to check, once a minute per loop and class with a count, one line on recovery.
 """
@@ -46,6 +50,7 @@ from messageweave.pipeline.attempt import BACKOFF_BASE_S, BACKOFF_CAP_S, Deliver
 from messageweave.pipeline.events import MailPrefetch, lane_of
 from messageweave.pipeline.governor import Governor
 from messageweave.pipeline.ledger import Ledger
+from messageweave.pipeline.reply import expire_drafts
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.streams import Entry, StreamStore
@@ -61,6 +66,8 @@ READ_BATCH_DIVISOR = 4  # the continuous worker reads once concurrency / 4 slots
 # The places of the failure lines (`RepeatLog`).
 READ = "worker read"
 MAINTENANCE = "worker maintenance"
+DRAFT_EXPIRY = "reply draft expiry"
+DRAFT_EXPIRY_INTERVAL_S = 60.0
 HEARTBEAT = "worker heartbeat"
 
 
@@ -138,10 +145,12 @@ class Worker:
     async def run(self) -> None:
         beating = asyncio.create_task(self._keep_beating(), name="worker-heartbeat")
         maintenance = asyncio.create_task(self._maintenance_loop(), name="worker-maintenance")
+        expiry = asyncio.create_task(self._draft_expiry_loop(), name="worker-draft-expiry")
         try:
             await self._read_loop()
         finally:
             await cancel(maintenance)  # repeated: one cancellation can be swallowed
+            await cancel(expiry)
             await self._shutdown(beating)
 
     async def _read_loop(self) -> None:
@@ -349,6 +358,18 @@ class Worker:
                 self._first_pass.set()
             raise_if_cancelling()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+
+    async def _draft_expiry_loop(self) -> None:
+        while True:
+            try:
+                await expire_drafts(self.svc.redis, self.svc.jmap, now=time.time())
+            except RedisError as exc:
+                raise_if_cancelling()
+                self.failures.failed(DRAFT_EXPIRY, exc)
+            else:
+                self.failures.recovered(DRAFT_EXPIRY)
+            raise_if_cancelling()
+            await asyncio.sleep(DRAFT_EXPIRY_INTERVAL_S)
 
     async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,

@@ -159,6 +159,26 @@ def button_part(email_id: str, part_id: str) -> str:
     return f"button:f:{email_id}:{part_id}"
 
 
+# --- replies from the chat (issue #25, `store.drafts`) -------------------------------------
+# A draft made from the chat: its chat, identity and creation time, then what became of it
+# (`outcome` sent / cancelled / expired); no text. A draft not sent within
+# `REPLY_DRAFT_MAX_AGE_S` is destroyed by the worker's draft expiry loop, which finds it in
+# `REPLY_DRAFTS` (draft id → creation time, Unix seconds).
+REPLY_DRAFTS = "reply:drafts"
+REPLY_DRAFT_MAX_AGE_S = 86_400
+REPLY_DRAFT_TTL_S = 172_800  # the draft's day, and one more to answer a late press
+REPLY_ENTRY_TTL_S = 86_400
+
+
+def reply_draft(draft_id: str) -> str:
+    return f"reply:draft:{draft_id}"
+
+
+def reply_entry(entry_id: str) -> str:
+    """The draft the `stalwart:telegram` entry made: its retry does not make a second one."""
+    return f"reply:entry:{entry_id}"
+
+
 # --- idempotency and rate limits -----------------------------------------------------------
 DEDUP_TTL_S = 86_400
 # `dedup:jmap:*` holds the id of the stream entry it enqueued and outlives the gap auditor's

@@ -93,9 +93,13 @@
 //
 // Control API for tests (POST, JSON, no /bot prefix):
 //   /control/userMessage   {token, chat_id, text, from_id?, first_name?, username?,
-//                           chat_type?, title?}  plays the human: builds the Update, delivers it
-//                           to the webhook (waits for the answer to its first attempt) or queues
-//                           it for getUpdates.
+//                           chat_type?, title?, reply_to_message_id?}  plays the human: builds
+//                           the Update, delivers it to the webhook (waits for the answer to its
+//                           first attempt) or queues it for getUpdates. With
+//                           reply_to_message_id (a message the bot sent to that chat) the
+//                           Message carries `reply_to_message`: that message as stored now,
+//                           its keyboard (`reply_markup`) included, as the Bot API sends it
+//                           (issue #25); an unknown id: 400.
 //                           -> {update_id, message_id, delivery: {status}|{error}|{skipped}|null}
 //                           (null: queued for getUpdates, or the webhook was deleted before the
 //                           update's turn; skipped: its type is not in allowed_updates)
@@ -678,6 +682,12 @@ const controlRoutes = [
         : { id: Number(b.chat_id), type: chatType, title: b.title || 'Test group' };
       delete chat.is_bot;
       const message = { from, chat, date: nowSeconds(), text: b.text };
+      if (b.reply_to_message_id !== undefined) {  // the human answers one of the bot's messages
+        const stored = storedBotMessage(srv, b.token, b.chat_id, b.reply_to_message_id);
+        if (!stored) return fail(res, 400, 'Bad Request: message to be replied not found');
+        message.reply_to_message = asMessage(stored.messageId, stored.message.chat_id,
+          stored.time, stored.message);
+      }
       const command = /^\/[A-Za-z0-9_]+(@[A-Za-z0-9_]+)?/.exec(b.text);
       if (command) message.entities = [{ type: 'bot_command', offset: 0, length: command[0].length }];
       const messageId = srv.messageId;

@@ -3,7 +3,8 @@
 Where things are:
 
 - `client`: `JmapClient` — transport, session discovery, account selection, `call()`;
-- `mail`, `push`: its typed methods (Mailbox/Email/SearchSnippet, PushSubscription);
+- `mail`, `push`, `reading`, `submission`: its typed methods (Mailbox/Email/SearchSnippet,
+  PushSubscription, a mail read whole and its blobs, identities, drafts and their submission);
 - `calls`: a request and its answer (`MethodCall`, `MethodResponses`, `result_ref`);
 - `models`: what the methods return; `errors`: what they raise; `parse`: reading the JSON.
 
@@ -77,6 +78,13 @@ from messageweave.mail.jmap.models import (
     SearchSnippet,
 )
 from messageweave.mail.jmap.reading import Address, Attachment, BlobTooLarge, MailText
+from messageweave.mail.jmap.submission import (
+    SUBMISSION,
+    Draft,
+    DraftState,
+    Identity,
+    MissingMailbox,
+)
 
 __all__ = [
     "CORE",
@@ -84,6 +92,7 @@ __all__ = [
     "MAIL",
     "MAX_REDIRECTS",
     "NEWEST_FIRST",
+    "SUBMISSION",
     "WELL_KNOWN",
     "AccountNotFound",
     "AccountNotSupportedByMethod",
@@ -94,11 +103,14 @@ __all__ = [
     "BlobTooLarge",
     "CannotCalculateChanges",
     "ChangesPage",
+    "Draft",
+    "DraftState",
     "EmailChanges",
     "EmailMeta",
     "EmailPage",
     "EmailQueryResult",
     "Forbidden",
+    "Identity",
     "InvalidArguments",
     "InvalidResultReference",
     "Invocation",
@@ -119,6 +131,7 @@ __all__ = [
     "MailboxList",
     "MethodCall",
     "MethodResponses",
+    "MissingMailbox",
     "PushSubscription",
     "PushSubscriptionLookup",
     "RequestTooLarge",

@@ -1,5 +1,5 @@
 """`JmapClient`: the transport, session discovery and `call()`; the typed methods come from its
-families (`MailMethods`, `PushMethods`).
+families (`MailMethods`, `PushMethods`, `ReadMethods`, `SubmitMethods`).
 
 - Session discovery. A configured URL whose path is empty or "/" means `/.well-known/jmap` on
   that origin; any other path is the session resource itself. Redirects are followed only on the
@@ -45,6 +45,7 @@ from messageweave.mail.jmap.models import JmapSession
 from messageweave.mail.jmap.parse import positive_int
 from messageweave.mail.jmap.push import PushMethods
 from messageweave.mail.jmap.reading import ReadMethods
+from messageweave.mail.jmap.submission import SubmitMethods
 
 WELL_KNOWN = "/.well-known/jmap"
 MAX_REDIRECTS = 5
@@ -106,7 +107,7 @@ def build_ssl_context(
     return context
 
 
-class JmapClient(MailMethods, PushMethods, ReadMethods, AsyncClosing):
+class JmapClient(MailMethods, PushMethods, ReadMethods, SubmitMethods, AsyncClosing):
     """An async JMAP client for one account. Use `async with JmapClient(...) as c:`."""
 
     def __init__(

@@ -105,7 +105,7 @@ class ReadMethods(MethodCaller):
             text, truncated = await asyncio.to_thread(body.text_body, raw, text_cap)
         else:
             text, truncated = body.text_body(raw, text_cap)
-        return _mail_text(raw, text, truncated)
+        return mail_text(raw, text, truncated)
 
     async def attachments(self, email_id: str) -> list[Attachment] | None:
         """The attachments of one mail (no text fetched); None when the server does not have
@@ -193,7 +193,7 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return (u.scheme, u.host, u.port or {"https": 443, "http": 80}.get(u.scheme))
 
 
-def _addresses(value: Any) -> tuple[Address, ...]:
+def addresses(value: Any) -> tuple[Address, ...]:
     return tuple(Address(opt_str(a.get("name")), opt_str(a.get("email"))) for a in dicts(value))
 
 
@@ -210,24 +210,25 @@ def _attachments(value: Any) -> tuple[Attachment, ...]:
     return tuple(found)
 
 
-def _ids(value: Any) -> tuple[str, ...]:
+def message_ids(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(v.strip().strip("<>") for v in value if isinstance(v, str) and v.strip())
 
 
-def _mail_text(raw: dict[str, Any], text: str, truncated: bool) -> MailText:
+def mail_text(raw: dict[str, Any], text: str = "", truncated: bool = False) -> MailText:
+    """An Email/get object as `MailText` (its text read by the caller, or none)."""
     return MailText(
         id=str(raw["id"]),
-        sender=_addresses(raw.get("from")),
-        to=_addresses(raw.get("to")),
-        cc=_addresses(raw.get("cc")),
-        reply_to=_addresses(raw.get("replyTo")),
+        sender=addresses(raw.get("from")),
+        to=addresses(raw.get("to")),
+        cc=addresses(raw.get("cc")),
+        reply_to=addresses(raw.get("replyTo")),
         subject=opt_str(raw.get("subject")),
         sent_at=opt_str(raw.get("sentAt")),
         received_at=opt_str(raw.get("receivedAt")),
-        message_ids=_ids(raw.get("messageId")),
-        references=_ids(raw.get("references")),
+        message_ids=message_ids(raw.get("messageId")),
+        references=message_ids(raw.get("references")),
         text=text,
         text_truncated=truncated,
         attachments=_attachments(raw.get("attachments")),

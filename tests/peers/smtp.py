@@ -1,0 +1,129 @@
+"""A loopback SMTP sink (aiosmtpd): the outside world a reply is sent to (issue #25).
+
+Cyrus relays `EmailSubmission/set` to it (`smtp_backend: host`, `smtp_host:
+127.0.0.1:PORT/noauth`, written by `tests/peers/cyrus.py` when given `smtp_host`). It accepts
+every message, keeps the envelope and the raw bytes in memory, and lets a test wait for them
+(`wait_for`) without sleeping: a `threading.Condition` is notified on every message, since
+aiosmtpd's controller runs its own event loop in a thread.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Received:
+    """One message the sink accepted."""
+
+    mail_from: str
+    rcpt_tos: tuple[str, ...]
+    raw: bytes
+
+    @property
+    def message(self) -> EmailMessage:
+        parsed = email.message_from_bytes(self.raw, policy=email.policy.default)
+        assert isinstance(parsed, EmailMessage)
+        return parsed
+
+    def body_text(self) -> str:
+        part = self.message.get_body(("plain",))
+        return "" if part is None else str(part.get_content())  # type: ignore[attr-defined]
+
+
+@dataclass
+class SmtpSink:
+    """The messages received, oldest first; `port` once started."""
+
+    received: list[Received] = field(default_factory=list)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _controller: Controller | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._controller is not None, "the sink is not started"
+        return int(self._controller.port)
+
+    @property
+    def smtp_host(self) -> str:
+        """`smtp_host` for Cyrus's imapd.conf: `host:port/noauth` (no SMTP AUTH)."""
+        return f"{HOST}:{self.port}/noauth"
+
+    def start(self) -> None:
+        # aiosmtpd logs every line of every message at DEBUG (logger `mail.log`): that is the
+        # outside world's copy, not ours, and would drown a test that scans our logs.
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
+        # A port of our own: the controller connects to its `port` to check it is up, so 0
+        # (any port) does not work.
+        with socket.socket() as probe:
+            probe.bind((HOST, 0))
+            port = int(probe.getsockname()[1])
+        self._controller = Controller(_Handler(self), hostname=HOST, port=port,
+                                      ready_timeout=10)
+        self._controller.start()
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller = None
+
+    def add(self, received: Received) -> None:
+        with self._cond:
+            self.received.append(received)
+            self._cond.notify_all()
+
+    def matching(self, match: Callable[[Received], bool]) -> list[Received]:
+        with self._cond:
+            return [r for r in self.received if match(r)]
+
+    def wait_for(self, match: Callable[[Received], bool], count: int = 1,
+                 timeout_s: float = 15.0) -> list[Received]:
+        """Block until `count` received messages match; those messages (AssertionError at
+        the timeout). Blocking: call it through `asyncio.to_thread` from a coroutine."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                found = [r for r in self.received if match(r)]
+                if len(found) >= count:
+                    return found
+                left = deadline - time.monotonic()
+                assert left > 0, f"{len(found)} of {count} messages reached the SMTP sink"
+                self._cond.wait(left)
+
+
+class _Handler:
+    def __init__(self, sink: SmtpSink) -> None:
+        self._sink = sink
+
+    async def handle_DATA(self, server: SMTP, session: Session,  # aiosmtpd calls it so
+                          envelope: Envelope) -> str:
+        content: Any = envelope.original_content or envelope.content or b""
+        raw = content if isinstance(content, bytes) else str(content).encode()
+        self._sink.add(Received(str(envelope.mail_from), tuple(envelope.rcpt_tos), raw))
+        return "250 OK"
+
+
+@pytest.fixture(scope="session")
+def smtp_sink() -> Iterator[SmtpSink]:
+    """One sink for the test session."""
+    sink = SmtpSink()
+    sink.start()
+    try:
+        yield sink
+    finally:
+        sink.stop()
