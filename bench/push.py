@@ -7,6 +7,12 @@ the real worker → the Telegram emulator, end to end.
 Starts an embedded Redis, a real Cyrus and the Bot API emulator (the test harness's peers), runs
 the real app in-process (lifespan: worker + scheduler), stores a configuration with no periodic
 reconcile schedule, lifts the rate governor's limits and runs the first (baseline) reconcile.
+The push's catch-up throttle (`keys.PUSH_CATCHUP_INTERVAL_S`, 5 s: issue #23) is set to
+`--catchup-interval-s` (default 0, as the governor's limits are lifted): with it, every mail
+pushed less than 5 s after the last pass waits for the interval's end.
+The configuration is stored by a first run of the app, and the measured run starts with it
+(a restarted instance: what its start-up opens is in place, issue #26); `--configure-live`
+configures the measured run itself, as this bench did before.
 
 Cyrus has no PushSubscription/set, so the push registration a real JMAP server would have
 accepted is recorded directly in Redis with the project's own `store.push.record_registration`
@@ -29,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import secrets
 import statistics
 import time
 
@@ -38,6 +46,7 @@ from bench.pipeline import pct
 from tests.helpers import CYRUS_USER, running_client, settings_for
 from tests.served import configure, lift_limits, peer_wire
 
+from messageweave.store import keys
 from messageweave.store.push import Registration, record_registration
 
 
@@ -50,18 +59,29 @@ def summary(name: str, values: list[float]) -> str:
             f"min {min(values):.0f} ms, max {max(values):.0f} ms")
 
 
-async def run(mails: int, spacing_s: float, poll_s: float) -> None:
+async def run(mails: int, spacing_s: float, poll_s: float, restart: bool,
+              catchup_interval_s: int) -> None:
+    # Like the governor's limits: the push's catch-up throttle (issue #23, one pass per
+    # PUSH_CATCHUP_INTERVAL_S) would time itself, not the path, for mails closer than it.
+    keys.PUSH_CATCHUP_INTERVAL_S = catchup_interval_s
     with started_peers("mwp") as peers:
         url, cyrus, emulator = peers.redis_url, peers.cyrus, peers.emulator
         wire = peer_wire(cyrus, emulator, reconcile_interval_s=0)
         redis = aioredis.from_url(url, decode_responses=True)
+        if restart:  # configured by a first run of the app: this one starts with it stored
+            async with running_client(settings_for(url)) as client:
+                await configure(client, wire)
         async with running_client(settings_for(url)) as client:
-            await configure(client, wire)
+            if not restart:
+                await configure(client, wire)
             await lift_limits(redis)
             auth = {"Authorization": f"Bearer {wire['reconcile_token']}"}
             baseline = await client.post("/reconcile", headers=auth)
             assert baseline.status_code == 204, baseline.text
-            await record_registration(redis, Registration("b" * 64, "P-bench"))
+            token = secrets.token_urlsafe(24)  # the callback URL's token (issue #23)
+            await record_registration(redis, Registration("b" * 64, "P-bench"), now=time.time(),
+                                      token_digest=hashlib.sha256(token.encode()).hexdigest())
+            await redis.hset(keys.PUSH_LIFECYCLE, "verified", str(int(time.time())))
             print("push registration recorded directly in Redis "
                   "(store.push.record_registration): Cyrus has no PushSubscription/set")
 
@@ -74,6 +94,7 @@ async def run(mails: int, spacing_s: float, poll_s: float) -> None:
             async def poll() -> None:
                 if not poll_s:
                     await all_pushed.wait()
+                    await asyncio.sleep(1.0)  # the last mail's delivery is not read into
                 while len(stored) < mails:
                     for m in await emulator.sent_messages(wire["bot_token"]):
                         subject = m.text.split("\n")[1].removeprefix("Subject: ")
@@ -93,7 +114,8 @@ async def run(mails: int, spacing_s: float, poll_s: float) -> None:
                 appended[subject] = t0
                 append_ms.append((time.time() - t0) * 1000)
                 pushed[subject] = time.time()
-                r = await client.post("/push/jmap", json=state_change(CYRUS_USER, n))
+                r = await client.post(f"/push/jmap?t={token}",
+                                      json=state_change(CYRUS_USER, n))
                 post_ms.append((time.time() - pushed[subject]) * 1000)
                 assert r.status_code == 204, r.text
                 await asyncio.sleep(max(0.0, spacing_s - (time.time() - t0)))
@@ -118,6 +140,7 @@ async def run(mails: int, spacing_s: float, poll_s: float) -> None:
                 f"{subject} {ms:.0f} ms" for ms, subject in slowest))
             observer = f"poll every {poll_s * 1000:.0f} ms" if poll_s else "read after the run"
             print(f"SUMMARY push: {len(got)}/{mails} mails, spacing {spacing_s * 1000:.0f} ms, "
+                  f"catch-up interval {catchup_interval_s} s, "
                   f"emulator {observer}, "
                   f"APPEND p50 {statistics.median(append_ms):.0f} ms, append→sendMessage p50 "
                   f"{statistics.median(from_append):.0f} / p99 {pct(from_append, 0.99):.0f} ms, "
@@ -132,8 +155,13 @@ def main() -> None:
     parser.add_argument("--spacing-ms", type=int, default=100)
     parser.add_argument("--poll-ms", type=int, default=0,
                         help="read the emulator every N ms during the run (0: after it)")
+    parser.add_argument("--configure-live", action="store_true",
+                        help="configure the running app (default: start it configured)")
+    parser.add_argument("--catchup-interval-s", type=int, default=0,
+                        help="PUSH_CATCHUP_INTERVAL_S for the run (the app's default: 5)")
     args = parser.parse_args()
-    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.poll_ms / 1000))
+    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.poll_ms / 1000,
+                    not args.configure_live, args.catchup_interval_s))
 
 
 if __name__ == "__main__":

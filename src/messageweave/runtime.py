@@ -1,11 +1,11 @@
 """The composition root: the one place that builds a running instance and hands it down.
 
 `build_services(settings)` connects Redis and makes the config service with its peer clients
-(`messageweave.services.Peers`); `background(svc)` starts what runs beside the HTTP server
-(config reload, worker, scheduler, gap auditor, the Telegram poller and the JMAP
-EventSource holder); `close(svc)` releases it all. The app
-(`messageweave.app`) and every CLI command that talks to the peers build through here, so
-they wire the same things the same way. Nothing below this module knows it exists.
+(`messageweave.services.Peers`); `serving(svc)` builds the instance's worker (the one that
+`POST /worker` drains with too) and `background(svc, worker)` starts what runs beside the
+HTTP server (config reload, worker, scheduler, gap auditor, the Telegram poller and the JMAP
+EventSource holder); `close(svc)` releases it all. The app (`messageweave.app`) and every CLI
+command that talks to the peers build through here, so they wire the same things the same way. Nothing below this module knows it exists.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from messageweave.mail.auditor import run_auditor
 from messageweave.mail.eventsource import run_eventsource
 from messageweave.mail.scheduler import run_scheduler
 from messageweave.pipeline.polling import run_poller
-from messageweave.pipeline.worker import run_worker
+from messageweave.pipeline.worker import Worker, run_worker
 from messageweave.services import Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
 from messageweave.store.redis import connect, embedded_url
@@ -64,11 +64,16 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
         await close(svc)
 
 
-def background(svc: Services) -> list[asyncio.Task[None]]:
-    """Start the loops of a serving instance; `stop` them in reverse order."""
+def background(svc: Services, worker: Worker) -> list[asyncio.Task[None]]:
+    """Start the loops of a serving instance; `stop` them in reverse order. A configured
+    instance also opens its Telegram connection now (`TelegramClient.connect`, no
+    python-telegram-bot), so the first message after the start does not wait for it."""
+    opening = [] if svc.runtime is None else [
+        asyncio.create_task(svc.runtime.telegram.connect(), name="telegram-connect")]
     return [
+        *opening,
         asyncio.create_task(svc.config.run_reload_loop(), name="config-reload"),
-        asyncio.create_task(run_worker(svc), name="worker"),
+        asyncio.create_task(run_worker(worker), name="worker"),
         asyncio.create_task(run_scheduler(svc), name="scheduler"),
         asyncio.create_task(run_auditor(svc), name="gap-auditor"),
         asyncio.create_task(run_poller(svc), name="telegram-poller"),
@@ -82,18 +87,20 @@ async def stop(tasks: list[asyncio.Task[None]]) -> None:
 
 
 @asynccontextmanager
-async def serving(svc: Services) -> AsyncIterator[None]:
+async def serving(svc: Services) -> AsyncIterator[Worker]:
     """The app's lifespan: secrets redacted from the logs, configuration loaded, loops running;
-    everything stopped and closed on exit."""
+    everything stopped and closed on exit. Yields the instance's worker, which the app hands
+    to `POST /worker` (`app.state.worker`): one consumer name per process."""
     add_secret_source(svc.secrets)
     await svc.config.refresh()
-    tasks = background(svc)
+    worker = Worker(svc)
+    tasks = background(svc, worker)
     # What the imports and the set-up allocated for good leaves the collector's view: a full
     # collection then scans only what the running service makes (shorter pauses on the push path).
     gc.collect()
     gc.freeze()
     try:
-        yield
+        yield worker
     finally:
         await stop(tasks)
         await close(svc)

@@ -4,6 +4,7 @@ turned into a `TelegramSendError`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import ssl
 import threading
@@ -66,6 +67,8 @@ class TelegramClient(AsyncClosing):
         self._timeout_s = timeout_s
         self._ptb: PtbBot | None = None  # built by the first call (`_bot`)
         self._poll_http: httpx.AsyncClient | None = None  # the poller's (`_bare_http`)
+        self._send_http: httpx.AsyncClient | None = None  # sendMessage's (`_bare_http`)
+        self._trust: ssl.SSLContext | None = None  # shared by both
         self._closed = False
         self._lock = threading.Lock()
 
@@ -74,11 +77,12 @@ class TelegramClient(AsyncClosing):
 
     async def aclose(self) -> None:
         with self._lock:
-            self._closed, ptb, bare = True, self._ptb, self._poll_http
+            self._closed, ptb = True, self._ptb
+            bare = [c for c in (self._poll_http, self._send_http) if c is not None]
         if ptb is not None:
             await ptb.shutdown()
-        if bare is not None:
-            await bare.aclose()
+        for http in bare:
+            await http.aclose()
 
     def _bot(self) -> PtbBot:
         """The bot, built on the first call: python-telegram-bot is imported only then, so a
@@ -133,24 +137,35 @@ class TelegramClient(AsyncClosing):
 
     async def _send_chunk(self, chat_id: int | str, chunk: str, disable_link_preview: bool,
                           options: SendOptions = PLAIN) -> int:
+        """One sendMessage, bare (issue #26): no python-telegram-bot on the path every message
+        takes, so the first one pays neither its import nor its set-up (~130 ms on the dev VM)
+        and an instance that only notifies never loads it. The parameters are encoded as PTB
+        encodes them (a form, JSON for the structured ones); an `ok: true` answer is a
+        delivery whatever its `result` holds (`Exchange.message_id`)."""
+        params: dict[str, object] = {"chat_id": chat_id, "text": chunk}
+        if disable_link_preview:
+            params["link_preview_options"] = {"is_disabled": True}
+        if options.thread_id is not None:
+            params["message_thread_id"] = options.thread_id
+        if options.silent:
+            params["disable_notification"] = True
+        if options.keyboard:
+            params["reply_markup"] = {"inline_keyboard": [
+                [{"text": text, "callback_data": data} for text, data in row]
+                for row in options.keyboard]}
         exchange = Exchange()
-        try:
-            await self._call(
-                lambda bot: bot.send_message(
-                    chat_id, chunk, disable_link_preview=disable_link_preview, options=options
-                ),
-                exchange=exchange,
-            )
-        except TelegramSendError:
-            if not exchange.answered:
-                raise
-            # Telegram said ok: the user has the message, whatever PTB made of the answer.
-            log.warning(
-                "sendMessage answered ok but its result is not a valid Message; counted as "
-                "delivered (message id %s)",
-                exchange.message_id,
-            )
+        await self._bare("sendMessage", params, self._timeout_s, exchange)
         return exchange.message_id
+
+    async def connect(self) -> None:
+        """Open the connection sendMessage will use (a getMe: it shares the pool), so the first
+        message after the start does not wait for it (TCP, TLS); best effort: a failure is
+        the first message's to meet."""
+        try:
+            await self.get_me()
+        except TelegramSendError as exc:
+            log.info("the Telegram connection was not opened at start-up: %s",
+                     exc.description)
 
     async def send_file(
         self, chat_id: int | str, content: bytes, filename: str, media_type: str, *,
@@ -183,8 +198,11 @@ class TelegramClient(AsyncClosing):
 
     async def get_me(self, timeout_s: float = PROBE_TIMEOUT_S) -> BotIdentity:
         """Readiness probe: who the token belongs to, answered within `timeout_s`."""
-        user = await self._call(lambda bot: bot.get_me(timeout_s), timeout_s)
-        return BotIdentity(id=user.id, username=user.username or "", first_name=user.first_name)
+        user = await self._bare("getMe", {}, timeout_s, Exchange())
+        if not isinstance(user, dict) or not isinstance(user.get("id"), int):
+            raise TelegramSendError(FailureClass.UNKNOWN, None, "getMe answered no user")
+        return BotIdentity(id=user["id"], username=str(user.get("username") or ""),
+                           first_name=str(user.get("first_name") or ""))
 
     async def set_webhook(
         self,
@@ -229,43 +247,73 @@ class TelegramClient(AsyncClosing):
         result = await self._bare("getUpdates", params, timeout_s + self._timeout_s)
         return list(result) if isinstance(result, list) else []
 
-    def _bare_http(self) -> httpx.AsyncClient:
+    def _bare_http(self, sends: bool = False) -> httpx.AsyncClient:
+        """The poller's client (one connection: its calls are one at a time), or with `sends`
+        sendMessage's (a pool as large as PTB's): a long poll never holds a send's connection.
+        Both trust the system's store (OpenSSL's default paths, SSL_CERT_FILE / SSL_CERT_DIR
+        included) through one context: not certifi's whole bundle (about 1 MB)."""
         with self._lock:
             if self._closed:
                 raise TelegramSendError(FailureClass.TRANSIENT, None, "the client is closed")
-            if self._poll_http is None:
-                # One connection: the poller's calls are one at a time, and never take a
-                # connection of the sends (PTB's pool).
-                # The system's trust (OpenSSL's default paths, SSL_CERT_FILE / SSL_CERT_DIR
-                # included), read on demand: not certifi's whole bundle (about 1 MB).
-                self._poll_http = httpx.AsyncClient(
-                    limits=httpx.Limits(max_connections=1), follow_redirects=False,
-                    trust_env=False, verify=ssl.create_default_context())
-            return self._poll_http
+            http = self._send_http if sends else self._poll_http
+            if http is None:
+                if self._trust is None:
+                    self._trust = ssl.create_default_context()
+                size = _CONNECTION_POOL_SIZE if sends else 1
+                http = httpx.AsyncClient(
+                    limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+                    follow_redirects=False, trust_env=False, verify=self._trust)
+                if sends:
+                    self._send_http = http
+                else:
+                    self._poll_http = http
+            return http
 
-    async def _bare(self, method: str, params: dict[str, object], timeout_s: float) -> object:
+    async def _bare(self, method: str, params: dict[str, object], timeout_s: float,
+                    exchange: Exchange | None = None) -> object:
+        """One Bot API call without PTB. With an `exchange` (the sends' pool) the call is
+        form-encoded as PTB sends it and its failure says whether the request went out
+        (`maybe_sent`, as `PtbBot.failure` does); without, it is the poller's JSON call."""
         url = f"{self._api_base_url}/bot{self._token}/{method}"
-        http = self._bare_http()
+        http = self._bare_http(sends=exchange is not None)
         try:
             async with asyncio.timeout(timeout_s):
-                response = await http.post(url, json=params, timeout=timeout_s)
+                if exchange is None:
+                    response = await http.post(url, json=params, timeout=timeout_s)
+                else:
+                    response = await http.post(
+                        url, data=_form(params), timeout=timeout_s,
+                        extensions={"trace": exchange.trace})
         except (TimeoutError, httpx.TimeoutException):
+            if exchange is None:
+                raise TelegramSendError(FailureClass.TRANSIENT, None,
+                                        f"{method} timed out after {timeout_s:g} s") from None
+            when = "after" if exchange.written else "before"
             raise TelegramSendError(FailureClass.TRANSIENT, None,
-                                    f"{method} timed out after {timeout_s:g} s") from None
+                                    f"timed out {when} the request was sent",
+                                    maybe_sent=exchange.written) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             description = REDACTOR.redact(f"{type(exc).__name__}: {exc}")[:300]
-            raise TelegramSendError(FailureClass.TRANSIENT, None, description) from None
+            raise TelegramSendError(FailureClass.TRANSIENT, None, description,
+                                    maybe_sent=exchange is not None and exchange.written
+                                    ) from None
         if not response.is_success:
             fields = error_fields(response.status_code, response.content)
             description = REDACTOR.redact(fields.description)[:300]
             raise TelegramSendError(
                 classify(response.status_code, description, fields.retry_after),
-                fields.retry_after, description, status_code=response.status_code)
+                fields.retry_after, description, status_code=response.status_code,
+                maybe_sent=exchange is not None and fields.maybe_sent)
         try:
-            return ok_result(response.content)
+            result = ok_result(response.content)
         except NotOk:
-            raise TelegramSendError(FailureClass.TRANSIENT, None, "unreadable answer",
-                                    status_code=response.status_code) from None
+            raise TelegramSendError(
+                FailureClass.TRANSIENT, None,
+                f"unreadable answer (HTTP {response.status_code})",
+                status_code=response.status_code, maybe_sent=exchange is not None) from None
+        if exchange is not None:
+            exchange.answered, exchange.result = True, result
+        return result
 
     async def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> None:
         """Publish the command menu: (command without slash, description) pairs."""
@@ -290,3 +338,10 @@ class TelegramClient(AsyncClosing):
             raise bot.failure(exc, exchange) from None
         finally:
             EXCHANGE.reset(context)
+
+
+def _form(params: dict[str, object]) -> dict[str, str]:
+    """Bot API parameters as a form, the way PTB encodes them: strings as they are, every
+    other value (numbers, booleans, objects) as JSON."""
+    return {name: value if isinstance(value, str) else json.dumps(value)
+            for name, value in params.items()}

@@ -23,7 +23,6 @@ from telegram import (
     InputFile,
     LinkPreviewOptions,
     Message,
-    User,
     WebhookInfo,
 )
 from telegram.error import NetworkError, TelegramError
@@ -173,14 +172,6 @@ class PtbBot:
     ) -> Awaitable[Message | bool]:
         return self._bot.edit_message_reply_markup(
             chat_id=chat_id, message_id=message_id, reply_markup=_markup(keyboard)
-        )
-
-    def get_me(self, timeout_s: float) -> Awaitable[User]:
-        return self._bot.get_me(
-            read_timeout=timeout_s,
-            write_timeout=timeout_s,
-            connect_timeout=timeout_s,
-            pool_timeout=timeout_s,
         )
 
     def set_webhook(
