@@ -91,7 +91,8 @@ def create_app(settings: Settings) -> ASGIApp:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with runtime.serving(svc):
+        async with runtime.serving(svc) as worker:
+            app.state.worker = worker
             yield
 
     app = _fastapi(settings, lifespan)

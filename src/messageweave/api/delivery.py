@@ -29,7 +29,7 @@ from messageweave.errors import (
 )
 from messageweave.ops import audit, metrics
 from messageweave.pipeline import ingress
-from messageweave.pipeline.worker import MAX_BATCH, worker_for
+from messageweave.pipeline.worker import MAX_BATCH, Worker
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.oplog import valid_stream_id
@@ -134,14 +134,21 @@ def _batch(body: bytes) -> int:
     return MAX_BATCH if batch == 0 else min(batch, MAX_BATCH)
 
 
+def _worker(request: Request) -> Worker:
+    """The instance's worker (`runtime.serving` builds it, the app keeps it in `app.state`):
+    a drain shares the continuous worker's consumer name, its taken entries and its chat
+    lanes, so neither reclaims what the other works on and a chat's order holds across both."""
+    worker: Worker = request.app.state.worker
+    return worker
+
+
 @router.post("/worker")
 async def drain(request: Request) -> Response:
     await require_worker_token(request)
-    svc = services(request)
     await require_enabled(request)
     batch = _batch(await request.body())
     try:
-        await worker_for(svc).drain_once(batch)
+        await _worker(request).drain_once(batch)
     except RedisError as exc:
         raise service_unavailable() from exc
     return Response(status_code=204)

@@ -440,20 +440,7 @@ def _stream_order(entry: Entry) -> tuple[int, int]:
         return 0, 0
 
 
-_WORKERS: dict[int, Worker] = {}
-
-
-def worker_for(svc: Services) -> Worker:
-    """This instance's worker (one consumer name per process, shared with `POST /worker`)."""
-    worker = _WORKERS.get(id(svc))
-    if worker is None or worker.svc is not svc:
-        worker = _WORKERS[id(svc)] = Worker(svc)
-    return worker
-
-
-async def run_worker(svc: Services) -> None:
-    """Consume both streams until cancelled (started by the app lifespan)."""
-    try:
-        await worker_for(svc).run()
-    finally:
-        _WORKERS.pop(id(svc), None)
+async def run_worker(worker: Worker) -> None:
+    """Consume both streams until cancelled: the serving instance's worker, which
+    `runtime.serving` builds and also hands to `POST /worker` (one consumer per process)."""
+    await worker.run()
