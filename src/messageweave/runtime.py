@@ -5,7 +5,8 @@
 `POST /worker` drains with too) and `background(svc, worker)` starts what runs beside the
 HTTP server (config reload, worker, scheduler, gap auditor, the Telegram poller and the JMAP
 EventSource holder); `close(svc)` releases it all. The app (`messageweave.app`) and every CLI
-command that talks to the peers build through here, so they wire the same things the same way. Nothing below this module knows it exists.
+command that talks to the peers build through here, so they wire the same things the same way.
+Nothing below this module knows it exists.
 """
 
 from __future__ import annotations
