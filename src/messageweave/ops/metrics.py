@@ -59,7 +59,8 @@ for _reason in GAP_AUDIT_REASONS:
 
 
 def observe_ingest(source: str, count: int = 1) -> None:
-    """Events accepted into a stream (`jmap_push`, `reconcile`, `telegram_webhook`)."""
+    """Events accepted into a stream (`jmap_push`, `reconcile`, `telegram_webhook`,
+    `telegram_polling`)."""
     EVENTS_INGESTED.labels(source=source).inc(count)
 
 
