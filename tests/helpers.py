@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis.asyncio as aioredis
 import uvicorn
 from fastapi import FastAPI
 
 from messageweave.app import create_app
 from messageweave.mail.jmap import JmapClient
 from messageweave.settings import Settings
+from messageweave.store import keys
 
 ADMIN_KEY = "ab" * 32
 CYRUS_USER = "alice"
@@ -322,3 +324,31 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+# --- what src/ offers only through its real paths (issue #24: no test-only code in src/) ----
+
+
+async def enqueue_mail(redis: aioredis.Redis, account_id: str, email_id: str) -> str | None:
+    """Enqueue one mail the reconcile's way (`store.mailbox.enqueue_new_mails`): the new
+    entry's id (its claim holds it), or None when the mail was claimed already."""
+    from messageweave.store.mailbox import enqueue_new_mails
+
+    if not await enqueue_new_mails(redis, account_id, [email_id]):
+        return None
+    entry: str | None = await redis.get(keys.dedup_jmap(account_id, email_id))
+    return entry
+
+
+async def enqueue_update(redis: aioredis.Redis, update_id: int,
+                         fields: dict[str, str]) -> str | None:
+    """Queue one Telegram update the webhook's way (`StreamStore.enqueue_updates_if_enabled`,
+    `SwitchedOff` when the service is off): its entry id, None for a redelivery."""
+    from messageweave.store.streams import StreamStore
+
+    return (await StreamStore(redis).enqueue_updates_if_enabled([(update_id, fields)]))[0]
+
+
+async def unknown_records(redis: aioredis.Redis) -> list[str]:
+    """The members of `delivery:unknown_after_send`, oldest first."""
+    return [str(m) for m in await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)]

@@ -14,8 +14,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.mailbox import enqueue_new_mail
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, enqueue_mail, login, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
@@ -100,7 +99,7 @@ class ServedApp:
         """Queue the mail the way the reconcile does (its dedup claim, then the XADD), so a
         pass the app runs by itself (the start, a catch-up) does not queue it a second time;
         the entry that holds the mail (a pass's, when it claimed the mail first)."""
-        entry = await enqueue_new_mail(self.redis, account_id, email_id)
+        entry = await enqueue_mail(self.redis, account_id, email_id)
         if entry is None:
             entry = await self.redis.get(keys.dedup_jmap(account_id, email_id))
         return str(entry)

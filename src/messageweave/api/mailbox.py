@@ -31,6 +31,7 @@ from messageweave.mail.scheduler import run_pass
 from messageweave.ops import audit
 from messageweave.pipeline.polling import read_label
 from messageweave.services import Services
+from messageweave.store.mailbox import LockLost
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ async def post_reconcile(request: Request) -> Response:
         raise conflict() from exc
     except RedisError as exc:
         raise service_unavailable() from exc
-    except (ReconcileError, JmapError, NotConfigured) as exc:
+    except (ReconcileError, LockLost, JmapError, NotConfigured) as exc:
         log.warning("reconcile failed: %s", type(exc).__name__)
         raise _reconcile_retry() from exc
     return Response(status_code=204)

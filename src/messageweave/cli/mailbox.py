@@ -24,6 +24,7 @@ from messageweave.mail.auditor import TRIGGER_CLI, AuditResult, run_audit
 from messageweave.mail.jmap import JmapError
 from messageweave.mail.reconcile import Budget, Progress, ReconcileBusy, ReconcileError, reconcile
 from messageweave.settings import Settings
+from messageweave.store.mailbox import LockLost
 
 EXIT_BUSY = 2
 EXIT_MISSING = 3
@@ -74,8 +75,8 @@ def reconcile_command(
     except ReconcileBusy:
         console.print("[yellow]busy[/] another reconcile pass is running")
         raise typer.Exit(EXIT_BUSY) from None
-    except (ReconcileError, JmapError, RuntimeError, StoreUnavailable, StoredConfigInvalid,
-            OSError) as exc:
+    except (ReconcileError, LockLost, JmapError, RuntimeError, StoreUnavailable,
+            StoredConfigInvalid, OSError) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     state = "caught up" if result.complete else "not caught up yet (run again)"
     extra = ", re-baselined" if result.rebaselined else ""

@@ -39,7 +39,6 @@ MAX_RULE_SUBJECT_CHARS = 200
 MAX_RULE_ROLE_CHARS = 64
 # 0 turns the digest off; otherwise a pass must find more than this many mails for one chat.
 DIGEST_THRESHOLD_MAX = 1000
-DIGEST_SUGGESTED = 10
 
 _RULE_KEYS = frozenset({"name", "from", "subject", "mailbox_role", "action", "chat_id",
                         "thread_id", "silent"})

@@ -162,7 +162,7 @@ class EventSourceHolder:
             try:
                 held = await hold(eventsource_lock(self.svc.redis), self._hold, RENEW_S)
                 lost = 0
-            except Exception as exc:  # LeaseLost, RedisError, a client closed under it
+            except Exception as exc:  # LockLost, RedisError, a client closed under it
                 raise_if_cancelling()
                 self.failures.failed(PLACE, exc)
                 lost += 1

@@ -69,6 +69,7 @@ from messageweave.store.gaps import record_baseline
 from messageweave.store.mailbox import (
     DIGEST_MAX_IDS,
     Lock,
+    LockLost,
     enqueue_digest,
     enqueue_new_mails,
     mark_not_notified,
@@ -112,11 +113,8 @@ class ReconcileError(Exception):
 
 
 class ReconcileBusy(ReconcileError):
-    """Another pass holds `lock:reconcile`."""
-
-
-class LeaseLost(ReconcileError):
-    """The lock expired or was taken during the pass; the cursor was not moved."""
+    """Another pass holds `lock:reconcile`. (A pass that loses the lock midway raises
+    `store.mailbox.LockLost`: the cursor was not moved.)"""
 
 
 # ---------------------------------------------------------------------------------- cursor
@@ -417,17 +415,17 @@ class Reconciler:
             self._held_cursor = (cursor, watermark if watermark is not None else earlier)
             return
         if not await _save_cursor(self.redis, self.lock, cursor, watermark):
-            raise LeaseLost("lock:reconcile was lost; cursor not moved")
+            raise LockLost("lock:reconcile was lost; cursor not moved")
         self.progress.cursor = cursor
 
     async def _save_baseline(self, at: int) -> None:
         self._check_lease()
         if not await record_baseline(self.redis, self.lock, at):
-            raise LeaseLost("lock:reconcile was lost; baseline not recorded")
+            raise LockLost("lock:reconcile was lost; baseline not recorded")
 
     def _check_lease(self) -> None:
         if self._lease is not None and self._lease.lost:
-            raise LeaseLost("lock:reconcile was lost; cursor not moved")
+            raise LockLost("lock:reconcile was lost; cursor not moved")
 
     def _out_of_time(self) -> bool:
         return time.monotonic() >= self._deadline

@@ -59,6 +59,7 @@ from messageweave.mail.reconcile import (
 )
 from messageweave.store import keys
 from messageweave.store.mailbox import (
+    LockLost,
     claim_slot,
     relay_catchup_announcements,
     request_catchup,
@@ -84,7 +85,8 @@ async def run_pass(
     source: str = "reconcile",
 ) -> Progress:
     """One reconcile pass with the live configuration (ReconcileBusy, JmapError, RedisError,
-    NotConfigured and ReconcileError propagate); its new mails count as ingested from `source`."""
+    NotConfigured, ReconcileError and LockLost propagate); its new mails count as ingested from
+    `source`."""
     cfg = svc.config.config
     if cfg is None:
         raise NotConfigured
@@ -205,7 +207,7 @@ async def _pass(svc: MailContext, kind: str, timers: _Timers) -> bool:
         result = await run_pass(svc, source="jmap_push" if kind == "catch-up" else "reconcile")
     except ReconcileBusy:
         return False
-    except (ReconcileError, JmapError, NotConfigured) as exc:
+    except (ReconcileError, LockLost, JmapError, NotConfigured) as exc:
         timers.failures.failed(place, exc)
         return True
     timers.failures.recovered(place)

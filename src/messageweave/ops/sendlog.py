@@ -21,9 +21,6 @@ from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
 
-# `skipped`: a `mute` rule matched (issue #16): nothing was sent, on purpose; not a failure.
-OUTCOMES = ("delivered", "retry", "dead_letter", "skipped", "unknown")
-
 
 async def record_send(
     redis: Redis,
@@ -39,9 +36,10 @@ async def record_send(
     end_to_end_s: float | None = None,
     rule: str | None = None,
 ) -> None:
-    """`outcome` is one of `OUTCOMES` by convention; `latency_ms` is this attempt's duration,
-    `end_to_end_s` (when known) the time since the event entered its stream; `rule` names the
-    rule that muted a `skipped` mail (the record has the field only then)."""
+    """`outcome`: delivered, retry, dead_letter, skipped (a `mute` rule matched, issue #16:
+    nothing was sent, on purpose; not a failure) or unknown. `latency_ms` is this attempt's
+    duration, `end_to_end_s` (when known) the time since the event entered its stream; `rule`
+    names the rule that muted a `skipped` mail (the record has the field only then)."""
     record: dict[str, Any] = {
         "stream": stream, "event_id": event_id, "kind": kind, "chat_id": chat_id,
         "outcome": outcome, "failure_class": failure_class,

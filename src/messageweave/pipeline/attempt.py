@@ -45,7 +45,7 @@ from messageweave.pipeline.ledger import (
     Lease,
     LeaseLost,
     Ledger,
-    Progress,
+    SendProgress,
     terminal_record,
 )
 from messageweave.services import Services
@@ -266,7 +266,7 @@ class Deliverer:
         await self.ledger.resolve(attempt.lease, "resent")
         return None
 
-    async def _deliver_classified(self, entry: Entry, attempt: _Attempt, progress: Progress,
+    async def _deliver_classified(self, entry: Entry, attempt: _Attempt, progress: SendProgress,
                                   after: asyncio.Future[None] | None) -> list[int] | Muted:
         try:
             return await self._deliver(entry, attempt, progress, after)
@@ -276,7 +276,7 @@ class Deliverer:
             log.exception("delivery of %s %s failed unexpectedly", entry.stream, entry.id)
             raise DeliveryFailure(FailureClass.UNKNOWN, type(exc).__name__) from None
 
-    async def _deliver(self, entry: Entry, attempt: _Attempt, progress: Progress,
+    async def _deliver(self, entry: Entry, attempt: _Attempt, progress: SendProgress,
                        after: asyncio.Future[None] | None) -> list[int] | Muted:
         """The ids of the messages sent, or `Muted`: a rule said to send none, decided before
         the lane wait or any Telegram call."""
@@ -318,7 +318,7 @@ class Deliverer:
         ids: list[int] = []
         for number in range(start, len(chunks)):
             lanes = lanes_of(bot, message.chat_id)
-            while wait := await self.ledger.gate(attempt.lease, Progress(index, number), lanes):
+            while wait := await self.ledger.gate(attempt.lease, SendProgress(index, number), lanes):
                 await wait_before(wait)
             runtime = self.svc.runtime
             if runtime is None:
@@ -331,14 +331,14 @@ class Deliverer:
                     options=message.options if number == last else bare_options(message.options))
             except TelegramSendError as exc:
                 attempt.telegram_s += time.monotonic() - started
-                await self._telegram_failed(attempt, bot, message, Progress(index, number), exc)
+                await self._telegram_failed(attempt, bot, message, SendProgress(index, number), exc)
             else:
                 attempt.telegram_s += time.monotonic() - started
                 self._answered_by(waiting.TELEGRAM)
         return ids
 
     async def _telegram_failed(self, attempt: _Attempt, bot: str, message: Outgoing,
-                               progress: Progress, exc: TelegramSendError) -> None:
+                               progress: SendProgress, exc: TelegramSendError) -> None:
         status = exc.status_code if exc.status_code is not None else "-"
         failure = DeliveryFailure(exc.failure_class, f"telegram {status}: {exc.description}",
                                   exc.retry_after, message.chat_id, peer=waiting.TELEGRAM)

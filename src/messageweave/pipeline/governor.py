@@ -1,4 +1,4 @@
-"""The cluster-wide Telegram rate governor (SPEC D.2), a GCRA in one Lua script.
+"""The cluster-wide Telegram rate governor (docs/reference.md §1.3), a GCRA in one Lua script.
 
 Lanes: the bot (≤30 msg/s), each private chat (≤1 msg/s), each group chat (≤20 msg/min;
 Telegram group ids are negative). Every instance asks the same Redis keys, so the limits hold
@@ -19,10 +19,8 @@ from dataclasses import dataclass
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
+from messageweave.store.scripts import Script
 
-DEFAULT_BOT_PER_S = 30
-DEFAULT_CHAT_PER_S = 1
-DEFAULT_GROUP_PER_MIN = 20
 MAX_WAIT_S = 5.0
 
 # The GCRA as a Lua function, shared by ACQUIRE and the ledger's fence (`ledger.GATE`), which
@@ -68,11 +66,15 @@ local function gcra(limits_key, bot_key, chat_key, pause_key, is_group)
 end
 """
 
-# KEYS: governor:limits, bot lane, chat lane, chat pause   ARGV: is_group (0/1)
+# The names of the lanes' keys, in `gcra`'s order.
+LANE_KEYS = ("limits", "bot", "chat", "pause")
+# KEYS: limits (governor:limits), bot (the bot's lane), chat (the chat's lane), pause (the
+#       chat's pause)
+# ARGV: is_group (0/1)
 # → 0 when a send may go now (both lanes charged), else the milliseconds to wait.
-ACQUIRE = "redis.replicate_commands()\n" + GCRA + """
+ACQUIRE = Script("redis.replicate_commands()\n" + GCRA + """
 return gcra(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
-"""
+""", keys=LANE_KEYS, args=("is_group",))
 
 
 def bot_id(token: str) -> str:
@@ -89,6 +91,11 @@ class Lanes:
 
     keys: tuple[str, str, str, str]
     is_group: str
+
+    @property
+    def named(self) -> dict[str, str]:
+        """The keys by their names in the scripts (`LANE_KEYS`)."""
+        return dict(zip(LANE_KEYS, self.keys, strict=True))
 
 
 def lanes_of(bot: str, chat_id: int) -> Lanes:
@@ -108,7 +115,7 @@ class Governor:
     async def wait_ms(self, bot: str, chat_id: int) -> int:
         """Charge one send to the lanes, or say how long to wait before asking again."""
         lanes = lanes_of(bot, chat_id)
-        return int(await self.redis.eval(ACQUIRE, 4, *lanes.keys, lanes.is_group))
+        return int(await ACQUIRE(self.redis, keys=lanes.named, args={"is_group": lanes.is_group}))
 
     async def acquire(self, bot: str, chat_id: int) -> None:
         """Wait until a send to `chat_id` is allowed on every instance's shared budget."""
@@ -122,7 +129,3 @@ class Governor:
         """A 429 for this chat: every instance holds the lane for `seconds`."""
         await self.redis.set(keys.governor_pause(bot, chat_id), "1",
                              px=max(1, int(seconds * 1000)))
-
-    async def set_limits(self, *, bot_per_s: int, chat_per_s: int, group_per_min: int) -> None:
-        await self.redis.hset(keys.GOVERNOR_LIMITS, mapping={
-            "bot_per_s": bot_per_s, "chat_per_s": chat_per_s, "group_per_min": group_per_min})

@@ -184,14 +184,10 @@ async def refused_chats(redis: Redis, allowlist: Iterable[int]) -> list[RefusedC
     return [chat for chat in await refused.recent(redis) if chat.chat_id not in allowed]
 
 
-async def enqueue_update(redis: Redis, update: Update) -> bool:
-    """False when Telegram redelivered an update already queued."""
-    return await StreamStore(redis).enqueue_update(update.update_id, update.fields) is not None
-
-
 async def enqueue_update_if_enabled(ingress: UpdateIngress, update: Update) -> bool:
-    """`enqueue_update` when the service is switched on, in one Redis round trip shared with
-    the other requests of the moment; else `SwitchedOff`, with nothing written."""
+    """Queue `update` when the service is switched on, in one Redis round trip shared with
+    the other requests of the moment (False: Telegram redelivered an update already queued);
+    else `SwitchedOff`, with nothing written."""
     return await ingress.enqueue_if_enabled(update.update_id, update.fields) is not None
 
 

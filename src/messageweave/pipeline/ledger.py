@@ -1,4 +1,5 @@
-"""The durable delivery ledger (SPEC D.1): terminal record, lease, intent, receipt.
+"""The durable delivery ledger (docs/reference.md §1.3.1): terminal record, lease, intent,
+receipt.
 
 The state machine is `docs/reference.md` §1.3.1. For each stream entry:
 1. `delivery:committed:{stream}:{id}` exists → the entry is finished (delivered, dead-lettered,
@@ -27,27 +28,28 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from messageweave.pipeline.governor import GCRA, Lanes
+from messageweave.pipeline.governor import GCRA, LANE_KEYS, Lanes
 from messageweave.store import keys, waiting
 from messageweave.store.redis import Redis
+from messageweave.store.scripts import Script
 from messageweave.store.streams import forgotten_when_finished
 
 DELIVERED = "delivered"
 DEAD_LETTER = "dead_letter"
 UNKNOWN = "unknown"
 SKIPPED = "skipped"  # a deliberate skip: a `mute` rule matched (`rule` names it), nothing sent
-TERMINAL_STATES = (DELIVERED, DEAD_LETTER, UNKNOWN, SKIPPED)
 
 # KEYS: committed, inflight, intent, retry_due, stream
-# ARGV: lease, lease ttl, entry id, heartbeat key prefix, group, busy retry due (ms), forget (0/1)
+# ARGV: lease, lease_ttl, entry_id, heartbeat_prefix, group, busy_due (ms: a busy entry is due
+#       again then), forget (0/1)
 # → {'terminal', record} (acked, and deleted when forgotten, here) | {'busy'} (due again later)
 #   | {'go', intent pairs...}
 # A lease is `{token} {consumer}`; one whose consumer has no heartbeat any more (a killed
 # process) is taken over. A bare consumer name (a lease from before tokens) reads the same.
-BEGIN = """
+BEGIN = Script("""
 local record = redis.call('GET', KEYS[1])
 if record then
   redis.call('XACK', KEYS[5], ARGV[5], ARGV[3])
@@ -70,11 +72,10 @@ redis.call('ZREM', KEYS[4], ARGV[3])
 local out = {'go'}
 for _, v in ipairs(redis.call('HGETALL', KEYS[3])) do out[#out + 1] = v end
 return out
-"""
+""", keys=("committed", "inflight", "intent", "retry_due", "stream"),
+    args=("lease", "lease_ttl", "entry_id", "heartbeat_prefix", "group", "busy_due", "forget"))
 
-# KEYS: inflight, intent
-# ARGV: lease, lease ttl, consumer, state (sending/failed), reply, chunk, now, intent ttl
-# → 1 when written (and the lease extended), 0 when the lease is not ours (nothing written).
+# Writes the intent and extends the lease (KEYS and ARGV: MARK's).
 _WRITE_INTENT = """
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'consumer', ARGV[3], 'state', ARGV[4], 'reply', ARGV[5],
@@ -82,55 +83,64 @@ redis.call('HSET', KEYS[2], 'consumer', ARGV[3], 'state', ARGV[4], 'reply', ARGV
 redis.call('HDEL', KEYS[2], 'resolution')
 redis.call('EXPIRE', KEYS[2], ARGV[8])
 """
-MARK = """
+_INTENT_ARGS = ("lease", "lease_ttl", "consumer", "state", "reply", "chunk", "now", "intent_ttl")
+# KEYS: inflight, intent
+# ARGV: lease, lease_ttl, consumer, state (sending/failed), reply, chunk, now, intent_ttl
+# → 1 when written (and the lease extended), 0 when the lease is not ours (nothing written).
+MARK = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 """ + _WRITE_INTENT + """
 return 1
-"""
+""", keys=("inflight", "intent"), args=_INTENT_ARGS)
 
 # The fence and the rate governor in one script, right before each Telegram call.
-# KEYS: inflight, intent, then the governor's lanes (`governor.Lanes.keys`)
-# ARGV: MARK's (state `sending`), then is_group (0/1)
+# KEYS: inflight, intent, limits, bot, chat, pause (the last four: the governor's lanes,
+#       `governor.Lanes.keys`)
+# ARGV: lease, lease_ttl, consumer, state (`sending`), reply, chunk, now, intent_ttl (MARK's),
+#       is_group (0/1)
 # → 0 when the call may go now (lanes charged, intent `sending` written, lease extended);
 #   -1 when the lease is not ours (nothing written, nothing charged); else the milliseconds to
 #   wait for the governor (nothing written).
-GATE = "redis.replicate_commands()\n" + GCRA + """
+GATE = Script("redis.replicate_commands()\n" + GCRA + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local wait = gcra(KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[9])
 if wait > 0 then return wait end
 """ + _WRITE_INTENT + """
 return 0
-"""
+""", keys=("inflight", "intent", *LANE_KEYS), args=(*_INTENT_ARGS, "is_group"))
 
 # KEYS: inflight, intent   ARGV: lease, resolution
+# → 1 when written, 0 when the lease is not ours or the intent is gone (nothing written).
 # An intent left `sending` whose outcome the policy already settled (`resent`): the next
 # attempt resumes from its progress without flagging it again.
-RESOLVE = """
+RESOLVE = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
 redis.call('HSET', KEYS[2], 'resolution', ARGV[2])
 return 1
-"""
+""", keys=("inflight", "intent"), args=("lease", "resolution"))
 
-# KEYS: inflight   ARGV: lease, lease ttl → 1 renewed, 0 not ours any more
-RENEW = """
+# KEYS: inflight   ARGV: lease, lease_ttl → 1 renewed, 0 not ours any more
+RENEW = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('EXPIRE', KEYS[1], ARGV[2])
-"""
+""", keys=("inflight",), args=("lease", "lease_ttl"))
 
-# KEYS: inflight, retry_due   ARGV: lease, entry id, due ms
+# KEYS: inflight, retry_due   ARGV: lease, entry_id, due (ms) → 1 given back, 0 not ours
 # Give the entry back (shutdown): due again at once, only if the lease is still ours.
-RELEASE = """
+RELEASE = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 return 1
-"""
+""", keys=("inflight", "retry_due"), args=("lease", "entry_id", "due"))
 
-# KEYS: committed, inflight, intent, retry counter, retry_due, stream, retry window, then the
-#       waiting set of each peer (`store.waiting.waiting_keys`)
-# ARGV: terminal record (JSON), committed ttl, group, entry id, forget (0/1), waiting member
-COMMIT = """
+# KEYS: committed, inflight, intent, retry_counter, retry_due, stream, retry_window,
+#       waiting* (the waiting set of each peer, `store.waiting.waiting_keys`)
+# ARGV: record (the terminal record, JSON), committed_ttl, group, entry_id, forget (0/1),
+#       member (the entry in the waiting sets)
+# → 1
+COMMIT = Script("""
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[7])
 redis.call('ZREM', KEYS[5], ARGV[4])
@@ -138,14 +148,17 @@ for i = 8, #KEYS do redis.call('ZREM', KEYS[i], ARGV[6]) end
 redis.call('XACK', KEYS[6], ARGV[3], ARGV[4])
 if ARGV[5] == '1' then redis.call('XDEL', KEYS[6], ARGV[4]) end
 return 1
-"""
+""", keys=("committed", "inflight", "intent", "retry_counter", "retry_due", "stream",
+           "retry_window", "waiting*"),
+    args=("record", "committed_ttl", "group", "entry_id", "forget", "member"))
 
-# KEYS: retry counter, stream, dlq, inflight, retry_due, intent, committed, retry window, then
-#       the waiting set of each peer (`store.waiting.waiting_keys`)
-# ARGV: group, entry id, max attempts, retry ttl, permanent (0/1), due ms, payload,
-#       failure class, reason, failed_at, dlq maxlen, lease, committed ttl, forget (0/1),
+# KEYS: retry_counter, stream, dlq, inflight, retry_due, intent, committed, retry_window,
+#       waiting* (the waiting set of each peer, `store.waiting.waiting_keys`)
+# ARGV: group, entry_id, max_attempts, retry_ttl, permanent (0/1), due (ms), payload,
+#       failure_class, reason, failed_at, dlq_maxlen, lease, committed_ttl, forget (0/1),
 #       peer (1-based position in `store.waiting.PEERS`, 0 = not a peer out of reach),
-#       retry window s (0 = off), retry window ttl, waiting ttl, now ms, waiting member
+#       window (s, 0 = off), window_ttl, waiting_ttl, now (ms), member (the entry in the
+#       waiting sets)
 # → {1, attempts, 0} dead-lettered (terminal record written, acked, deleted when forgotten; the
 #   payload is the caller's `dlq_payload`, without private fields), {0, attempts, due ms}
 #   scheduled for a retry (lease released), {-1, 0, 0} the lease is not ours (nothing written).
@@ -153,7 +166,7 @@ return 1
 # entry's first failure: its due time is cut to the window's end, and a failure at or after
 # that end dead-letters it. Every other retryable failure counts against `max attempts`, the
 # peer waits left out (§7.11).
-RETRY_OR_DLQ = """
+RETRY_OR_DLQ = Script("""
 if redis.call('GET', KEYS[4]) ~= ARGV[12] then return {-1, 0, 0} end
 local n = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
@@ -201,7 +214,11 @@ end
 redis.call('ZADD', KEYS[5], due, ARGV[2])
 redis.call('DEL', KEYS[4])
 return {0, n, due}
-"""
+""", keys=("retry_counter", "stream", "dlq", "inflight", "retry_due", "intent", "committed",
+           "retry_window", "waiting*"),
+    args=("group", "entry_id", "max_attempts", "retry_ttl", "permanent", "due", "payload",
+          "failure_class", "reason", "failed_at", "dlq_maxlen", "lease", "committed_ttl",
+          "forget", "peer", "window", "window_ttl", "waiting_ttl", "now", "member"))
 
 DLQ_MAXLEN = 10_000
 
@@ -224,7 +241,7 @@ class Lease:
 
 
 @dataclass(frozen=True)
-class Progress:
+class SendProgress:
     """How far an entry's sends got: replies fully sent, chunks of the next one sent."""
 
     reply: int = 0
@@ -235,9 +252,8 @@ class Progress:
 class Begin:
     state: str  # "terminal" | "busy" | "go"
     lease: Lease | None = None
-    progress: Progress = Progress()
+    progress: SendProgress = SendProgress()
     unknown_after_send: bool = False
-    terminal: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -253,19 +269,14 @@ def _forget(stream: str) -> str:
     return "1" if forgotten_when_finished(stream) else "0"
 
 
+def _fence_keys(lease: Lease) -> dict[str, str]:
+    """The KEYS of the fenced intent scripts (`MARK`, `RESOLVE`, the first two of `GATE`)."""
+    return {"inflight": lease.inflight_key,
+            "intent": keys.delivery_intent(lease.stream, lease.entry_id)}
+
+
 def terminal_record(state: str, **details: Any) -> dict[str, Any]:
     return {"state": state, **details, "at": int(time.time())}
-
-
-def _parse_record(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        return {"state": DELIVERED}
-    value.setdefault("state", DELIVERED)  # a receipt from before terminal states
-    return value
 
 
 class Ledger:
@@ -282,70 +293,73 @@ class Ledger:
     async def begin(self, stream: str, entry_id: str) -> Begin:
         lease = Lease(stream, entry_id, f"{secrets.token_hex(16)} {self.consumer}")
         busy_due = int((time.time() + self.lease_ttl_s) * 1000)
-        reply = await self.redis.eval(
-            BEGIN, 5, keys.delivery_committed(stream, entry_id), lease.inflight_key,
-            keys.delivery_intent(stream, entry_id), keys.retry_due(stream), stream,
-            lease.value, self.lease_ttl_s, entry_id, keys.WORKER_HEARTBEAT_PREFIX,
-            keys.CONSUMER_GROUP, busy_due, _forget(stream),
-        )
+        reply = await BEGIN(self.redis, keys={
+            "committed": keys.delivery_committed(stream, entry_id),
+            "inflight": lease.inflight_key, "intent": keys.delivery_intent(stream, entry_id),
+            "retry_due": keys.retry_due(stream), "stream": stream,
+        }, args={
+            "lease": lease.value, "lease_ttl": self.lease_ttl_s, "entry_id": entry_id,
+            "heartbeat_prefix": keys.WORKER_HEARTBEAT_PREFIX, "group": keys.CONSUMER_GROUP,
+            "busy_due": busy_due, "forget": _forget(stream),
+        })
         state = str(reply[0])
-        if state == "terminal":
-            return Begin(state, terminal=_parse_record(str(reply[1])))
-        if state != "go":
+        if state != "go":  # terminal (its record is not read) or busy
             return Begin(state)
         intent = {str(reply[i]): str(reply[i + 1]) for i in range(1, len(reply) - 1, 2)}
-        progress = Progress(int(intent.get("reply", 0)), int(intent.get("chunk", 0)))
+        progress = SendProgress(int(intent.get("reply", 0)), int(intent.get("chunk", 0)))
         unknown = intent.get("state") == "sending" and "resolution" not in intent
         return Begin("go", lease, progress, unknown)
 
-    def _intent_args(self, lease: Lease, progress: Progress, state: str) -> list[str | int]:
-        return [lease.value, self.lease_ttl_s, self.consumer, state, progress.reply,
-                progress.chunk, int(time.time()), keys.INTENT_TTL_S]
+    def _intent_args(self, lease: Lease, progress: SendProgress,
+                     state: str) -> dict[str, str | int]:
+        return {"lease": lease.value, "lease_ttl": self.lease_ttl_s, "consumer": self.consumer,
+                "state": state, "reply": progress.reply, "chunk": progress.chunk,
+                "now": int(time.time()), "intent_ttl": keys.INTENT_TTL_S}
 
-    async def mark(self, lease: Lease, progress: Progress, state: str) -> None:
+    async def mark(self, lease: Lease, progress: SendProgress, state: str) -> None:
         """The fence: record the intent (`sending` before a Telegram call, `failed` after a
         known failure) only while the lease is ours; otherwise raise `LeaseLost`."""
-        written = await self.redis.eval(
-            MARK, 2, lease.inflight_key, keys.delivery_intent(lease.stream, lease.entry_id),
-            *self._intent_args(lease, progress, state),
-        )
+        written = await MARK(self.redis, keys=_fence_keys(lease),
+                             args=self._intent_args(lease, progress, state))
         if not int(written):
             raise LeaseLost
 
-    async def gate(self, lease: Lease, progress: Progress, lanes: Lanes) -> int:
+    async def gate(self, lease: Lease, progress: SendProgress, lanes: Lanes) -> int:
         """The fence with the governor's charge, in one script: 0 when the Telegram call may
         go now (the intent is `sending`), else the milliseconds to wait before asking again;
         `LeaseLost` when the lease is not ours."""
-        reply = int(await self.redis.eval(
-            GATE, 6, lease.inflight_key, keys.delivery_intent(lease.stream, lease.entry_id),
-            *lanes.keys, *self._intent_args(lease, progress, "sending"), lanes.is_group,
-        ))
+        reply = int(await GATE(
+            self.redis, keys={**_fence_keys(lease), **lanes.named},
+            args={**self._intent_args(lease, progress, "sending"), "is_group": lanes.is_group}))
         if reply < 0:
             raise LeaseLost
         return reply
 
     async def resolve(self, lease: Lease, resolution: str) -> None:
-        await self.redis.eval(RESOLVE, 2, lease.inflight_key,
-                              keys.delivery_intent(lease.stream, lease.entry_id),
-                              lease.value, resolution)
+        await RESOLVE(self.redis, keys=_fence_keys(lease),
+                      args={"lease": lease.value, "resolution": resolution})
 
     async def renew(self, lease: Lease) -> bool:
-        return bool(int(await self.redis.eval(RENEW, 1, lease.inflight_key, lease.value,
-                                              self.lease_ttl_s)))
+        return bool(int(await RENEW(self.redis, keys={"inflight": lease.inflight_key},
+                                    args={"lease": lease.value, "lease_ttl": self.lease_ttl_s})))
 
     async def commit(self, lease: Lease, record: dict[str, Any]) -> None:
         """Write the terminal record and ack (and delete a forgotten entry). Not fenced: what
         was sent gets its receipt."""
         stream, entry_id = lease.stream, lease.entry_id
-        peers = waiting.waiting_keys()
-        await self.redis.eval(
-            COMMIT, 7 + len(peers), keys.delivery_committed(stream, entry_id),
-            lease.inflight_key, keys.delivery_intent(stream, entry_id),
-            keys.retry_counter(stream, entry_id), keys.retry_due(stream), stream,
-            keys.retry_window(stream, entry_id), *peers,
-            json.dumps(record, separators=(",", ":")), keys.COMMITTED_TTL_S,
-            keys.CONSUMER_GROUP, entry_id, _forget(stream), waiting.member(stream, entry_id),
-        )
+        await COMMIT(self.redis, keys={
+            "committed": keys.delivery_committed(stream, entry_id),
+            "inflight": lease.inflight_key, "intent": keys.delivery_intent(stream, entry_id),
+            "retry_counter": keys.retry_counter(stream, entry_id),
+            "retry_due": keys.retry_due(stream), "stream": stream,
+            "retry_window": keys.retry_window(stream, entry_id),
+            "waiting": waiting.waiting_keys(),
+        }, args={
+            "record": json.dumps(record, separators=(",", ":")),
+            "committed_ttl": keys.COMMITTED_TTL_S, "group": keys.CONSUMER_GROUP,
+            "entry_id": entry_id, "forget": _forget(stream),
+            "member": waiting.member(stream, entry_id),
+        })
 
     async def retry_or_dlq(
         self, lease: Lease, *, payload: str, failure_class: str, reason: str,
@@ -358,26 +372,35 @@ class Ledger:
         `max_attempts` says (§7.11)."""
         stream, entry_id = lease.stream, lease.entry_id
         now = time.time()
-        peers = waiting.waiting_keys()
-        reply = await self.redis.eval(
-            RETRY_OR_DLQ, 8 + len(peers), keys.retry_counter(stream, entry_id), stream,
-            keys.dlq(stream), lease.inflight_key, keys.retry_due(stream),
-            keys.delivery_intent(stream, entry_id), keys.delivery_committed(stream, entry_id),
-            keys.retry_window(stream, entry_id), *peers,
-            keys.CONSUMER_GROUP, entry_id, max(1, max_attempts), keys.RETRY_TTL_S,
-            "1" if permanent else "0", int((now + delay_s) * 1000), payload, failure_class,
-            reason, int(now), DLQ_MAXLEN, lease.value, keys.COMMITTED_TTL_S,
-            _forget(stream), waiting.peer_position(peer), max(0, window_s),
-            keys.RETRY_WINDOW_TTL_S, keys.DELIVERY_WAITING_TTL_S, int(now * 1000),
-            waiting.member(stream, entry_id),
-        )
+        reply = await RETRY_OR_DLQ(self.redis, keys={
+            "retry_counter": keys.retry_counter(stream, entry_id), "stream": stream,
+            "dlq": keys.dlq(stream), "inflight": lease.inflight_key,
+            "retry_due": keys.retry_due(stream),
+            "intent": keys.delivery_intent(stream, entry_id),
+            "committed": keys.delivery_committed(stream, entry_id),
+            "retry_window": keys.retry_window(stream, entry_id),
+            "waiting": waiting.waiting_keys(),
+        }, args={
+            "group": keys.CONSUMER_GROUP, "entry_id": entry_id,
+            "max_attempts": max(1, max_attempts), "retry_ttl": keys.RETRY_TTL_S,
+            "permanent": "1" if permanent else "0", "due": int((now + delay_s) * 1000),
+            "payload": payload, "failure_class": failure_class, "reason": reason,
+            "failed_at": int(now), "dlq_maxlen": DLQ_MAXLEN, "lease": lease.value,
+            "committed_ttl": keys.COMMITTED_TTL_S, "forget": _forget(stream),
+            "peer": waiting.peer_position(peer), "window": max(0, window_s),
+            "window_ttl": keys.RETRY_WINDOW_TTL_S, "waiting_ttl": keys.DELIVERY_WAITING_TTL_S,
+            "now": int(now * 1000), "member": waiting.member(stream, entry_id),
+        })
         code = int(reply[0])
         return Outcome(code == 1, int(reply[1]), fenced=code == -1, due_ms=int(reply[2]))
 
     async def release(self, lease: Lease) -> None:
         """Give the entry back (shutdown): due again at once, if the lease is still ours."""
-        await self.redis.eval(RELEASE, 2, lease.inflight_key, keys.retry_due(lease.stream),
-                              lease.value, lease.entry_id, int(time.time() * 1000))
+        await RELEASE(
+            self.redis, keys={"inflight": lease.inflight_key,
+                              "retry_due": keys.retry_due(lease.stream)},
+            args={"lease": lease.value, "entry_id": lease.entry_id,
+                  "due": int(time.time() * 1000)})
 
     async def due(self, stream: str, limit: int) -> list[str]:
         now_ms = int(time.time() * 1000)
@@ -418,6 +441,3 @@ class Ledger:
 
     async def unknown_count(self) -> int:
         return int(await self.redis.zcard(keys.DELIVERY_UNKNOWN))
-
-    async def unknown_records(self) -> list[str]:
-        return [str(m) for m in await self.redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)]

@@ -46,8 +46,8 @@ from messageweave.pipeline.ingress import (
 )
 from messageweave.services import Services
 from messageweave.store import keys
+from messageweave.store.mailbox import LockLost
 from messageweave.store.receivers import (
-    LeaseLost,
     LoopStatus,
     hold,
     poll_lock,
@@ -140,7 +140,7 @@ class Poller:
                 self._lock = poll_lock(self.svc.redis)
                 held = await hold(self._lock, self._receive, RENEW_S)
                 lost = 0
-            except Exception as exc:  # LeaseLost, RedisError, a client closed under it
+            except Exception as exc:  # LockLost, RedisError, a client closed under it
                 raise_if_cancelling()
                 self.failures.failed(PLACE, exc)
                 lost += 1
@@ -268,7 +268,7 @@ class Poller:
             await remember_refused(self.svc.redis, refusal)
         if next_offset is not None and next_offset != held.offset:
             if not await save_offset(self.svc.redis, self._lock, cfg.bot_token, next_offset):
-                raise LeaseLost(keys.TELEGRAM_POLL_LOCK)
+                raise LockLost(keys.TELEGRAM_POLL_LOCK)
             held.offset = next_offset
 
     async def _failed(self, held: _Held, cfg: BusinessConfig, exc: TelegramSendError) -> None:

@@ -15,13 +15,14 @@ from typing import Literal
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis, text_of
+from messageweave.store.scripts import Script
 
 DONE = "done"
 Claim = Literal["claimed", "done", "busy"]
 
-# KEYS: the action's key. ARGV: the claiming entry id, the claim's TTL.
+# KEYS: action (the action's key)   ARGV: owner (the claiming entry id), ttl (the claim's)
 # → "claimed" (free, or already this entry's), "done", or "busy" (another press works on it).
-CLAIM = """
+CLAIM = Script("""
 local held = redis.call('GET', KEYS[1])
 if not held or held == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
@@ -29,13 +30,13 @@ if not held or held == ARGV[1] then
 end
 if held == 'done' then return 'done' end
 return 'busy'
-"""
+""", keys=("action",), args=("owner", "ttl"))
 
-# KEYS: the action's key. ARGV: the entry id whose claim to give back.
-RELEASE = """
+# KEYS: action (the action's key)   ARGV: owner (the entry id whose claim to give back) → 1
+RELEASE = Script("""
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
-"""
+""", keys=("action",), args=("owner",))
 
 
 def _key(action: str, email_id: str, part: str | None) -> str:
@@ -47,8 +48,8 @@ async def claim(redis: Redis, action: str, email_id: str, owner: str, *,
                 part: str | None = None) -> Claim:
     """Take the (action, mail) — or with `part`, the attachment (mail, part) — for the
     stream entry `owner`, unless it is done or taken."""
-    answer = text_of(await redis.eval(CLAIM, 1, _key(action, email_id, part), owner,
-                                      keys.BUTTON_CLAIM_TTL_S))
+    answer = text_of(await CLAIM(redis, keys={"action": _key(action, email_id, part)},
+                                 args={"owner": owner, "ttl": keys.BUTTON_CLAIM_TTL_S}))
     if answer == "done":
         return "done"
     return "claimed" if answer == "claimed" else "busy"
@@ -60,7 +61,7 @@ async def finish(redis: Redis, action: str, email_id: str, *, part: str | None =
 
 async def release(redis: Redis, action: str, email_id: str, owner: str, *,
                   part: str | None = None) -> None:
-    await redis.eval(RELEASE, 1, _key(action, email_id, part), owner)
+    await RELEASE(redis, keys={"action": _key(action, email_id, part)}, args={"owner": owner})
 
 
 async def done_actions(redis: Redis, actions: Iterable[str], email_id: str) -> frozenset[str]:

@@ -1,12 +1,13 @@
-"""Redis side of the gap auditor: the check-and-claim script, the baseline, the last result.
+"""Redis side of the gap auditor: the check-and-claim, the baseline, the last result.
 
 A mail the auditor looks at is **missing** when nobody owns it any more: its
 `dedup:jmap:{account}:{email}` claim is absent, or names a `stalwart:jmap` entry that has no
 terminal record (`delivery:committed:stalwart:jmap:{entry}`) and is not owned by the pipeline
 (still in the stream, and pending in `stalwart-workers` or not read by the group yet).
-`CHECK_AND_CLAIM` decides that and re-enqueues in the same script, so the reconcile's claim
-(`messageweave.store.mailbox.CLAIM_DEDUP_AND_ENQUEUE`, on the same key) and another audit can
-never come in between and enqueue the mail a second time.
+`check_and_claim` decides that and re-enqueues in one script (`CHECK_AND_CLAIM`, which writes a
+`stalwart:jmap` entry and so lives with the others in `messageweave.store.mailbox`), on the
+reconcile's claim key: the reconcile and another audit can never come in between and enqueue
+the mail a second time.
 """
 
 from __future__ import annotations
@@ -16,100 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from messageweave.store import keys
-from messageweave.store.mailbox import STREAM_JMAP_MAXLEN, Lock
+from messageweave.store.mailbox import CHECK_AND_CLAIM, STREAM_JMAP_MAXLEN, Lock
 from messageweave.store.redis import Redis, int_of, text_of
+from messageweave.store.scripts import Script
 
 CLAIM_BATCH = 100
 
 
-# KEYS: stalwart:jmap, then per mail its dedup:jmap key and its audit:healed key
-# ARGV: group, terminal-record prefix (`delivery:committed:stalwart:jmap:`), ttl, maxlen,
-#       account_id, then the email ids (one per mail, in KEYS order)
-# → per mail three values: 'ok' | 'missing', the detail, the new entry id ('' = none)
-#   ok details: terminal, pending, unread, not_notified (the reconcile saw it outside the notify
-#   mailboxes), legacy (a claim from before claims held entry ids)
-#   missing details: unclaimed (no claim), lost (the claimed entry is neither terminal nor owned)
-# A missing mail is re-enqueued (XADD, claim := new id, healed := new id) unless the auditor
-# already re-enqueued it once (healed exists): then it is only reported.
-# The terminal record's name is built from the claim inside the script (like the ledger's
-# heartbeat lookup): it cannot be known before the claim is read.
-CHECK_AND_CLAIM = """
-local stream, group, prefix = KEYS[1], ARGV[1], ARGV[2]
-local ttl, maxlen, account = ARGV[3], ARGV[4], ARGV[5]
-
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
-  if not ms then return nil end
-  return tonumber(ms), tonumber(seq)
-end
-
-local function later(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  if am ~= bm then return am > bm end
-  return as > bs
-end
-
--- The group's last-delivered-id; no group yet means no entry has been read.
-local has_group, last = false, '0-0'
-local groups = redis.pcall('XINFO', 'GROUPS', stream)
-if type(groups) == 'table' and groups.err == nil then
-  for _, g in ipairs(groups) do
-    local name, lid
-    for i = 1, #g, 2 do
-      if g[i] == 'name' then name = g[i + 1] end
-      if g[i] == 'last-delivered-id' then lid = g[i + 1] end
-    end
-    if name == group then has_group, last = true, lid end
-  end
-end
-
-local function owner(id)
-  if #redis.call('XRANGE', stream, id, id) == 0 then return nil end
-  if not has_group or later(id, last) then return 'unread' end
-  if #redis.call('XPENDING', stream, group, id, id, 1) > 0 then return 'pending' end
-  return nil
-end
-
-local out = {}
-for n = 1, #ARGV - 5 do
-  local dedup, healed, email = KEYS[2 * n], KEYS[2 * n + 1], ARGV[5 + n]
-  local claim = redis.call('GET', dedup)
-  local status, detail, id = 'ok', nil, ''
-  if not claim then
-    status, detail = 'missing', 'unclaimed'
-  elseif claim == 'not_notified' then
-    detail = 'not_notified'
-  elseif not parse(claim) then
-    detail = 'legacy'
-  elseif redis.call('EXISTS', prefix .. claim) == 1 then
-    detail = 'terminal'
-  else
-    detail = owner(claim)
-    if not detail then status, detail = 'missing', 'lost' end
-  end
-  if status == 'missing' and redis.call('EXISTS', healed) == 0 then
-    id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-                    'account_id', account, 'email_id', email)
-    redis.call('SET', dedup, id, 'EX', ttl)
-    redis.call('SET', healed, id, 'EX', ttl)
-  end
-  out[#out + 1] = status
-  out[#out + 1] = detail
-  out[#out + 1] = id
-end
-return out
-"""
-
-# KEYS: lock:reconcile, state:jmap:baseline_at   ARGV: owner, Unix seconds
+# KEYS: lock (lock:reconcile), baseline (state:jmap:baseline_at)   ARGV: owner, at (Unix s)
 # → 1 when written, 0 when the lease is lost (nothing written).
-RECORD_BASELINE = """
+RECORD_BASELINE = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
-"""
+""", keys=("lock", "baseline"), args=("owner", "at"))
 
 
 @dataclass(frozen=True)
@@ -126,15 +49,14 @@ async def check_and_claim(redis: Redis, account_id: str, email_ids: list[str]) -
     out: list[Verdict] = []
     for start in range(0, len(email_ids), CLAIM_BATCH):
         batch = email_ids[start:start + CLAIM_BATCH]
-        names: list[str] = [keys.STREAM_JMAP]
-        for email_id in batch:
-            names += [keys.dedup_jmap(account_id, email_id),
-                      keys.audit_healed(account_id, email_id)]
-        reply: Any = await redis.eval(
-            CHECK_AND_CLAIM, len(names), *names, keys.CONSUMER_GROUP,
-            keys.delivery_committed(keys.STREAM_JMAP, ""), keys.DEDUP_JMAP_TTL_S,
-            STREAM_JMAP_MAXLEN, account_id, *batch,
-        )
+        mails = [key for email_id in batch for key in (
+            keys.dedup_jmap(account_id, email_id), keys.audit_healed(account_id, email_id))]
+        reply: Any = await CHECK_AND_CLAIM(
+            redis, keys={"stream": keys.STREAM_JMAP, "mails": mails}, args={
+                "group": keys.CONSUMER_GROUP,
+                "committed_prefix": keys.delivery_committed(keys.STREAM_JMAP, ""),
+                "ttl": keys.DEDUP_JMAP_TTL_S, "maxlen": STREAM_JMAP_MAXLEN,
+                "account_id": account_id, "email_ids": batch})
         for i, email_id in enumerate(batch):
             status, detail, entry = (text_of(v) or "" for v in reply[3 * i:3 * i + 3])
             out.append(Verdict(email_id, status == "missing", detail, entry or None))
@@ -161,8 +83,9 @@ async def read_state(redis: Redis) -> AuditState:
 
 async def record_baseline(redis: Redis, lock: Lock, at: int) -> bool:
     """The reconcile's first run: store its instant, only while `lock` is held."""
-    result = await redis.eval(RECORD_BASELINE, 2, lock.key, keys.RECONCILE_BASELINE,
-                              lock.owner, at)
+    result = await RECORD_BASELINE(redis, keys={"lock": lock.key,
+                                                "baseline": keys.RECONCILE_BASELINE},
+                                   args={"owner": lock.owner, "at": at})
     return int(result) == 1
 
 

@@ -16,7 +16,7 @@ ADMIN_SESSION_TTL_S = 1800
 
 # --- AI consent ----------------------------------------------------------------------------
 CONSENT_AI_PREFIX = "consent:ai:"
-# The durations the owner can choose (inventory §5.1); the key's EX is the chosen one.
+# The durations the owner can choose (docs/reference.md §1.2); the key's EX is the chosen one.
 CONSENT_AI_TTL_HOUR_S = 3600
 CONSENT_AI_TTL_DAY_S = 86_400
 CONSENT_AI_TTL_WEEK_S = 604_800
@@ -80,8 +80,10 @@ def delivery_waiting(peer: str) -> str:
     return f"delivery:waiting:{peer}"
 
 
-# Ledger: the intent written before a Telegram send (hash: consumer, started, progress), removed
-# by the commit; finding one on a later attempt means the earlier attempt died mid-send.
+# Ledger: the intent written before a Telegram send (hash: consumer, state `sending`/`failed`,
+# reply, chunk, at, and `resolution` once settled; `MARK`/`GATE`/`RESOLVE` of
+# `pipeline.ledger`), removed by the commit and the dead letter; still `sending` on a later
+# attempt means the earlier attempt died mid-send (or Telegram's answer was lost).
 INTENT_TTL_S = 604_800
 
 

@@ -1,8 +1,12 @@
-"""Redis operations of the mailbox side: new-mail enqueue, the reconcile lock and cursor, the
-built-in schedule slots, and the catch-up flag (and the signal that wakes the schedulers for it).
-The push subscription keys are `messageweave.store.push`.
+"""Redis operations of the mailbox side: the `stalwart:jmap` entries, the reconcile lock and
+cursor, the built-in schedule slots, and the catch-up flag (and the signal that wakes the
+schedulers for it). The push subscription keys are `messageweave.store.push`.
 
-Every multi-key change that must be atomic is one Lua script, defined here next to its caller.
+This module owns the shape of a `stalwart:jmap` entry (`_ADD_ENTRY`, docs/reference.md §1) and
+every script that writes one: the reconcile's (`CLAIM_DEDUP_AND_ENQUEUE_MANY`), the digest's
+(`CLAIM_DEDUP_AND_ENQUEUE_DIGEST`) and the gap auditor's (`CHECK_AND_CLAIM`, run by
+`messageweave.store.gaps.check_and_claim`). Every multi-key change that must be atomic is one
+Lua script (`messageweave.store.scripts.Script`).
 """
 
 from __future__ import annotations
@@ -13,42 +17,29 @@ import weakref
 from dataclasses import dataclass
 
 from messageweave.aio import raise_if_cancelling
-from messageweave.store import keys, scripts
+from messageweave.store import keys
 from messageweave.store.redis import Redis, int_of, text_of
+from messageweave.store.scripts import Script
 
 STREAM_JMAP_MAXLEN = 100_000
-
-
-# KEYS: dedup:jmap:{account}:{email}, stalwart:jmap   ARGV: ttl, account_id, email_id, maxlen
-# → the new entry id, or false when this email was already claimed (within the dedup TTL).
-# The claim holds the entry id (not just "1") so the gap auditor can follow a mail to its entry;
-# the gap auditor's own claim (`messageweave.store.gaps.CHECK_AND_CLAIM`) runs on the same key.
-CLAIM_DEDUP_AND_ENQUEUE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return false
-end
-local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
-                      'account_id', ARGV[2], 'email_id', ARGV[3])
-redis.call('SET', KEYS[1], id, 'EX', ARGV[1])
-return id
-"""
-
-# KEYS: lock:reconcile, state:jmap:since, state:jmap:watermark
-# ARGV: owner, cursor, watermark ("" = leave it)
-# → 1 when saved, 0 when the lease is lost (nothing written).
-SAVE_CURSOR = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[2], ARGV[2])
-if ARGV[3] ~= '' then
-  redis.call('SET', KEYS[3], ARGV[3])
-end
-return 1
-"""
-
-
 NOT_NOTIFIED = "not_notified"
+# A digest entry (issue #16) holds at most this many mails.
+DIGEST_KIND = "digest"
+DIGEST_MAX_IDS = 2048
+
+# The two shapes of a `stalwart:jmap` entry, as Lua functions for the scripts that write one:
+# a mail `{account_id, email_id}`, or a digest `{kind: digest, account_id, email_ids}`, its ids
+# space-separated (a JMAP id never holds a space, RFC 8620 §1.2). Each returns the new entry id.
+_ADD_ENTRY = f"""
+local function add_mail(stream, maxlen, account, email)
+  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
+                    'account_id', account, 'email_id', email)
+end
+local function add_digest(stream, maxlen, account, emails)
+  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'kind', '{DIGEST_KIND}',
+                    'account_id', account, 'email_ids', table.concat(emails, ' '))
+end
+"""
 
 
 async def mark_not_notified(redis: Redis, account_id: str, email_ids: list[str]) -> None:
@@ -65,60 +56,55 @@ async def mark_not_notified(redis: Redis, account_id: str, email_ids: list[str])
         await pipe.execute()
 
 
-async def enqueue_new_mail(redis: Redis, account_id: str, email_id: str) -> str | None:
-    """Claim `dedup:jmap:{account}:{email}` and append `{account_id, email_id}` to
-    `stalwart:jmap`, atomically. The new entry id, or None when the email was already enqueued
-    (deduplicated)."""
-    result = await redis.eval(
-        CLAIM_DEDUP_AND_ENQUEUE, 2, keys.dedup_jmap(account_id, email_id), keys.STREAM_JMAP,
-        keys.DEDUP_JMAP_TTL_S, account_id, email_id, STREAM_JMAP_MAXLEN,
-    )
-    return text_of(result)
-
-
-# KEYS: stalwart:jmap, then dedup:jmap:{account}:{email} per mail   ARGV: ttl, account_id,
-# maxlen, then the email ids (in KEYS order) → how many were enqueued. Per mail the claim + XADD
-# of `CLAIM_DEDUP_AND_ENQUEUE`; a mail claimed already (say by a pass that crashed) is skipped.
-CLAIM_DEDUP_AND_ENQUEUE_MANY = """
+# KEYS: stream (stalwart:jmap), claims* (dedup:jmap:{account}:{email} per mail)
+# ARGV: ttl, account_id, maxlen, email_ids* (in KEYS order)
+# → how many were enqueued. Per mail that nobody claimed yet (within the dedup TTL), one entry
+# and the claim, which holds the entry id (not just "1") so the gap auditor can follow a mail to
+# its entry (its own claim, `CHECK_AND_CLAIM`, runs on the same key); a mail claimed already (say
+# by a pass that crashed) is skipped.
+CLAIM_DEDUP_AND_ENQUEUE_MANY = Script(_ADD_ENTRY + """
 local enqueued = 0
 for n = 2, #KEYS do
   if redis.call('EXISTS', KEYS[n]) == 0 then
-    local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
-                          'account_id', ARGV[2], 'email_id', ARGV[n + 2])
+    local id = add_mail(KEYS[1], ARGV[3], ARGV[2], ARGV[n + 2])
     redis.call('SET', KEYS[n], id, 'EX', ARGV[1])
     enqueued = enqueued + 1
   end
 end
 return enqueued
-"""
+""", keys=("stream", "claims*"), args=("ttl", "account_id", "maxlen", "email_ids*"))
 ENQUEUE_BATCH = 512  # mails per script, so none holds Redis long; a page's go in one round trip
+
+
+def _claims(account_id: str, email_ids: list[str]) -> dict[str, str | list[str]]:
+    """The KEYS of a script that claims `email_ids`: the stream, then each mail's claim."""
+    return {"stream": keys.STREAM_JMAP,
+            "claims": [keys.dedup_jmap(account_id, e) for e in email_ids]}
 
 
 async def enqueue_new_mails(
     redis: Redis, account_id: str, email_ids: list[str], *, batch: int = ENQUEUE_BATCH
 ) -> int:
-    """`enqueue_new_mail` for each of `email_ids`, in order, in one round trip; how many were
-    enqueued (a mail already claimed, or named twice, is enqueued once)."""
+    """Claim `dedup:jmap:{account}:{email}` and append `{account_id, email_id}` to
+    `stalwart:jmap`, atomically, for each of `email_ids` nobody claimed yet, in order, in one
+    round trip; how many were enqueued (a mail already claimed, or named twice, is enqueued
+    once)."""
     async with redis.pipeline(transaction=False) as pipe:
         for chunk in (email_ids[i:i + batch] for i in range(0, len(email_ids), batch)):
-            pipe.eval(CLAIM_DEDUP_AND_ENQUEUE_MANY, 1 + len(chunk), keys.STREAM_JMAP,
-                      *(keys.dedup_jmap(account_id, e) for e in chunk),
-                      keys.DEDUP_JMAP_TTL_S, account_id, STREAM_JMAP_MAXLEN, *chunk)
+            CLAIM_DEDUP_AND_ENQUEUE_MANY.queue(pipe, keys=_claims(account_id, chunk), args={
+                "ttl": keys.DEDUP_JMAP_TTL_S, "account_id": account_id,
+                "maxlen": STREAM_JMAP_MAXLEN, "email_ids": chunk})
         return sum(int(n) for n in await pipe.execute())
 
 
-# A digest entry (issue #16): `{kind: digest, account_id, email_ids}`, the ids space-separated
-# (a JMAP id never holds a space, RFC 8620 §1.2), at most `DIGEST_MAX_IDS` of them.
-DIGEST_KIND = "digest"
-DIGEST_MAX_IDS = 2048
-
-# KEYS: stalwart:jmap, then dedup:jmap:{account}:{email} per mail   ARGV: ttl, account_id,
-# maxlen, then the email ids (in KEYS order) → {entry id ('' = none), how many it holds}.
+# KEYS: stream (stalwart:jmap), claims* (dedup:jmap:{account}:{email} per mail)
+# ARGV: ttl, account_id, maxlen, email_ids* (in KEYS order)
+# → {entry id ('' = none), how many it holds}.
 # One entry for every mail of the list nobody claimed yet (a mail claimed already, say by a
 # pass that crashed after this script, is left out; one named twice is in it once), and each
 # of their claims names that entry, like `CLAIM_DEDUP_AND_ENQUEUE_MANY`'s: the gap auditor
 # follows a mail to the digest entry and its terminal record.
-CLAIM_DEDUP_AND_ENQUEUE_DIGEST = """
+CLAIM_DEDUP_AND_ENQUEUE_DIGEST = Script(_ADD_ENTRY + """
 local fresh, picked, names = {}, {}, {}
 for n = 2, #KEYS do
   if not fresh[KEYS[n]] and redis.call('EXISTS', KEYS[n]) == 0 then
@@ -128,13 +114,12 @@ for n = 2, #KEYS do
   end
 end
 if #picked == 0 then return {'', 0} end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'kind', 'digest',
-                      'account_id', ARGV[2], 'email_ids', table.concat(names, ' '))
+local id = add_digest(KEYS[1], ARGV[3], ARGV[2], names)
 for _, n in ipairs(picked) do
   redis.call('SET', KEYS[n], id, 'EX', ARGV[1])
 end
 return {id, #picked}
-"""
+""", keys=("stream", "claims*"), args=("ttl", "account_id", "maxlen", "email_ids*"))
 
 
 async def enqueue_digest(redis: Redis, account_id: str,
@@ -146,15 +131,116 @@ async def enqueue_digest(redis: Redis, account_id: str,
         return None, 0
     if len(email_ids) > DIGEST_MAX_IDS:
         raise ValueError(f"a digest entry holds at most {DIGEST_MAX_IDS} mails")
-    entry, count = await redis.eval(
-        CLAIM_DEDUP_AND_ENQUEUE_DIGEST, 1 + len(email_ids), keys.STREAM_JMAP,
-        *(keys.dedup_jmap(account_id, e) for e in email_ids),
-        keys.DEDUP_JMAP_TTL_S, account_id, STREAM_JMAP_MAXLEN, *email_ids,
-    )
+    entry, count = await CLAIM_DEDUP_AND_ENQUEUE_DIGEST(
+        redis, keys=_claims(account_id, email_ids), args={
+            "ttl": keys.DEDUP_JMAP_TTL_S, "account_id": account_id,
+            "maxlen": STREAM_JMAP_MAXLEN, "email_ids": email_ids})
     return text_of(entry) or None, int(count)
 
 
+# A mail the gap auditor looks at is **missing** when nobody owns it any more: its claim is
+# absent, or names a `stalwart:jmap` entry that has no terminal record and is not owned by the
+# pipeline (still in the stream, and pending in `stalwart-workers` or not read by the group yet).
+# KEYS: stream (stalwart:jmap), mails* (per mail its dedup:jmap key, then its audit:healed key)
+# ARGV: group, committed_prefix (`delivery:committed:stalwart:jmap:`), ttl, maxlen, account_id,
+#       email_ids* (one per mail, in KEYS order)
+# → per mail three values: 'ok' | 'missing', the detail, the new entry id ('' = none)
+#   ok details: terminal, pending, unread, not_notified (the reconcile saw it outside the notify
+#   mailboxes), legacy (a claim from before claims held entry ids)
+#   missing details: unclaimed (no claim), lost (the claimed entry is neither terminal nor owned)
+# A missing mail is re-enqueued (XADD, claim := new id, healed := new id) unless the auditor
+# already re-enqueued it once (healed exists): then it is only reported. Deciding and
+# re-enqueueing in one script, on the reconcile's claim key, the reconcile and another audit
+# can never come in between and enqueue the mail a second time.
+# The terminal record's name is built from the claim inside the script (like the ledger's
+# heartbeat lookup): it cannot be known before the claim is read.
+CHECK_AND_CLAIM = Script(_ADD_ENTRY + """
+local stream, group, prefix = KEYS[1], ARGV[1], ARGV[2]
+local ttl, maxlen, account = ARGV[3], ARGV[4], ARGV[5]
+
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  if not ms then return nil end
+  return tonumber(ms), tonumber(seq)
+end
+
+local function later(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  if am ~= bm then return am > bm end
+  return as > bs
+end
+
+-- The group's last-delivered-id; no group yet means no entry has been read.
+local has_group, last = false, '0-0'
+local groups = redis.pcall('XINFO', 'GROUPS', stream)
+if type(groups) == 'table' and groups.err == nil then
+  for _, g in ipairs(groups) do
+    local name, lid
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] end
+      if g[i] == 'last-delivered-id' then lid = g[i + 1] end
+    end
+    if name == group then has_group, last = true, lid end
+  end
+end
+
+local function owner(id)
+  if #redis.call('XRANGE', stream, id, id) == 0 then return nil end
+  if not has_group or later(id, last) then return 'unread' end
+  if #redis.call('XPENDING', stream, group, id, id, 1) > 0 then return 'pending' end
+  return nil
+end
+
+local out = {}
+for n = 1, #ARGV - 5 do
+  local dedup, healed, email = KEYS[2 * n], KEYS[2 * n + 1], ARGV[5 + n]
+  local claim = redis.call('GET', dedup)
+  local status, detail, id = 'ok', nil, ''
+  if not claim then
+    status, detail = 'missing', 'unclaimed'
+  elseif claim == '""" + NOT_NOTIFIED + """' then
+    detail = 'not_notified'
+  elseif not parse(claim) then
+    detail = 'legacy'
+  elseif redis.call('EXISTS', prefix .. claim) == 1 then
+    detail = 'terminal'
+  else
+    detail = owner(claim)
+    if not detail then status, detail = 'missing', 'lost' end
+  end
+  if status == 'missing' and redis.call('EXISTS', healed) == 0 then
+    id = add_mail(stream, maxlen, account, email)
+    redis.call('SET', dedup, id, 'EX', ttl)
+    redis.call('SET', healed, id, 'EX', ttl)
+  end
+  out[#out + 1] = status
+  out[#out + 1] = detail
+  out[#out + 1] = id
+end
+return out
+""", keys=("stream", "mails*"), args=(
+    "group", "committed_prefix", "ttl", "maxlen", "account_id", "email_ids*"))
+
+
 # ------------------------------------------------------------------------------- lock
+
+
+# KEYS: lock   ARGV: owner → 1 when released, 0 when someone else holds it.
+RELEASE_LOCK = Script("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+""", keys=("lock",), args=("owner",))
+
+# KEYS: lock   ARGV: owner, ttl (seconds) → 1 when renewed, 0 when the lease is lost.
+RENEW_LOCK = Script("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+""", keys=("lock",), args=("owner", "ttl"))
 
 
 class Lock:
@@ -170,13 +256,18 @@ class Lock:
         return bool(await self.redis.set(self.key, self.owner, nx=True, ex=self.ttl_s))
 
     async def renew(self) -> bool:
-        result = await self.redis.eval(
-            scripts.RENEW_LOCK, 1, self.key, self.owner, self.ttl_s
-        )
+        result = await RENEW_LOCK(self.redis, keys={"lock": self.key},
+                                  args={"owner": self.owner, "ttl": self.ttl_s})
         return int(result) == 1
 
     async def release(self) -> None:
-        await self.redis.eval(scripts.RELEASE_LOCK, 1, self.key, self.owner)
+        await RELEASE_LOCK(self.redis, keys={"lock": self.key}, args={"owner": self.owner})
+
+
+class LockLost(Exception):
+    """A `Lock`'s lease expired or was taken over while its holder worked: whatever the holder
+    writes under the lock from then on is refused (the reconcile's cursor, the poller's offset),
+    and the holder stops."""
 
 
 def reconcile_lock(redis: Redis) -> Lock:
@@ -197,14 +288,31 @@ async def read_cursor(redis: Redis) -> CursorState:
     return CursorState(text_of(cursor), int_of(text_of(watermark)))
 
 
+# KEYS: lock (lock:reconcile), cursor (state:jmap:since), watermark (state:jmap:watermark)
+# ARGV: owner, cursor, watermark ("" = leave it)
+# → 1 when saved, 0 when the lease is lost (nothing written).
+SAVE_CURSOR = Script("""
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[3])
+end
+return 1
+""", keys=("lock", "cursor", "watermark"), args=("owner", "cursor", "watermark"))
+
+
 async def save_cursor(
     redis: Redis, lock: Lock, cursor: str, watermark: int | None = None
 ) -> bool:
     """Store the cursor (and watermark) only while `lock` is still held. False = lease lost."""
-    result = await redis.eval(
-        SAVE_CURSOR, 3, lock.key, keys.RECONCILE_CURSOR, keys.RECONCILE_WATERMARK,
-        lock.owner, cursor, "" if watermark is None else str(watermark),
-    )
+    result = await SAVE_CURSOR(
+        redis,
+        keys={"lock": lock.key, "cursor": keys.RECONCILE_CURSOR,
+              "watermark": keys.RECONCILE_WATERMARK},
+        args={"owner": lock.owner, "cursor": cursor,
+              "watermark": "" if watermark is None else str(watermark)})
     return int(result) == 1
 
 
@@ -226,10 +334,6 @@ async def request_catchup(redis: Redis, account_id: str) -> bool:
     return bool(
         await redis.set(keys.reconcile_catchup(account_id), "1", nx=True, ex=keys.CATCHUP_TTL_S)
     )
-
-
-async def catchup_pending(redis: Redis, account_id: str) -> bool:
-    return bool(await redis.exists(keys.reconcile_catchup(account_id)))
 
 
 async def take_catchup(redis: Redis, account_id: str) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from messageweave.store import keys
 from messageweave.store.mailbox import Lock
 from messageweave.store.redis import Redis, int_of, text_of
+from messageweave.store.scripts import Script
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,12 @@ def _lifecycle_fields(
     return fields
 
 
-# KEYS: push:subscription:id, push:subscription:{id}:status, push:registration:{digest},
-#       push:registration:current, push:lifecycle
-# ARGV: id, pending TTL, encoded registration, lifecycle field/value pairs…
-RECORD_REGISTRATION = """
+# KEYS: latest (push:subscription:id), status (push:subscription:{id}:status),
+#       registration (push:registration:{digest}), current (push:registration:current),
+#       lifecycle (push:lifecycle)
+# ARGV: id, pending_ttl, encoded (the encoded registration), fields* (lifecycle field/value
+#       pairs) → 1
+RECORD_REGISTRATION = Script("""
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], 'pending', 'EX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[1])
@@ -86,13 +89,16 @@ redis.call('SET', KEYS[4], ARGV[3])
 redis.call('DEL', KEYS[5])
 redis.call('HSET', KEYS[5], unpack(ARGV, 4))
 return 1
-"""
+""", keys=("latest", "status", "registration", "current", "lifecycle"),
+    args=("id", "pending_ttl", "encoded", "fields*"))
 
-# KEYS: push:registration:current, push:subscription:id, status of the new id, status of the
-#       old id, push:subscription:{old id}, push:registration:{digest}, push:lifecycle
-# ARGV: expected current, new current, new id, pending TTL, disabled TTL, lifecycle pairs…
+# KEYS: current (push:registration:current), latest (push:subscription:id), new_status (of the
+#       new id), old_status (of the old id), old_digest (push:subscription:{old id}),
+#       registration (push:registration:{digest}), lifecycle (push:lifecycle)
+# ARGV: expected (the current registration), current (the new one), id (the new id),
+#       pending_ttl, disabled_ttl, fields* (lifecycle field/value pairs)
 # → 1 when replaced, 0 when the registration changed meanwhile (nothing written).
-REPLACE_SUBSCRIPTION = """
+REPLACE_SUBSCRIPTION = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -105,12 +111,15 @@ redis.call('SET', KEYS[6], ARGV[3])
 redis.call('DEL', KEYS[7])
 redis.call('HSET', KEYS[7], unpack(ARGV, 6))
 return 1
-"""
+""", keys=("current", "latest", "new_status", "old_status", "old_digest", "registration",
+           "lifecycle"),
+    args=("expected", "current", "id", "pending_ttl", "disabled_ttl", "fields*"))
 
-# KEYS: push:registration:current, push:lifecycle
-# ARGV: expected current, n, n field names to delete, then field/value pairs to set
+# KEYS: current (push:registration:current), lifecycle (push:lifecycle)
+# ARGV: expected (the current registration), drops (n), changes* (n field names to delete, then
+#       field/value pairs to set)
 # → 1 when written, 0 when the registration changed meanwhile (nothing written).
-UPDATE_LIFECYCLE = """
+UPDATE_LIFECYCLE = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -122,23 +131,25 @@ if #ARGV > 2 + n then
   redis.call('HSET', KEYS[2], unpack(ARGV, 3 + n))
 end
 return 1
-"""
+""", keys=("current", "lifecycle"), args=("expected", "drops", "changes*"))
 
-# KEYS: push:subscription:{id}, push:subscription:{id}:status, push:lifecycle
-# ARGV: code digest, TTL, id, now
-RECORD_VERIFIED = """
+# KEYS: digest (push:subscription:{id}), status (push:subscription:{id}:status),
+#       lifecycle (push:lifecycle)
+# ARGV: code_digest, ttl, id, now → 1
+RECORD_VERIFIED = Script("""
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 redis.call('SET', KEYS[2], 'verified', 'EX', ARGV[2])
 if redis.call('HGET', KEYS[3], 'id') == ARGV[3] then
   redis.call('HSET', KEYS[3], 'verified', ARGV[4])
 end
 return 1
-"""
+""", keys=("digest", "status", "lifecycle"), args=("code_digest", "ttl", "id", "now"))
 
-# KEYS: push:subscription:{id}:status, push:subscription:{id}, push:registration:{digest},
-#       push:registration:current, push:subscription:id, push:lifecycle
-# ARGV: disabled TTL, encoded registration, id
-FORGET_REGISTRATION = """
+# KEYS: status (push:subscription:{id}:status), digest (push:subscription:{id}),
+#       registration (push:registration:{digest}), current (push:registration:current),
+#       latest (push:subscription:id), lifecycle (push:lifecycle)
+# ARGV: disabled_ttl, encoded (the encoded registration), id → 1
+FORGET_REGISTRATION = Script("""
 redis.call('SET', KEYS[1], 'disabled', 'EX', ARGV[1])
 redis.call('DEL', KEYS[2])
 if redis.call('GET', KEYS[3]) == ARGV[3] then
@@ -151,7 +162,8 @@ if redis.call('GET', KEYS[5]) == ARGV[3] then
   redis.call('DEL', KEYS[5])
 end
 return 1
-"""
+""", keys=("status", "digest", "registration", "current", "latest", "lifecycle"),
+    args=("disabled_ttl", "encoded", "id"))
 
 
 def push_register_lock(redis: Redis, url_digest: str) -> Lock:
@@ -173,13 +185,17 @@ async def record_registration(
     """After PushSubscription/create: id, pending status, URL mapping, current pointer and a
     fresh lifecycle (`url`, the granted `expires`, the create time `now` and the callback
     token's digest, when known), atomically and without EX."""
-    await redis.eval(
-        RECORD_REGISTRATION, 5, keys.PUSH_SUBSCRIPTION_ID,
-        keys.push_subscription_status(reg.subscription_id), keys.push_registration(reg.url_digest),
-        keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_LIFECYCLE,
-        reg.subscription_id, keys.PUSH_STATUS_PENDING_TTL_S, _encode_registration(reg),
-        *_lifecycle_fields(reg, url=url, expires=expires, now=now, token_digest=token_digest),
-    )
+    await RECORD_REGISTRATION(redis, keys={
+        "latest": keys.PUSH_SUBSCRIPTION_ID,
+        "status": keys.push_subscription_status(reg.subscription_id),
+        "registration": keys.push_registration(reg.url_digest),
+        "current": keys.PUSH_REGISTRATION_CURRENT, "lifecycle": keys.PUSH_LIFECYCLE,
+    }, args={
+        "id": reg.subscription_id, "pending_ttl": keys.PUSH_STATUS_PENDING_TTL_S,
+        "encoded": _encode_registration(reg),
+        "fields": _lifecycle_fields(reg, url=url, expires=expires, now=now,
+                                    token_digest=token_digest),
+    })
 
 
 async def replace_subscription(
@@ -188,16 +204,20 @@ async def replace_subscription(
 ) -> bool:
     """Point the registration at a re-created subscription (pending verification again), only
     while it still names `old`. False = the registration changed meanwhile; nothing written."""
-    result = await redis.eval(
-        REPLACE_SUBSCRIPTION, 7, keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_SUBSCRIPTION_ID,
-        keys.push_subscription_status(new.subscription_id),
-        keys.push_subscription_status(old.subscription_id),
-        keys.push_subscription(old.subscription_id), keys.push_registration(new.url_digest),
-        keys.PUSH_LIFECYCLE,
-        _encode_registration(old), _encode_registration(new), new.subscription_id,
-        keys.PUSH_STATUS_PENDING_TTL_S, keys.PUSH_STATUS_DISABLED_TTL_S,
-        *_lifecycle_fields(new, url=url, expires=expires, now=now, token_digest=token_digest),
-    )
+    result = await REPLACE_SUBSCRIPTION(redis, keys={
+        "current": keys.PUSH_REGISTRATION_CURRENT, "latest": keys.PUSH_SUBSCRIPTION_ID,
+        "new_status": keys.push_subscription_status(new.subscription_id),
+        "old_status": keys.push_subscription_status(old.subscription_id),
+        "old_digest": keys.push_subscription(old.subscription_id),
+        "registration": keys.push_registration(new.url_digest),
+        "lifecycle": keys.PUSH_LIFECYCLE,
+    }, args={
+        "expected": _encode_registration(old), "current": _encode_registration(new),
+        "id": new.subscription_id, "pending_ttl": keys.PUSH_STATUS_PENDING_TTL_S,
+        "disabled_ttl": keys.PUSH_STATUS_DISABLED_TTL_S,
+        "fields": _lifecycle_fields(new, url=url, expires=expires, now=now,
+                                    token_digest=token_digest),
+    })
     return int(result) == 1
 
 
@@ -209,11 +229,10 @@ async def update_lifecycle(
     drop = [name for name, value in values.items() if value is None]
     pairs = [part for name, value in values.items() if value is not None
              for part in (name, value)]
-    result = await redis.eval(
-        UPDATE_LIFECYCLE, 2, keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_LIFECYCLE,
-        _encode_registration(reg), len(drop), *drop,
-        "id", reg.subscription_id, "digest", reg.url_digest, *pairs,
-    )
+    result = await UPDATE_LIFECYCLE(
+        redis, keys={"current": keys.PUSH_REGISTRATION_CURRENT, "lifecycle": keys.PUSH_LIFECYCLE},
+        args={"expected": _encode_registration(reg), "drops": len(drop), "changes": [
+            *drop, "id", reg.subscription_id, "digest", reg.url_digest, *pairs]})
     return int(result) == 1
 
 
@@ -249,12 +268,14 @@ async def callback(redis: Redis) -> Callback:
 async def forget_registration(redis: Redis, reg: Registration) -> None:
     """After the subscription is gone: status `disabled`, digest deleted, and the mapping,
     current pointer, lifecycle and latest id too while they still name this registration."""
-    await redis.eval(
-        FORGET_REGISTRATION, 6, keys.push_subscription_status(reg.subscription_id),
-        keys.push_subscription(reg.subscription_id), keys.push_registration(reg.url_digest),
-        keys.PUSH_REGISTRATION_CURRENT, keys.PUSH_SUBSCRIPTION_ID, keys.PUSH_LIFECYCLE,
-        keys.PUSH_STATUS_DISABLED_TTL_S, _encode_registration(reg), reg.subscription_id,
-    )
+    await FORGET_REGISTRATION(redis, keys={
+        "status": keys.push_subscription_status(reg.subscription_id),
+        "digest": keys.push_subscription(reg.subscription_id),
+        "registration": keys.push_registration(reg.url_digest),
+        "current": keys.PUSH_REGISTRATION_CURRENT, "latest": keys.PUSH_SUBSCRIPTION_ID,
+        "lifecycle": keys.PUSH_LIFECYCLE,
+    }, args={"disabled_ttl": keys.PUSH_STATUS_DISABLED_TTL_S,
+             "encoded": _encode_registration(reg), "id": reg.subscription_id})
 
 
 async def is_known_subscription(redis: Redis, subscription_id: str) -> bool:
@@ -279,23 +300,25 @@ async def record_verified(
 ) -> None:
     """The code digest and status `verified` (EX 300), and the verification time in the
     lifecycle when it is this subscription's."""
-    await redis.eval(
-        RECORD_VERIFIED, 3, keys.push_subscription(subscription_id),
-        keys.push_subscription_status(subscription_id), keys.PUSH_LIFECYCLE,
-        code_digest, keys.PUSH_VERIFIED_TTL_S, subscription_id, int(now),
-    )
+    await RECORD_VERIFIED(redis, keys={
+        "digest": keys.push_subscription(subscription_id),
+        "status": keys.push_subscription_status(subscription_id),
+        "lifecycle": keys.PUSH_LIFECYCLE,
+    }, args={"code_digest": code_digest, "ttl": keys.PUSH_VERIFIED_TTL_S, "id": subscription_id,
+             "now": int(now)})
 
 
 async def record_state_change(redis: Redis, now: float) -> None:
     await redis.set(keys.PUSH_LAST_STATE_CHANGE, str(int(now)))
 
 
-# KEYS: push:catchup:due, push:catchup:deferred, reconcile:catchup:{account}
-# ARGV: now (Unix s), interval, TTL of the three keys
+# KEYS: due (push:catchup:due), deferred (push:catchup:deferred),
+#       catchup (reconcile:catchup:{account})
+# ARGV: now (Unix s), interval, ttl (of the three keys)
 # → 1: a catch-up newly flagged (announce it); 0: one was already pending, or the push is
 #   deferred (already deferred, or newly: -1). A `due` more than one interval ahead is a clock
 #   that went back: it does not hold pushes off.
-CLAIM_PUSH_CATCHUP = """
+CLAIM_PUSH_CATCHUP = Script("""
 local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
 local due = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if now >= due or due - now > interval then
@@ -310,11 +333,11 @@ if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then
   return -1
 end
 return 0
-"""
+""", keys=("due", "deferred", "catchup"), args=("now", "interval", "ttl"))
 
-# KEYS: as CLAIM_PUSH_CATCHUP. ARGV: now, interval, TTL.
+# KEYS: due, deferred, catchup (as CLAIM_PUSH_CATCHUP's)   ARGV: now, interval, ttl
 # → 1 when a deferred push became a catch-up now (its interval has passed), else 0.
-RELEASE_DEFERRED_CATCHUP = """
+RELEASE_DEFERRED_CATCHUP = Script("""
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
 end
@@ -327,28 +350,32 @@ redis.call('DEL', KEYS[2])
 redis.call('SET', KEYS[1], tostring(now + interval), 'EX', ARGV[3])
 redis.call('SET', KEYS[3], '1', 'NX', 'EX', ARGV[3])
 return 1
-"""
+""", keys=("due", "deferred", "catchup"), args=("now", "interval", "ttl"))
 
 
 async def claim_push_catchup(redis: Redis, account_id: str, *, now: float, interval: float
                              ) -> int:
     """Ask for a push-triggered catch-up, at most one per `interval` (`CLAIM_PUSH_CATCHUP`):
     1 = newly flagged, 0 = already pending or deferred, -1 = newly deferred."""
-    return int(await redis.eval(
-        CLAIM_PUSH_CATCHUP, 3, keys.PUSH_CATCHUP_DUE, keys.PUSH_CATCHUP_DEFERRED,
-        keys.reconcile_catchup(account_id), repr(float(now)), repr(float(interval)),
-        keys.CATCHUP_TTL_S,
-    ))
+    return int(await CLAIM_PUSH_CATCHUP(redis, keys=_catchup_keys(account_id),
+                                        args=_catchup_args(now, interval)))
 
 
 async def release_deferred_catchup(redis: Redis, account_id: str, *, now: float,
                                    interval: float) -> bool:
     """Turn a deferred push into a catch-up once its interval has passed; True when it did."""
-    return bool(await redis.eval(
-        RELEASE_DEFERRED_CATCHUP, 3, keys.PUSH_CATCHUP_DUE, keys.PUSH_CATCHUP_DEFERRED,
-        keys.reconcile_catchup(account_id), repr(float(now)), repr(float(interval)),
-        keys.CATCHUP_TTL_S,
-    ))
+    return bool(await RELEASE_DEFERRED_CATCHUP(redis, keys=_catchup_keys(account_id),
+                                               args=_catchup_args(now, interval)))
+
+
+def _catchup_keys(account_id: str) -> dict[str, str]:
+    return {"due": keys.PUSH_CATCHUP_DUE, "deferred": keys.PUSH_CATCHUP_DEFERRED,
+            "catchup": keys.reconcile_catchup(account_id)}
+
+
+def _catchup_args(now: float, interval: float) -> dict[str, str | int]:
+    return {"now": repr(float(now)), "interval": repr(float(interval)),
+            "ttl": keys.CATCHUP_TTL_S}
 
 
 async def last_state_change(redis: Redis) -> int | None:

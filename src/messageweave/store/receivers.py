@@ -19,16 +19,18 @@ from redis.exceptions import RedisError
 
 from messageweave.aio import cancel
 from messageweave.store import keys
-from messageweave.store.mailbox import Lock
+from messageweave.store.mailbox import Lock, LockLost
 from messageweave.store.redis import Redis, text_of
+from messageweave.store.scripts import Script
 
-# KEYS: the lease, the offset   ARGV: owner, offset → 1 stored (or already higher), 0 lease lost
-SAVE_OFFSET = """
+# KEYS: lock (the lease), offset   ARGV: owner, offset
+# → 1 stored (or already higher), 0 lease lost
+SAVE_OFFSET = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
 if tonumber(ARGV[2]) > stored then redis.call('SET', KEYS[2], ARGV[2]) end
 return 1
-"""
+""", keys=("lock", "offset"), args=("owner", "offset"))
 
 
 def poll_lock(redis: Redis) -> Lock:
@@ -52,8 +54,9 @@ async def read_offset(redis: Redis, token: str) -> int | None:
 
 async def save_offset(redis: Redis, lock: Lock, token: str, offset: int) -> bool:
     """Store the next offset while `lock` is held (never lowering it); False = lease lost."""
-    result = await redis.eval(SAVE_OFFSET, 2, lock.key, keys.telegram_poll_offset(bot_id(token)),
-                              lock.owner, str(offset))
+    result = await SAVE_OFFSET(
+        redis, keys={"lock": lock.key, "offset": keys.telegram_poll_offset(bot_id(token))},
+        args={"owner": lock.owner, "offset": str(offset)})
     return int(result) == 1
 
 
@@ -100,14 +103,10 @@ def _int(raw: str | None) -> int:
     return int(raw) if raw and raw.isdigit() else 0
 
 
-class LeaseLost(Exception):
-    """The loop's lease was taken over or expired while it ran."""
-
-
 async def hold(lock: Lock, body: Callable[[], Awaitable[None]], renew_s: float) -> bool:
     """Run `body` while holding `lock`: False at once when another instance holds it. The lease
     is renewed every `renew_s` beside the body; a renewal that finds it gone cancels the body
-    and raises `LeaseLost`. Released on the way out, whatever happened."""
+    and raises `LockLost`. Released on the way out, whatever happened."""
     if not await lock.acquire():
         return False
     body_task = asyncio.ensure_future(body())
@@ -118,7 +117,7 @@ async def hold(lock: Lock, body: Callable[[], Awaitable[None]], renew_s: float) 
                 body_task.result()
                 return True
             if not await lock.renew():
-                raise LeaseLost(lock.key)
+                raise LockLost(lock.key)
     finally:
         if not body_task.done():
             with contextlib.suppress(Exception):

@@ -15,13 +15,15 @@ from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis, int_of, text_of
+from messageweave.store.scripts import Script
 
 NAME_MAX_CHARS = 64
 
-# KEYS: the sorted set, the hash. ARGV: chat id, name ("" = keep the one stored), now (Unix s,
-# fractional), max chats, TTL. One refusal: refresh the chat's last-seen time, count it, then
-# drop the chats not seen within the TTL and the oldest beyond the cap, hash fields included.
-RECORD_REFUSAL = """
+# KEYS: chats (the sorted set), info (the hash)
+# ARGV: chat_id, name ("" = keep the one stored), now (Unix s, fractional), max_chats, ttl
+# → 1. One refusal: refresh the chat's last-seen time, count it, then drop the chats not seen
+# within the TTL and the oldest beyond the cap, hash fields included.
+RECORD_REFUSAL = Script("""
 local id, now, ttl = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[5])
 redis.call('ZADD', KEYS[1], now, id)
 redis.call('HINCRBY', KEYS[2], id .. ':count', 1)
@@ -42,7 +44,7 @@ end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[2], ttl)
 return 1
-"""
+""", keys=("chats", "info"), args=("chat_id", "name", "now", "max_chats", "ttl"))
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,10 @@ def short_name(text: str) -> str:
 async def record(redis: Redis, chat_id: int, name: str, now: float | None = None) -> None:
     """Count one refused update from `chat_id` (one script, one round trip)."""
     moment = time.time() if now is None else now
-    await redis.eval(RECORD_REFUSAL, 2, keys.REFUSED_CHATS, keys.REFUSED_CHATS_INFO,
-                     str(chat_id), short_name(name), repr(moment), keys.REFUSED_CHATS_MAX,
-                     keys.REFUSED_CHATS_TTL_S)
+    await RECORD_REFUSAL(
+        redis, keys={"chats": keys.REFUSED_CHATS, "info": keys.REFUSED_CHATS_INFO},
+        args={"chat_id": str(chat_id), "name": short_name(name), "now": repr(moment),
+              "max_chats": keys.REFUSED_CHATS_MAX, "ttl": keys.REFUSED_CHATS_TTL_S})
 
 
 async def recent(redis: Redis, now: float | None = None) -> list[RefusedChat]:

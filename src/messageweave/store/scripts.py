@@ -1,41 +1,78 @@
-"""Lua scripts: each multi-key change that must be atomic is one script."""
+"""The one way to run a Lua script: `Script`, a script declared with the names of its KEYS and
+ARGV, and called with named keys and arguments.
+
+Each multi-key change that must be atomic is one script, a module-level `Script` next to the
+code that calls it, opening with its comment (`# KEYS: …`, `# ARGV: …`, `# → …`) whose names
+are the declared ones, in order (a unit test compares them). A call names every key and
+argument: a missing or an extra name raises `TypeError` before anything reaches Redis, so the
+order of the Lua's `KEYS[n]` and `ARGV[n]` is written down, and checked, in one place.
+
+A script runs as redis-py's `register_script` runs it: EVALSHA, and on NOSCRIPT (a Redis that
+has not seen it since its start) the text is loaded and run again. In a pipeline
+(`Script.queue`) the text goes with the call (EVAL): redis-py would otherwise ask SCRIPT
+EXISTS before every execute, one more round trip.
+"""
 
 from __future__ import annotations
 
-# KEYS: config:business, config:business:revision
-# ARGV: expected revision ("" = any), ciphertext
-# → new revision, or -1 when the stored revision is not the expected one (nothing written).
-WRITE_BUSINESS_CONFIG = """
-local current = tonumber(redis.call('GET', KEYS[2]) or '0')
-if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= current then
-  return -1
-end
-redis.call('SET', KEYS[1], ARGV[2])
-local revision = redis.call('INCR', KEYS[2])
-return revision
-"""
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-# KEYS: config:business, config:business:revision   ARGV: ciphertext
-# → new revision, or -1 when a configuration already exists (create-only).
-CREATE_BUSINESS_CONFIG = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
-  return redis.call('INCR', KEYS[2])
-end
-return -1
-"""
+from redis.asyncio.client import Pipeline
 
-# KEYS: lock key   ARGV: owner  → 1 when released, 0 when someone else holds it.
-RELEASE_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+from messageweave.store.redis import Redis
 
-# KEYS: lock key   ARGV: owner, ttl seconds  → 1 when renewed, 0 when the lease is lost.
-RENEW_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('EXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
+Arg = str | int | float
+Value = Arg | Sequence[Arg]
+# A declared name ending in this takes a list, spread in place: the script's variadic tail.
+MANY = "*"
+
+
+class Script:
+    """A Lua script and the names of its KEYS and of its ARGV, in the order the Lua reads them.
+    At most the last name of each may end in `*`: it takes a list (the rest of KEYS or ARGV)."""
+
+    def __init__(self, source: str, *, keys: Sequence[str] = (), args: Sequence[str] = ()) -> None:
+        self.source = source
+        self.keys = tuple(keys)
+        self.args = tuple(args)
+        for names in (self.keys, self.args):
+            if any(name.endswith(MANY) for name in names[:-1]):
+                raise ValueError(f"only the last name may take a list: {names}")
+
+    async def __call__(self, redis: Redis, *, keys: Mapping[str, Value] | None = None,
+                       args: Mapping[str, Value] | None = None) -> Any:
+        """Run the script (EVALSHA, EVAL-and-load on NOSCRIPT); its reply as redis-py gives it."""
+        names, values = self._flatten(keys, args)
+        return await redis.register_script(self.source)(names, values, client=redis)
+
+    def queue(self, pipe: Pipeline, *, keys: Mapping[str, Value] | None = None,
+              args: Mapping[str, Value] | None = None) -> None:
+        """Queue the script on `pipe` (its reply comes with the pipeline's)."""
+        names, values = self._flatten(keys, args)
+        pipe.eval(self.source, len(names), *names, *values)
+
+    def _flatten(self, keys: Mapping[str, Value] | None,
+                 args: Mapping[str, Value] | None) -> tuple[list[str], list[Arg]]:
+        return ([str(key) for key in _in_order("KEYS", self.keys, keys or {})],
+                _in_order("ARGV", self.args, args or {}))
+
+
+def _in_order(part: str, declared: tuple[str, ...], given: Mapping[str, Value]) -> list[Arg]:
+    """`given`'s values in `declared`'s order, a list spread in place of a `*` name."""
+    bare = [name.removesuffix(MANY) for name in declared]
+    missing = [name for name in bare if name not in given]
+    extra = sorted(set(given) - set(bare))
+    if missing or extra:
+        raise TypeError(f"{part}: missing {missing}, unexpected {extra} (declared: {declared})")
+    out: list[Arg] = []
+    for name, plain in zip(declared, bare, strict=True):
+        value = given[plain]
+        one = isinstance(value, str | int | float)
+        if one == name.endswith(MANY):
+            raise TypeError(f"{part} {plain!r}: {'one value' if one else 'a list'} given")
+        if isinstance(value, str | int | float):
+            out.append(value)
+        else:
+            out += value
+    return out

@@ -7,8 +7,32 @@ import hmac
 import json
 from dataclasses import dataclass
 
-from messageweave.store import keys, scripts
+from messageweave.store import keys
 from messageweave.store.redis import Redis
+from messageweave.store.scripts import Script
+
+# KEYS: config (config:business), revision (config:business:revision)
+# ARGV: expected ("" = any), ciphertext
+# → new revision, or -1 when the stored revision is not the expected one (nothing written).
+WRITE_BUSINESS_CONFIG = Script("""
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= current then
+  return -1
+end
+redis.call('SET', KEYS[1], ARGV[2])
+local revision = redis.call('INCR', KEYS[2])
+return revision
+""", keys=("config", "revision"), args=("expected", "ciphertext"))
+
+# KEYS: config (config:business), revision (config:business:revision)   ARGV: ciphertext
+# → new revision, or -1 when a configuration already exists (create-only).
+CREATE_BUSINESS_CONFIG = Script("""
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  return redis.call('INCR', KEYS[2])
+end
+return -1
+""", keys=("config", "revision"), args=("ciphertext",))
+_CONFIG_KEYS = {"config": keys.BUSINESS_CONFIG, "revision": keys.BUSINESS_CONFIG_REVISION}
 
 
 class RevisionConflict(Exception):
@@ -43,8 +67,6 @@ def session_digest(key: bytes, token: str) -> str:
 class ConfigStore:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self._write = redis.register_script(scripts.WRITE_BUSINESS_CONFIG)
-        self._create = redis.register_script(scripts.CREATE_BUSINESS_CONFIG)
 
     # --- business configuration ----------------------------------------------------------
     async def business_revision(self) -> int:
@@ -60,17 +82,15 @@ class ConfigStore:
 
     async def write_business_config(self, ciphertext: str, expected_revision: int | None) -> int:
         expected = "" if expected_revision is None else str(expected_revision)
-        result = int(await self._write(
-            keys=[keys.BUSINESS_CONFIG, keys.BUSINESS_CONFIG_REVISION], args=[expected, ciphertext]
-        ))
+        result = int(await WRITE_BUSINESS_CONFIG(
+            self.redis, keys=_CONFIG_KEYS, args={"expected": expected, "ciphertext": ciphertext}))
         if result < 0:
             raise RevisionConflict
         return result
 
     async def create_business_config(self, ciphertext: str) -> int:
-        result = int(await self._create(
-            keys=[keys.BUSINESS_CONFIG, keys.BUSINESS_CONFIG_REVISION], args=[ciphertext]
-        ))
+        result = int(await CREATE_BUSINESS_CONFIG(
+            self.redis, keys=_CONFIG_KEYS, args={"ciphertext": ciphertext}))
         if result < 0:
             raise AlreadyConfigured
         return result

@@ -1,6 +1,7 @@
 """Redis Streams plumbing for the delivery pipeline: ingress, group reads, claims, DLQ, stats.
 
-Every entry of `stalwart:jmap` / `stalwart:telegram` holds only what the worker needs (SPEC C.8).
+Every entry of `stalwart:jmap` / `stalwart:telegram` holds only what the worker needs
+(docs/reference.md §1.3).
 Streams are trimmed with `XTRIM MINID` below the oldest entry the group still needs, so an
 unprocessed entry is never trimmed away.
 
@@ -12,25 +13,20 @@ trimmed exactly rather than by whole nodes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from messageweave.aio import Batcher
 from messageweave.store import keys
 from messageweave.store.redis import Redis
+from messageweave.store.scripts import Script
 
-DLQ_MAXLEN = 10_000
 # `/api/delivery`'s `unread` counts at most this many entries (Redis 6.2 has no `lag`).
 UNREAD_COUNT_CAP = 10_000
-ENTRY_FIELDS = {
-    keys.STREAM_JMAP: ("account_id", "email_id"),
-    keys.STREAM_TELEGRAM: ("update_id", "chat_id", "text"),
-}
 # Streams whose entries are deleted by the script that finishes them (terminal record + XACK),
 # and the fields of their entries that are never copied anywhere (DLQ payload included). Not
 # `stalwart:jmap`: the gap auditor follows mail to its entry until the trim removes it.
@@ -40,20 +36,9 @@ PRIVATE_FIELDS = {keys.STREAM_TELEGRAM: frozenset({"text"})}
 # worker does not read it; the replayed entry has its own id and its own ledger.
 REPLAY_OF = "replay_of"
 
-# KEYS: dedup:tg:{update_id}, stalwart:telegram   ARGV: ttl, then field/value pairs
-# → the new entry id, or false when this update was already claimed (a Telegram redelivery).
-# A failed XADD releases the claim (as in ENQUEUE_IF_ENABLED).
-CLAIM_AND_ENQUEUE = """
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return false
-end
-local id = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 2))
-if type(id) == 'table' and id.err then redis.call('DEL', KEYS[1]) end
-return id
-"""
-
-# KEYS: stalwart:telegram, config:enabled, then dedup:tg:{update_id} of each update
-# ARGV: ttl, then per update the number of its field/value parts and the parts
+# KEYS: stream (stalwart:telegram), enabled (config:enabled), claims* (dedup:tg:{update_id}
+#       of each update)
+# ARGV: ttl, updates* (per update the number of its field/value parts, then the parts)
 # → 0 when the service is switched off (nothing written), else one answer per update, in order:
 # its new entry id, or "" when it was already claimed (a Telegram redelivery, also one earlier in
 # the same call). The webhook's one round trip for the updates it accepts (`UpdateIngress`):
@@ -61,7 +46,7 @@ return id
 # that fails releases its update's claim and fails the call: that update and the ones after it
 # are not claimed (Telegram's redelivery queues them), those before it are queued (theirs is a
 # duplicate), so no update is lost to a claim without an entry.
-ENQUEUE_IF_ENABLED = """
+ENQUEUE_IF_ENABLED = Script("""
 if redis.call('GET', KEYS[2]) ~= '1' then return 0 end
 local out, at = {}, 2
 for k = 3, #KEYS do
@@ -79,9 +64,7 @@ for k = 3, #KEYS do
   at = at + parts + 1
 end
 return out
-"""
-_ENQUEUE_IF_ENABLED_SHA = hashlib.sha1(ENQUEUE_IF_ENABLED.encode(),
-                                       usedforsecurity=False).hexdigest()
+""", keys=("stream", "enabled", "claims*"), args=("ttl", "updates*"))
 # Updates per script run at most: a burst larger than this takes more than one run.
 MAX_INGRESS_BATCH = 64
 
@@ -106,11 +89,11 @@ class UpdateIngress:
         return await self._batcher.submit((update_id, fields))
 
 
-# KEYS: {stream}:dlq, {stream}   ARGV: dlq entry id, the replay field's name
+# KEYS: dlq ({stream}:dlq), stream   ARGV: dlq_id (the DLQ entry), replay_field (`replay_of`)
 # → the new stream id, or false when the DLQ entry is gone (replayed already).
 # The new entry is the payload plus `replay_of` = the dead-lettered entry's id (`source_id`); a
 # `replay_of` inside the payload (a replay dead-lettered again) is replaced by the newer one.
-REPLAY = """
+REPLAY = Script("""
 local rows = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #rows == 0 then return false end
 local f = rows[1][2]
@@ -130,7 +113,7 @@ if source then fields[#fields + 1] = ARGV[2]; fields[#fields + 1] = source end
 local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id
-"""
+""", keys=("dlq", "stream"), args=("dlq_id", "replay_field"))
 
 
 @dataclass(frozen=True)
@@ -173,37 +156,21 @@ class StreamStore:
         self._raw = cast(Any, redis)  # redis-py's stubs are loose about stream replies
 
     # --- ingress ------------------------------------------------------------------------
-    async def enqueue_update(self, update_id: int, fields: dict[str, str]) -> str | None:
-        """Claim `dedup:tg:{update_id}` and append the entry, atomically (None: a duplicate)."""
-        args: list[str | int] = [keys.DEDUP_TTL_S]
-        for name, value in fields.items():
-            args += [name, value]
-        result = await self.redis.eval(
-            CLAIM_AND_ENQUEUE, 2, keys.dedup_tg(update_id), keys.STREAM_TELEGRAM, *args
-        )
-        return str(result) if result else None
-
-    async def enqueue_update_if_enabled(self, update_id: int,
-                                        fields: dict[str, str]) -> str | None:
-        """`enqueue_update` in one round trip with the switch check (`SwitchedOff`)."""
-        return (await self.enqueue_updates_if_enabled([(update_id, fields)]))[0]
-
     async def enqueue_updates_if_enabled(
         self, updates: list[tuple[int, dict[str, str]]],
     ) -> list[str | None]:
-        """`enqueue_update` for each of `updates`, in order and in one round trip, with the
-        switch checked once for all (`SwitchedOff`: nothing written). EVALSHA; the script is
-        sent once per Redis server, on its first NOSCRIPT."""
-        names = [keys.STREAM_TELEGRAM, keys.ENABLED, *(keys.dedup_tg(u) for u, _ in updates)]
-        args: list[str | int] = [keys.DEDUP_TTL_S]
+        """Claim `dedup:tg:{update_id}` and append the entry, atomically, for each of `updates`
+        (None for a duplicate), in order and in one round trip, with the switch checked once
+        for all (`SwitchedOff`: nothing written)."""
+        parts: list[str | int] = []
         for _update_id, fields in updates:
-            args.append(2 * len(fields))
+            parts.append(2 * len(fields))
             for item in fields.items():
-                args += item
-        try:
-            result = await self.redis.evalsha(_ENQUEUE_IF_ENABLED_SHA, len(names), *names, *args)
-        except NoScriptError:
-            result = await self.redis.eval(ENQUEUE_IF_ENABLED, len(names), *names, *args)
+                parts += item
+        result = await ENQUEUE_IF_ENABLED(self.redis, keys={
+            "stream": keys.STREAM_TELEGRAM, "enabled": keys.ENABLED,
+            "claims": [keys.dedup_tg(u) for u, _ in updates],
+        }, args={"ttl": keys.DEDUP_TTL_S, "updates": parts})
         if result == 0:
             raise SwitchedOff
         return [str(entry) if entry else None for entry in result]
@@ -278,9 +245,6 @@ class StreamStore:
     async def remove_consumer(self, stream: str, consumer: str) -> None:
         await self.redis.xgroup_delconsumer(stream, keys.CONSUMER_GROUP, consumer)
 
-    async def ack(self, stream: str, entry_id: str) -> None:
-        await self.redis.xack(stream, keys.CONSUMER_GROUP, entry_id)
-
     # --- liveness -----------------------------------------------------------------------
     async def beat(self, consumer: str) -> None:
         await self.redis.set(keys.worker_heartbeat(consumer), str(int(time.time())),
@@ -337,7 +301,8 @@ class StreamStore:
         if forgotten_when_finished(stream):
             await self.redis.xdel(keys.dlq(stream), dlq_id)
             return None
-        result = await self.redis.eval(REPLAY, 2, keys.dlq(stream), stream, dlq_id, REPLAY_OF)
+        result = await REPLAY(self.redis, keys={"dlq": keys.dlq(stream), "stream": stream},
+                              args={"dlq_id": dlq_id, "replay_field": REPLAY_OF})
         return str(result) if result else None
 
     async def stats(self, stream: str) -> dict[str, int]:

@@ -17,12 +17,9 @@ from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
+from messageweave.store.scripts import Script
 
-# KEYS: failures, lock, strikes, the client index. ARGV: max failures, window, base lock, max
-# lock, strikes TTL, client, max clients, and the three key prefixes (the dropped clients' keys
-# are named from them). Counts one failure and bounds the index (`_BOUND_CLIENTS`); the one that
-# reaches the limit clears the count and sets the lock. Returns the new lock's length in
-# seconds, or 0 while the client is still under the limit.
+# Bounds the client index (`RECORD_FAILURE`'s KEYS[4], ARGV[5] to ARGV[10]).
 _BOUND_CLIENTS = """
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -41,7 +38,14 @@ if excess > 0 then
 end
 redis.call('EXPIRE', KEYS[4], ttl)
 """
-RECORD_FAILURE = _BOUND_CLIENTS + """
+# KEYS: failures, lock, strikes, clients (the client index)
+# ARGV: max_failures, window, lock_base, lock_max, strikes_ttl, client, max_clients,
+#       failures_prefix, lock_prefix, strikes_prefix (the dropped clients' keys are named from
+#       them)
+# → the new lock's length in seconds, or 0 while the client is still under the limit. Counts
+# one failure and bounds the index (`_BOUND_CLIENTS`); the one that reaches the limit clears the
+# count and sets the lock.
+RECORD_FAILURE = Script(_BOUND_CLIENTS + """
 local failures = redis.call('INCR', KEYS[1])
 if redis.call('TTL', KEYS[1]) < 0 then
   redis.call('EXPIRE', KEYS[1], ARGV[2])
@@ -61,12 +65,11 @@ end
 if lock > cap then lock = cap end
 redis.call('SET', KEYS[2], lock, 'EX', lock)
 return lock
-"""
+""", keys=("failures", "lock", "strikes", "clients"), args=(
+    "max_failures", "window", "lock_base", "lock_max", "strikes_ttl", "client", "max_clients",
+    "failures_prefix", "lock_prefix", "strikes_prefix"))
 
 
-# What the script prepends to a dropped client's name: the three per-client key templates.
-_PREFIXES = tuple(name("") for name in (keys.throttle_failures, keys.throttle_lock,
-                                        keys.throttle_strikes))
 
 
 async def locked_for(redis: Redis, client: str) -> int:
@@ -77,12 +80,16 @@ async def locked_for(redis: Redis, client: str) -> int:
 
 async def record_failure(redis: Redis, client: str) -> int:
     """Count one failed credential; the length of the lock it started, else 0."""
-    lock: Any = await redis.eval(
-        RECORD_FAILURE, 4,
-        keys.throttle_failures(client), keys.throttle_lock(client), keys.throttle_strikes(client),
-        keys.THROTTLE_CLIENTS,
-        keys.THROTTLE_MAX_FAILURES, keys.THROTTLE_WINDOW_S, keys.THROTTLE_LOCK_BASE_S,
-        keys.THROTTLE_LOCK_MAX_S, keys.THROTTLE_STRIKES_TTL_S, client, keys.THROTTLE_CLIENTS_MAX,
-        *_PREFIXES,
-    )
+    lock: Any = await RECORD_FAILURE(redis, keys={
+        "failures": keys.throttle_failures(client), "lock": keys.throttle_lock(client),
+        "strikes": keys.throttle_strikes(client), "clients": keys.THROTTLE_CLIENTS,
+    }, args={
+        "max_failures": keys.THROTTLE_MAX_FAILURES, "window": keys.THROTTLE_WINDOW_S,
+        "lock_base": keys.THROTTLE_LOCK_BASE_S, "lock_max": keys.THROTTLE_LOCK_MAX_S,
+        "strikes_ttl": keys.THROTTLE_STRIKES_TTL_S, "client": client,
+        "max_clients": keys.THROTTLE_CLIENTS_MAX,
+        # what the script prepends to a dropped client's name: the per-client key templates
+        "failures_prefix": keys.throttle_failures(""), "lock_prefix": keys.throttle_lock(""),
+        "strikes_prefix": keys.throttle_strikes(""),
+    })
     return int(lock)

@@ -13,8 +13,7 @@ import redis.asyncio as aioredis
 from messageweave.mail.auditor import AuditResult, audit
 from messageweave.mail.reconcile import encode_walk, reconcile
 from messageweave.store import gaps, keys
-from messageweave.store.mailbox import enqueue_new_mail
-from tests.helpers import FreshUser
+from tests.helpers import FreshUser, enqueue_mail
 from tests.peers.cyrus import CyrusServer
 
 INBOX = ("inbox",)
@@ -88,7 +87,7 @@ async def test_the_reconcile_claim_names_its_entry_and_lives_seven_days(
     key = keys.dedup_jmap(mailbox.client.account_id, new.email_id)
     assert await redis_client.get(key) == entry
     assert keys.DEDUP_TTL_S < await redis_client.ttl(key) <= keys.DEDUP_JMAP_TTL_S == 604_800
-    assert await enqueue_new_mail(redis_client, mailbox.client.account_id, new.email_id) is None
+    assert await enqueue_mail(redis_client, mailbox.client.account_id, new.email_id) is None
 
 
 async def test_the_first_run_records_the_baseline(
@@ -350,7 +349,7 @@ async def test_the_reconcile_and_the_audit_claims_race_to_one_entry_on_both_redi
         await redis.flushdb()
         await redis.xgroup_create(keys.STREAM_JMAP, keys.CONSUMER_GROUP, id="0", mkstream=True)
         ids = [f"M{n:04d}" for n in range(40)]
-        jobs = [enqueue_new_mail(redis, "acct", i) for i in ids]
+        jobs = [enqueue_mail(redis, "acct", i) for i in ids]
         jobs += [gaps.check_and_claim(redis, "acct", ids[n:n + 7]) for n in range(0, 40, 7)]
         jobs += [gaps.check_and_claim(redis, "acct", list(reversed(ids)))]
         await asyncio.gather(*jobs)

@@ -27,7 +27,7 @@ from messageweave.mail import scheduler
 from messageweave.mail.context import MailContext
 from messageweave.mail.reconcile import Progress
 from messageweave.store import keys
-from messageweave.store.mailbox import catchup_pending, request_catchup
+from messageweave.store.mailbox import request_catchup
 from tests.helpers import FreshUser, running_client, settings_for
 from tests.integration.mailbox.conftest import enqueued
 from tests.integration.mailbox.test_push_lifecycle import eventually
@@ -182,12 +182,13 @@ async def test_pushes_during_a_pass_coalesce_into_exactly_one_more_pass(
     await asyncio.wait_for(passes.holding.wait(), WITHIN_S)  # pass 1 done, not yet returned
     during = cyrus.append(user=mailbox.user, subject="during")
     await asyncio.gather(*(push(app, mailbox) for _ in range(10)))
-    assert await catchup_pending(redis_client, mailbox.client.account_id)  # one flag for ten
+    flag = keys.reconcile_catchup(mailbox.client.account_id)
+    assert await redis_client.exists(flag)  # one flag for ten
     gate.set()
     assert (await passes.next()).progress.enqueued == 1
     assert (await passes.next()).progress.enqueued == 1
     assert await enqueued(redis_client) == [first.email_id, during.email_id]
-    assert not await catchup_pending(redis_client, mailbox.client.account_id)
+    assert not await redis_client.exists(flag)
     # the next pass is the one this push causes: none was left over from the ten
     last = cyrus.append(user=mailbox.user, subject="last")
     pushed_at = time.monotonic()

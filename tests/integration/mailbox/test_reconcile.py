@@ -9,7 +9,6 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import (
     Budget,
-    LeaseLost,
     ReconcileBusy,
     Reconciler,
     encode_walk,
@@ -17,7 +16,7 @@ from messageweave.mail.reconcile import (
     reconcile,
 )
 from messageweave.store import keys
-from messageweave.store.mailbox import reconcile_lock
+from messageweave.store.mailbox import LockLost, reconcile_lock
 from tests.helpers import FreshUser
 from tests.integration.mailbox.conftest import enqueued
 from tests.peers.cyrus import CyrusServer
@@ -186,6 +185,6 @@ async def test_a_lost_lease_aborts_without_moving_the_cursor(
     lock = reconcile_lock(redis_client)
     assert await lock.acquire()
     await redis_client.set(keys.RECONCILE_LOCK, "someone-else")  # our lease expired, retaken
-    with pytest.raises(LeaseLost):
+    with pytest.raises(LockLost):
         await Reconciler(redis_client, mailbox.client, lock, INBOX).run()
     assert await redis_client.get(keys.RECONCILE_CURSOR) == cursor

@@ -7,8 +7,8 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
-from messageweave.store.mailbox import NOT_NOTIFIED, enqueue_new_mail, enqueue_new_mails
-from tests.helpers import FreshUser
+from messageweave.store.mailbox import NOT_NOTIFIED, enqueue_new_mails
+from tests.helpers import FreshUser, enqueue_mail
 from tests.integration.mailbox.conftest import enqueued
 from tests.peers.cyrus import CyrusServer
 
@@ -18,7 +18,7 @@ INBOX = ("inbox",)
 async def test_batched_enqueue_claims_each_mail_once_across_scripts(
     redis_client: aioredis.Redis,
 ) -> None:
-    assert await enqueue_new_mail(redis_client, "acct", "m2") is not None
+    assert await enqueue_mail(redis_client, "acct", "m2") is not None
     await redis_client.set(keys.dedup_jmap("acct", "m4"), NOT_NOTIFIED)
     ids = ["m1", "m2", "m3", "m1", "m4", "m5"]
     assert await enqueue_new_mails(redis_client, "acct", ids, batch=2) == 3
@@ -38,7 +38,7 @@ async def test_a_page_replayed_after_a_crash_enqueues_only_the_mails_not_yet_cla
     account = mailbox.client.account_id
     # a pass that crashed after its first scripts ran, before it saved the cursor
     for email_id in new[:2]:
-        assert await enqueue_new_mail(redis_client, account, email_id) is not None
+        assert await enqueue_mail(redis_client, account, email_id) is not None
     result = await reconcile(redis_client, mailbox.client, INBOX)
     assert result.complete and result.emails == 5 and result.enqueued == 3
     assert await enqueued(redis_client) == new
@@ -57,7 +57,9 @@ async def test_a_changes_page_and_its_new_mail_come_in_one_request(
     new = [cyrus.append(user=mailbox.user, subject=f"one request {n}") for n in range(3)]
     cyrus.append(user=mailbox.user, mailbox="Junk", subject="junk")
     mailbox.transport.clear()
-    changes, created = await client.changes_and_created(since, 10**6, properties=("mailboxIds",))
+    page = await client.changes_page(since, 10**6, properties=("mailboxIds",),
+                                     mailboxes_since=None)
+    changes, created = page.changes, page.created
     assert len(mailbox.transport.posts()) == 1
     [body] = mailbox.transport.posts()
     max_get = (await client.get_session()).max_objects_in_get

@@ -13,8 +13,7 @@ import redis.asyncio as aioredis
 
 from messageweave import runtime
 from messageweave.services import Services
-from messageweave.store.mailbox import enqueue_new_mail
-from tests.helpers import CYRUS_USER, running_client, settings_for
+from tests.helpers import CYRUS_USER, enqueue_mail, running_client, settings_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, served_app
@@ -43,7 +42,7 @@ async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
         email_id = cyrus.append(subject=subject).email_id
         # The reconcile's own enqueue (dedup claim + XADD): a pass the app runs by itself
         # (at start, a catch-up) must not queue these a second time.
-        by_subject[subject] = str(await enqueue_new_mail(redis, CYRUS_USER, email_id))
+        by_subject[subject] = str(await enqueue_mail(redis, CYRUS_USER, email_id))
     return by_subject
 
 

@@ -13,8 +13,7 @@ from messageweave.aio import cancel
 from messageweave.pipeline import worker as worker_module
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
-from messageweave.store.mailbox import enqueue_new_mail
-from tests.helpers import CYRUS_USER, running_client, settings_for
+from tests.helpers import CYRUS_USER, enqueue_mail, running_client, settings_for
 from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
 from tests.served import ServedApp
 
@@ -42,7 +41,7 @@ async def _burst(pipeline: ServedApp, count: int) -> dict[str, str]:
     # by itself (the second instance's start) may find a mail in Cyrus and claim it first: then
     # its claim names the entry it queued, and that one is the mail's.
     for email_id in emails:
-        await enqueue_new_mail(pipeline.redis, CYRUS_USER, email_id)
+        await enqueue_mail(pipeline.redis, CYRUS_USER, email_id)
     claims = await pipeline.redis.mget([keys.dedup_jmap(CYRUS_USER, e) for e in emails])
     return {subject: str(entry) for subject, entry in zip(subjects, claims, strict=True)}
 

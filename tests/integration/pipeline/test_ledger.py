@@ -15,6 +15,7 @@ from typing import Any
 from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
 from messageweave.store.streams import Entry
+from tests.helpers import unknown_records
 from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
 from tests.served import ServedApp, configure
 
@@ -274,7 +275,7 @@ async def test_a_lost_answer_is_not_resent_at_most_once(
             assert [subject_of(t) for t in api.texts] == ["maybe once"]
             record = await _terminal(cron_only, entry.id)
             assert record is not None and record["state"] == "unknown"
-            assert await worker.ledger.unknown_records() == [
+            assert await unknown_records(worker.ledger.redis) == [
                 f"{keys.STREAM_JMAP}/{entry.id}/not_resent"]
             assert await _pending(cron_only) == 0
             assert await cron_only.redis.xlen(keys.dlq(keys.STREAM_JMAP)) == 0
@@ -298,6 +299,6 @@ async def test_a_lost_answer_is_resent_once_at_least_once(
             record = await _terminal(cron_only, entry.id)
             assert record is not None and record["state"] == "delivered"
             assert record["message_ids"] == [2]
-            assert await worker.ledger.unknown_records() == [
+            assert await unknown_records(worker.ledger.redis) == [
                 f"{keys.STREAM_JMAP}/{entry.id}/resent"]
             assert await _pending(cron_only) == 0

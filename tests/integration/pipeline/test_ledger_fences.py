@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from messageweave.pipeline.ledger import LeaseLost, Ledger, Progress
+from messageweave.pipeline.ledger import LeaseLost, Ledger, SendProgress
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
 from tests.integration.pipeline.conftest import worker_services
@@ -75,11 +75,11 @@ async def test_a_stale_attempt_cannot_overwrite_the_live_holders_intent(
     the live holder's `sending` intent, and under `at_most_once` a crash of the holder then
     reads as "not sent": the message goes out twice."""
     a, b, lease_a, lease_b, entry_id = await _two_attempts(cron_only, "stale-c", "live-d")
-    await b.mark(lease_b, Progress(0, 1), "sending")  # type: ignore[arg-type]
+    await b.mark(lease_b, SendProgress(0, 1), "sending")  # type: ignore[arg-type]
     intent_key = keys.delivery_intent(keys.STREAM_JMAP, entry_id)
     before = await cron_only.redis.hgetall(intent_key)
     try:
-        await a.mark(lease_a, Progress(0, 0), "failed")  # type: ignore[arg-type]
+        await a.mark(lease_a, SendProgress(0, 0), "failed")  # type: ignore[arg-type]
     except LeaseLost:
         pass
     else:

@@ -8,8 +8,8 @@ import secrets
 from typing import Any
 
 from messageweave.store import keys
-from messageweave.store.mailbox import enqueue_new_mail, reconcile_lock
-from tests.helpers import ADMIN_KEY, CYRUS_USER
+from messageweave.store.mailbox import reconcile_lock
+from tests.helpers import ADMIN_KEY, CYRUS_USER, enqueue_mail
 from tests.integration.ops.test_diagnose_cli import run_cli
 from tests.integration.pipeline.conftest import eventually
 from tests.integration.test_envelope import assert_envelope
@@ -24,7 +24,7 @@ async def _discovered(app: ServedApp, subject: str) -> tuple[str, str]:
     """A new mail in Cyrus, claimed and enqueued the way the reconcile does it (the claim names
     its entry); (email id, entry id). A periodic reconcile may claim it first: same claim."""
     email_id = app.append(subject)
-    await enqueue_new_mail(app.redis, CYRUS_USER, email_id)
+    await enqueue_mail(app.redis, CYRUS_USER, email_id)
     entry = await app.redis.get(keys.dedup_jmap(CYRUS_USER, email_id))
     assert entry and entry != "not_notified"
     return email_id, str(entry)

@@ -27,9 +27,8 @@ from messageweave.aio import cancel
 from messageweave.cli.diagnose import run_checks
 from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
-from messageweave.store.mailbox import enqueue_new_mail
 from messageweave.store.waiting import waiting_for_peers
-from tests.helpers import CYRUS_USER, settings_for
+from tests.helpers import CYRUS_USER, enqueue_mail, settings_for
 from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
 from tests.served import ServedApp
 
@@ -54,7 +53,7 @@ async def _worker(redis_url: str, options: WorkerOptions = SCALED) -> AsyncItera
 
 async def _notify(app: ServedApp, subject: str) -> str:
     """A new mail in Cyrus, claimed and queued as the reconcile does it; its entry id."""
-    entry = await enqueue_new_mail(app.redis, CYRUS_USER, app.append(subject))
+    entry = await enqueue_mail(app.redis, CYRUS_USER, app.append(subject))
     assert entry is not None
     return entry
 

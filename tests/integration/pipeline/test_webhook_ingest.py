@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from messageweave.store import keys
-from messageweave.store.streams import StreamStore, SwitchedOff, UpdateIngress
-from tests.helpers import sample_wire
+from messageweave.store.streams import SwitchedOff, UpdateIngress
+from tests.helpers import enqueue_update, sample_wire
 from tests.integration.security import test_owner_words
 from tests.integration.security.test_input_limits import configured_and_enabled
 from tests.integration.test_envelope import assert_envelope
@@ -33,7 +33,7 @@ async def test_the_script_writes_nothing_unless_the_switch_is_on(
     if switch is not None:
         await redis.set(keys.ENABLED, switch)
     with pytest.raises(SwitchedOff):
-        await StreamStore(redis).enqueue_update_if_enabled(77, FIELDS)
+        await enqueue_update(redis, 77, FIELDS)
     assert await redis.keys("*") == ([keys.ENABLED] if switch is not None else [])
 
 
@@ -41,25 +41,21 @@ async def test_the_script_queues_an_update_once_and_answers_a_redelivery_none(
     redis: aioredis.Redis,
 ) -> None:
     await redis.set(keys.ENABLED, "1")
-    store = StreamStore(redis)
-    entry = await store.enqueue_update_if_enabled(77, FIELDS)
+    entry = await enqueue_update(redis, 77, FIELDS)
     assert entry is not None
     assert await redis.xrange(keys.STREAM_TELEGRAM) == [(entry, FIELDS)]
     assert 0 < await redis.ttl(keys.dedup_tg(77)) <= keys.DEDUP_TTL_S
-    assert await store.enqueue_update_if_enabled(77, FIELDS) is None
+    assert await enqueue_update(redis, 77, FIELDS) is None
     assert await redis.xlen(keys.STREAM_TELEGRAM) == 1
-    # the same claim as the script it extends: a claim by either one holds for the other
-    assert await store.enqueue_update(77, FIELDS) is None
-    assert await store.enqueue_update_if_enabled(78, {"update_id": "78"}) is not None
-    assert await store.enqueue_update(78, {"update_id": "78"}) is None
+    assert await enqueue_update(redis, 78, {"update_id": "78"}) is not None
 
 
 async def test_the_script_is_loaded_again_after_a_script_flush(redis: aioredis.Redis) -> None:
     """EVALSHA fails with NOSCRIPT on a Redis that never saw the script (or was restarted)."""
     await redis.set(keys.ENABLED, "1")
     await redis.script_flush()
-    assert await StreamStore(redis).enqueue_update_if_enabled(79, {"update_id": "79"})
-    assert await StreamStore(redis).enqueue_update_if_enabled(80, {"update_id": "80"})
+    assert await enqueue_update(redis, 79, {"update_id": "79"})
+    assert await enqueue_update(redis, 80, {"update_id": "80"})
     assert await redis.xlen(keys.STREAM_TELEGRAM) == 2
 
 
@@ -147,9 +143,6 @@ async def test_an_update_whose_entry_cannot_be_written_keeps_no_claim(
                                       for n in (41, 42)), return_exceptions=True)
     assert all(isinstance(o, ResponseError) for o in outcomes), outcomes
     assert not await redis.exists(keys.dedup_tg(41), keys.dedup_tg(42))
-    with pytest.raises(ResponseError):  # the script without the switch check, the same way
-        await StreamStore(redis).enqueue_update(43, {"update_id": "43"})
-    assert not await redis.exists(keys.dedup_tg(43))
     await redis.delete(keys.STREAM_TELEGRAM)
     assert await ingress.enqueue_if_enabled(41, {"update_id": "41"}) is not None  # redelivered
     assert [f["update_id"] for _, f in await redis.xrange(keys.STREAM_TELEGRAM)] == ["41"]

@@ -69,24 +69,16 @@ class MailMethods(MethodCaller):
         args = self._changes_args(await self._account(), since_state, max_changes)
         return _changes(await self._call_one("Email/changes", args), since_state)
 
-    async def changes_and_created(
-        self, since_state: str, max_changes: int, *, properties: Sequence[str]
-    ) -> tuple[EmailChanges, list[EmailMeta]]:
-        """Email/changes + Email/get of its `created` ids (`#ids` back-reference) in one
-        request: a page of new mail, in `created` order. `max_changes` is capped at the
-        session's maxObjectsInGet, so one Email/get covers the page. Raises like
-        `email_changes`."""
-        calls = await self._changes_calls(since_state, max_changes, properties)
-        page = _changes_page(await self.call(calls), since_state)
-        return page.changes, page.created
-
     async def changes_page(
         self, since_state: str, max_changes: int, *, properties: Sequence[str],
         mailboxes_since: str | None,
     ) -> ChangesPage:
-        """`changes_and_created`, and in the same request, after them, a look at the mailboxes:
-        Mailbox/get when `mailboxes_since` is None, else Mailbox/changes from that Mailbox
-        state. Coming last, it sees every mailbox the page's mail is in. Raises like
+        """Email/changes + Email/get of its `created` ids (`#ids` back-reference) in one
+        request: a page of new mail, in `created` order (`max_changes` is capped at the
+        session's maxObjectsInGet, so one Email/get covers the page); and in the same request,
+        after them, a look at the mailboxes: Mailbox/get when `mailboxes_since` is None, else
+        Mailbox/changes from that Mailbox state. Coming last, it sees every mailbox the page's
+        mail is in. Raises like
         `email_changes`; a failed Mailbox/changes only leaves `mailbox_changes` None."""
         calls = await self._changes_calls(since_state, max_changes, properties)
         account = self.account_id
