@@ -5,9 +5,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.helpers import login, sample_wire
-from tests.integration.test_business_config import snapshot
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import assert_envelope, login, sample_wire, snapshot
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire
@@ -27,7 +25,8 @@ async def test_empty_patch_probes_the_stored_configuration_with_its_stored_secre
     response = await client.post(PREFLIGHT, json={}, headers=headers)
     assert response.status_code == 200
     assert response.json() == {"persisted": False, "validation": {"ok": True, "errors": []},
-                               "components": {"jmap": {"ok": True}, "telegram": {"ok": True},
+                               "components": {"jmap": {"ok": True}, "replies": {"ok": True},
+                                              "telegram": {"ok": True},
                                               "llm": None}}
     assert await snapshot(redis_client) == before
 

@@ -24,12 +24,10 @@ from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons, reading
 from messageweave.store import keys
-from tests.integration.conversation.conftest import served, tls_emulator
+from tests.helpers import redis_text
 from tests.integration.telegram.test_buttons import WAIT_S, keyboard, press
 from tests.peers.telegram import SentFile, SentMessage
 from tests.served import ServedApp
-
-__all__ = ["served", "tls_emulator"]
 
 BODY_MARK = "Zebra-quokka-7731"  # in the mail's text: must never reach Redis or a log line
 PDF = (b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n" + os.urandom(3000)
@@ -275,26 +273,9 @@ async def test_no_body_text_or_attachment_byte_is_left_in_redis_or_the_logs(
     # even decode: the client reads UTF-8 and raises).
     needles = [BODY_MARK, "/Type /Catalog", base64.b64encode(PDF[:60]).decode()[:40],
                base64.b64encode(PNG).decode()[:40]]
-    redis = served.redis
-    for key in await redis.keys("*"):
-        kind = await redis.type(key)
-        if kind == "string":
-            values: list[Any] = [await redis.get(key)]
-        elif kind == "hash":
-            values = list((await redis.hgetall(key)).items())
-        elif kind == "list":
-            values = await redis.lrange(key, 0, -1)
-        elif kind == "set":
-            values = list(await redis.smembers(key))
-        elif kind == "zset":
-            values = await redis.zrange(key, 0, -1)
-        elif kind == "stream":
-            values = [fields for _, fields in await redis.xrange(key)]
-        else:
-            values = []
-        dumped = f"{key} {values!r}"
-        for needle in needles:
-            assert needle not in dumped, key
+    stored = await redis_text(served.redis)
+    for needle in needles:
+        assert needle not in stored
     logged = "\n".join(f"{r.getMessage()} {r.__dict__!r}" for r in caplog.records)
     for needle in needles:
         assert needle not in logged
