@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
@@ -27,14 +27,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from messageweave.app import create_app
-from messageweave.config.crypto import AAD, decrypt
 from messageweave.mail.jmap import JmapClient
 from messageweave.settings import Settings
 from messageweave.store import keys
-from tests.peers.cyrus import CyrusServer
-
-if TYPE_CHECKING:
-    from tests.served import ServedApp  # which builds on these helpers
 
 ADMIN_KEY = "ab" * 32
 CYRUS_USER = "alice"
@@ -331,159 +326,6 @@ class FakeClock:
         return self.now
 
 
-async def run_cli(*args: str, **env: str) -> tuple[int, str]:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "DEBUG_ENABLED", "DEBUG_TOKEN")}
-    proc = await asyncio.create_subprocess_exec(
-        console_script("messageweave"), *args, env={**base, "COLUMNS": "200", **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode()
-
-
-CONFIG_KEY = bytes.fromhex(ADMIN_KEY)
-
-
-async def stored_wire(r: aioredis.Redis) -> dict[str, Any]:
-    raw = await r.get(keys.BUSINESS_CONFIG)
-    assert raw is not None
-    result: dict[str, Any] = json.loads(decrypt(CONFIG_KEY, raw, AAD))
-    return result
-
-
-async def snapshot(r: aioredis.Redis) -> tuple[Any, Any]:
-    return await r.get(keys.BUSINESS_CONFIG), await r.get(keys.BUSINESS_CONFIG_REVISION)
-
-
-async def first_save(client: httpx.AsyncClient, **overrides: Any) -> httpx.Response:
-    return await client.put("/api/business-config", json=sample_wire(**overrides),
-                            headers=await login(client))
-
-
-async def configured_and_enabled(client: httpx.AsyncClient) -> dict[str, str]:
-    session = await login(client)
-    assert (await client.put("/api/business-config", json=sample_wire(),
-                             headers=session)).status_code == 200
-    assert (await client.put("/api/enabled", json={"enabled": True},
-                             headers=session)).status_code == 200
-    return session
-
-
-class LaneTurn(asyncio.Future[None]):
-    """A turn in a chat lane that tells when an attempt has started waiting for it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waited_for = asyncio.Event()
-
-    def add_done_callback(self, fn: Callable[[Any], object], *,
-                          context: Any = None) -> None:
-        self.waited_for.set()
-        super().add_done_callback(fn, context=context)
-
-
-async def save_wire(client: httpx.AsyncClient, admin: dict[str, str],
-                    wire: dict[str, Any], *, applied: bool = False) -> None:
-    """Save `wire` with the admin session `admin`; with `applied`, the running app must have
-    been rebuilt on it (not so when its peers are unreachable on purpose)."""
-    saved = await client.put("/api/business-config", headers=admin, json=wire)
-    assert saved.status_code == 200, saved.text
-    assert not applied or saved.json()["runtime_applied"] is True, saved.text
-
-
-async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
-                    outbound: dict[str, int] | None = None, *,
-                    enabled: bool = True, applied: bool = False) -> dict[str, str]:
-    """Save `wire` (and `outbound`, `applied` as in `save_wire`) and switch the service on (or,
-    with `enabled=False`, off); the admin session's headers."""
-    headers = await login(client)
-    if outbound is not None:
-        r = await client.put("/api/config", headers=headers, json=outbound)
-        assert r.status_code == 200, r.text
-    await save_wire(client, headers, wire, applied=applied)
-    switched = await client.put("/api/enabled", headers=headers, json={"enabled": enabled})
-    assert switched.status_code == 200, switched.text
-    return headers
-
-
-RECONCILE_TOKEN = "reconcile-SECRET"
-
-
-RECONCILE_AUTH = {"Authorization": f"Bearer {RECONCILE_TOKEN}"}
-
-
-def mailbox_wire(cyrus: CyrusServer, mailbox: FreshUser, **overrides: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "jmap_session_url": cyrus.origin + "/",
-        "jmap_username": mailbox.user,
-        "jmap_password": mailbox.password,
-        # nothing here may reach a real Telegram: the worker's sends fail fast on a closed port
-        "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
-        "reconcile_interval_s": 0,
-    }
-    values.update(overrides)
-    return sample_wire(**values)
-
-
-async def wait_enqueued(redis: aioredis.Redis, email_id: str, within_s: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < within_s:
-        if email_id in await enqueued(redis):
-            return time.monotonic() - started
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{email_id} not enqueued within {within_s} s")
-
-
-def state_change(account: str, types: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"@type": "StateChange", "changed": {account: types or {"Email": "s2"}}}
-
-
-async def enqueued(redis: aioredis.Redis) -> list[str]:
-    """The email ids in `stalwart:jmap`, oldest first (entries must hold exactly the contract's
-    two fields)."""
-    ids = []
-    for _entry_id, fields in await redis.xrange(keys.STREAM_JMAP):
-        assert set(fields) == {"account_id", "email_id"}, fields
-        ids.append(fields["email_id"])
-    return ids
-
-
-async def ready_body(client: httpx.AsyncClient) -> dict[str, object]:
-    response = await client.get("/ready")
-    return dict(response.json()) if response.status_code == 200 else {}
-
-
-async def until_label(client: httpx.AsyncClient, field: str, label: str,
-                      timeout_s: float = WAIT_S) -> None:
-    """Until `/ready` reports `field` (`updates`, `push`) as `label` (a prefix). `/ready`
-    answers 503 while a peer's probe fails: then use `until_status`."""
-    seen: list[object] = []
-
-    async def reported() -> bool:
-        response = await client.get("/ready")
-        seen[:] = [response.status_code, response.headers.get("x-ready-failed"),
-                   response.json()]
-        return response.status_code == 200 and str(response.json().get(field, "")).startswith(
-            label)
-    await eventually(reported, lambda: f"/ready {field} {label}; /ready last answered {seen}",
-                     timeout_s)
-
-
-async def until_status(app: ServedApp, field: str, label: str,
-                       timeout_s: float = WAIT_S) -> None:
-    """Until the admin page's status (`GET /api/push/status`) reports `field` (`updates`,
-    `in_force`) as `label` (a prefix)."""
-    seen: list[object] = []
-
-    async def reported() -> bool:
-        body = (await app.client.get("/api/push/status", headers=app.admin)).json()
-        seen[:] = [body.get(field)]
-        return str(body.get(field, "")).startswith(label)
-    await eventually(reported, lambda: f"{field} {label}; last seen {seen}", timeout_s)
-
-
 # --- what src/ offers only through its real paths (issue #24: no test-only code in src/) ----
 
 
@@ -510,7 +352,6 @@ async def enqueue_update(redis: aioredis.Redis, update_id: int,
 async def unknown_records(redis: aioredis.Redis) -> list[str]:
     """The members of `delivery:unknown_after_send`, oldest first."""
     return [str(m) for m in await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)]
-
 
 async def redis_text(redis: aioredis.Redis) -> str:
     """Every key of `redis` with its values (strings, hashes, lists, sets, sorted sets,

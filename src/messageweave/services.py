@@ -106,6 +106,10 @@ async def build_runtime(
     return runtime, warnings
 
 
+REPLIES_OFF = ("the mail server does not offer sending (urn:ietf:params:jmap:submission): "
+               "replies from the chat are off")
+
+
 def telegram_probe_text(exc: TelegramSendError) -> str:
     """A failed getMe in words (a preflight's `telegram` warning): the token refused, or the
     Bot API not reached, with Telegram's own description."""
@@ -161,11 +165,14 @@ class Peers:
         return warnings
 
     async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[PeerWarning]:
-        """What a preflight reports: the runtime's build, and Telegram's getMe for the bot
-        token at the configured Bot API address (issue #22: "Test connection" tests Telegram
-        too)."""
+        """What a preflight reports: the runtime's build, whether the mail server can send
+        (issue #25: replies from the chat need JMAP submission; read from the session just
+        fetched), and Telegram's getMe for the bot token at the configured Bot API address
+        (issue #22: "Test connection" tests Telegram too)."""
         runtime, warnings = await build_runtime(cfg, outbound)
         try:
+            if runtime.jmap is not None and not await runtime.jmap.can_submit():
+                warnings.append(PeerWarning("replies", "submission", REPLIES_OFF))
             await runtime.telegram.get_me()
         except TelegramSendError as exc:
             warnings.append(PeerWarning("telegram", "get_me",

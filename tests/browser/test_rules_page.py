@@ -50,6 +50,13 @@ def _sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result(60)
 
 
+def _until(check: Callable[[], bool], timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
 def _flag(params: dict[str, Any], name: str) -> object:
     """A sendMessage parameter as the emulator stored it (a form field arrives as text)."""
     value = params.get(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from typing import Any
 
 import httpx
@@ -16,13 +17,19 @@ from messageweave.store import keys
 from tests.browser.conftest import LiveService, PageRun
 from tests.browser.test_admin_page import open_page, sign_in
 from tests.browser.test_audit_card import RECONCILE, Mail
-from tests.helpers import eventually_sync
 from tests.peers.cyrus import CyrusServer
 
 
 @pytest.fixture
 def trusted_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
+
+
+def _until(check: Any, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
 
 
 def test_searching_a_subject_on_the_card_shows_the_steps_of_the_mail(
@@ -38,8 +45,7 @@ def test_searching_a_subject_on_the_card_shows_the_steps_of_the_mail(
     email_id = cyrus.append(user=mail.user, subject=subject).email_id
     answer = httpx.post(service.base_url + "/reconcile", headers=RECONCILE)
     assert answer.status_code == 204, answer.text
-    eventually_sync(lambda: redis_sync.xlen(keys.SEND_LOG) >= 1,
-                    "the worker tried and failed once", 15)
+    _until(lambda: redis_sync.xlen(keys.SEND_LOG) >= 1)  # the worker tried and failed once
 
     page = page_run.page
     open_page(page, service)

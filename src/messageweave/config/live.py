@@ -303,6 +303,8 @@ class ConfigService:
             "validation": {"ok": True, "errors": []},
             "components": {
                 "jmap": component("jmap"),
+                # Replies from the chat (issue #25): unknown (null) while JMAP is not reached.
+                "replies": component("replies") if component("jmap")["ok"] else None,
                 "telegram": component("telegram"),
                 "llm": component("llm") if cfg.llm_active else None,
             },

@@ -16,7 +16,7 @@ export const FIELDS = [
   ["llm_model", "nullable"], ["llm_api_key", "secret"], ["timezone", "choice"],
   ["degraded_reconcile_interval_s", "int"], ["audit_interval_s", "int"],
   ["audit_window_s", "int"], ["push_mode", "choice"], ["bot_language", "choice"],
-  ["telegram_updates", "choice"],
+  ["telegram_updates", "choice"], ["read_in_chat", "bool"],
 ];
 const REQUIRED = ["bot_token", "telegram_chat_id", "chat_allowlist", "telegram_webhook_secret",
   "timezone", "jmap_session_url", "jmap_username", "jmap_password", "llm_enabled",

@@ -327,6 +327,9 @@ async function testConnection() {
           : failureLines(component.errors));
       }
     });
+    // Replies from the chat need JMAP submission (issue #25): said, not counted as a failure.
+    const replies = result.components && result.components.replies;
+    if (replies && !replies.ok) lines.push({ text: t("biz.repliesOff"), kind: "error" });
     // The headline is the outcome: "passed" only when every probed peer answered.
     say("preflight-result", t(allOk ? "biz.testOk" : "biz.testFailed"), allOk ? "ok" : "error");
     report("preflight-issues", lines);

@@ -53,6 +53,29 @@ function same(a, b) {
   return text(a) === text(b);
 }
 
+// The notification's buttons as the bot sends them (`pipeline.buttons.notification_keyboard`,
+// the labels of `chat.replies` in `bot_language`): the Read row only while `read_in_chat` is on.
+const BUTTONS = {
+  zh: [["摘要", "标为已读", "归档"], ["阅读全文"]],
+  en: [["Summary", "Mark read", "Archive"], ["Read"]],
+};
+
+function showPreview(values) {
+  const rows = BUTTONS[values.bot_language] || BUTTONS.zh;
+  $("preview-buttons").replaceChildren(...rows.slice(0, values.read_in_chat === false ? 1 : 2)
+    .map(function (labels) {
+      const row = document.createElement("div");
+      row.className = "preview-row";
+      labels.forEach(function (text) {
+        const button = document.createElement("span");
+        button.className = "preview-button";
+        button.textContent = text;
+        row.appendChild(button);
+      });
+      return row;
+    }));
+}
+
 function baselineFrom(values) {
   const quiet = values.quiet_hours;
   return {
@@ -173,6 +196,7 @@ function showState(configured, revision) {
 function onBody(body) {
   const values = body.values || {};
   editor.setChats(values.telegram_chat_id, values.chat_allowlist);
+  showPreview(values);
   const keep = state.baseline !== null && !state.refill && isDirty();
   state.baseline = baselineFrom(values);
   state.refill = false;

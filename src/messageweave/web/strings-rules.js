@@ -4,6 +4,7 @@
 // the bot's language and the dry run.
 export const TEXTS = {
   "rules.title": ["Notification rules", "通知规则"],
+  "rules.previewTitle": ["The buttons under every notification, in the bot's language:", "每条通知下方的按钮（机器人的语言）："],
   "rules.intro": ["Where each new mail's notification goes. The first rule that matches a mail decides; a mail no rule matches is notified to the main chat as before.", "每封新邮件的通知发往何处。第一条匹配的规则决定结果；没有规则匹配的邮件照旧通知到主会话。"],
   "rules.needsConfig": ["Save the business configuration first: rules send to its chats.", "请先保存业务配置：规则会发送到其中的会话。"],
   "rules.state": ["Part of the business configuration, revision {n}.", "属于业务配置，修订号 {n}。"],

@@ -1,15 +1,13 @@
 """Fixtures for the mailbox side: a fresh Cyrus user per test (its own empty mailbox), a JMAP
-client for it, and the app configured for that mailbox."""
+client for it, and a helper that reads what reconcile put in `stalwart:jmap`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import httpx
 import pytest
+import redis.asyncio as aioredis
 
-from tests.helpers import FreshUser, configure, mailbox_wire
-from tests.peers.cyrus import CyrusServer
+from messageweave.store import keys
+from tests.helpers import FreshUser
 
 
 @pytest.fixture
@@ -20,12 +18,11 @@ async def mailbox(fresh: FreshUser) -> FreshUser:
     return fresh
 
 
-@pytest.fixture
-async def app(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
-    monkeypatch: pytest.MonkeyPatch,
-) -> AsyncIterator[httpx.AsyncClient]:
-    """The app, configured for a fresh Cyrus mailbox and switched on (no periodic schedule)."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
-    await configure(client, mailbox_wire(cyrus, mailbox))
-    yield client
+async def enqueued(redis: aioredis.Redis) -> list[str]:
+    """The email ids in `stalwart:jmap`, oldest first (entries must hold exactly the contract's
+    two fields)."""
+    ids = []
+    for _entry_id, fields in await redis.xrange(keys.STREAM_JMAP):
+        assert set(fields) == {"account_id", "email_id"}, fields
+        ids.append(fields["email_id"])
+    return ids

@@ -15,19 +15,12 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
-from tests.helpers import (
-    FreshUser,
-    assert_envelope,
-    closed_port,
-    configure,
-    eventually,
-    login,
-    running_client,
-    settings_for,
-)
+from tests.helpers import FreshUser, closed_port, login, running_client, settings_for
+from tests.integration.pipeline.conftest import eventually
+from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
-from tests.served import lift_limits, peer_wire
+from tests.served import configure, lift_limits, peer_wire
 
 WORKER = {"Authorization": "Bearer worker-token-SECRET"}
 RECONCILE = {"Authorization": "Bearer reconcile-SECRET"}
@@ -91,7 +84,7 @@ async def setup(
     periodic reconcile or audit (each test triggers them)."""
     await lift_limits(redis_client)
     wire = audit_wire(cyrus, mailbox, telegram_emulator)
-    await configure(client, wire, applied=True)
+    await configure(client, wire)
     yield Setup(client, redis_client, cyrus, mailbox, telegram_emulator, wire)
 
 
@@ -115,7 +108,7 @@ async def test_a_mail_the_cursor_skipped_reaches_telegram_exactly_once(setup: Se
     answer = await post_audit(setup.client)
     assert answer.status_code == 200 and answer.json() == {"checked": 1, "missing": 1,
                                                            "enqueued": 1}
-    await eventually(lambda: _count(setup, 1), "one audit run")
+    await eventually(lambda: _count(setup, 1))
     again = await post_audit(setup.client)
     assert again.json() == {"checked": 1, "missing": 0, "enqueued": 0}
     await asyncio.sleep(0.5)
@@ -136,7 +129,7 @@ async def test_a_mail_whose_entry_was_deleted_before_any_worker_read_it_reaches_
     await lift_limits(redis_client)
     wire = audit_wire(cyrus, mailbox, telegram_emulator)
     async with running_client(settings_for(embedded_redis_url)) as app:
-        await configure(app, wire, applied=True)
+        await configure(app, wire)
         assert (await app.post("/reconcile", headers=RECONCILE)).status_code == 204
     await rewind_baseline(redis_client)
     email_id = cyrus.append(user=mailbox.user, subject="Entry deleted while down").email_id
@@ -148,7 +141,7 @@ async def test_a_mail_whose_entry_was_deleted_before_any_worker_read_it_reaches_
         answer = await post_audit(app)
         assert answer.json() == {"checked": 1, "missing": 1, "enqueued": 1}
         setup = Setup(app, redis_client, cyrus, mailbox, telegram_emulator, wire)
-        await eventually(lambda: _count(setup, 1), "one audit run")
+        await eventually(lambda: _count(setup, 1))
         assert (await post_audit(app)).json() == {"checked": 1, "missing": 0, "enqueued": 0}
         await asyncio.sleep(0.5)
         [text] = await setup.messages()
@@ -167,7 +160,7 @@ async def test_two_audits_at_once_send_one_message(setup: Setup) -> None:
     answers = await asyncio.gather(post_audit(setup.client, headers=admin),
                                    post_audit(setup.client, headers=admin))
     assert sorted(a.json()["enqueued"] for a in answers) == [0, 1]
-    await eventually(lambda: _count(setup, 1), "one audit run")
+    await eventually(lambda: _count(setup, 1))
     await asyncio.sleep(0.5)
     assert len(await setup.messages()) == 1
     rows = await setup.redis.xrange(keys.STREAM_JMAP)
@@ -188,7 +181,7 @@ async def test_audits_next_to_a_reconcile_pass_send_each_mail_once(setup: Setup)
                                    setup.client.post("/reconcile", headers=RECONCILE))
     assert answers[2].status_code == 204
     assert sum(a.json()["enqueued"] for a in answers[:2]) == 3
-    await eventually(lambda: _count(setup, 6), "six audit runs")
+    await eventually(lambda: _count(setup, 6))
     await asyncio.sleep(0.5)
     texts = await setup.messages()
     assert sorted(t.split("\n")[1] for t in texts) == sorted(
@@ -282,7 +275,7 @@ async def test_the_periodic_audit_runs_once_per_interval(setup: Setup) -> None:
     await first_run(setup)
     setup.append("Found by the schedule")
     await skip_past(setup)
-    await configure(setup.client, {**setup.wire, "audit_interval_s": 60}, applied=True)
+    await configure(setup.client, {**setup.wire, "audit_interval_s": 60})
     # the loop polls every second: it claims the slot and audits at once
     deadline = time.monotonic() + 5
     while await setup.redis.get(keys.AUDIT_LAST) is None:
@@ -292,7 +285,7 @@ async def test_the_periodic_audit_runs_once_per_interval(setup: Setup) -> None:
     last = (await setup.client.get("/api/audit", headers=admin)).json()["last"]
     assert last["trigger"] == "schedule" and last["missing"] == 1
     assert 0 < await setup.redis.ttl(keys.AUDIT_SCHEDULE) <= 60
-    await eventually(lambda: _count(setup, 1), "one audit run")
+    await eventually(lambda: _count(setup, 1))
     await asyncio.sleep(1.5)  # more ticks: the slot holds, nothing runs again
     assert (await setup.client.get("/api/audit", headers=admin)).json()["last"] == last
     assert len(await setup.messages()) == 1

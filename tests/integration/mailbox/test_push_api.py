@@ -17,8 +17,10 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.state import sha256_hex
-from tests.helpers import assert_envelope, closed_port, login, sample_wire, unix_of
+from tests.helpers import closed_port, login, sample_wire
+from tests.integration.jmap.test_push import unix_of
 from tests.integration.mailbox.push_server import PushServer, callback_path
+from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 
 CALLBACK = "https://bot.example.org/push/jmap"

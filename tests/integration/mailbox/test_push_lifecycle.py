@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
@@ -25,21 +25,11 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
 from messageweave.store.push import Registration, record_registration
 from messageweave.store.state import sha256_hex
-from tests.helpers import (
-    DAY,
-    RECONCILE_AUTH,
-    FakeClock,
-    FreshUser,
-    closed_port,
-    configure,
-    enqueued,
-    eventually,
-    login,
-    mailbox_wire,
-    sample_wire,
-    unix_of,
-)
+from tests.helpers import FreshUser, closed_port, login, sample_wire
+from tests.integration.jmap.test_push import DAY, FakeClock, unix_of
+from tests.integration.mailbox.conftest import enqueued
 from tests.integration.mailbox.push_server import PushServer, callback_path
+from tests.integration.mailbox.test_reconcile_api import AUTH, configure, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 
 CALLBACK = "https://bot.example.org/push/jmap"
@@ -121,6 +111,13 @@ async def current_callback(redis: aioredis.Redis, server: PushServer) -> str:
 
 def state_change() -> dict[str, object]:
     return {"@type": "StateChange", "changed": {"u1": {"Email": "s9"}}}
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not await check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
 
 
 async def status(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, object]:
@@ -205,7 +202,7 @@ async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
     registration kept pointing at an id the server no longer knew."""
     old = await register_and_verify(client, admin, server)
     await eventually(lambda: redis_client.exists(keys.PUSH_MAINTENANCE_SCHEDULE),
-                     "a maintenance pass", 3)
+                     3, "the scheduler never ran a maintenance pass")
     server.responder.restart()
     calls = len(server.responder.bodies)
     await redis_client.delete(keys.PUSH_MAINTENANCE_SCHEDULE)  # the next pass, now not in 60 s
@@ -213,7 +210,7 @@ async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
     async def recreated() -> bool:
         return await redis_client.hget(keys.PUSH_LIFECYCLE, "id") not in (None, old)
 
-    await eventually(recreated, "the lost subscription re-created", 3)
+    await eventually(recreated, 3, "the lost subscription was never re-created")
     new = await redis_client.hget(keys.PUSH_LIFECYCLE, "id")
     assert server.responder.methods()[calls:] == ["PushSubscription/get", "PushSubscription/set"]
     sub = server.responder.subscriptions[new]
@@ -347,8 +344,7 @@ async def test_while_degraded_the_scheduler_reconciles_every_degraded_interval_o
     interval = 10
     await configure(client, mailbox_wire(cyrus, mailbox, reconcile_interval_s=0,
                                          degraded_reconcile_interval_s=interval))
-    baseline = await client.post("/reconcile", headers=RECONCILE_AUTH)
-    assert baseline.status_code == 204
+    assert (await client.post("/reconcile", headers=AUTH)).status_code == 204  # the baseline
     first = cyrus.append(user=mailbox.user, subject="while push is degraded 1")
     await record_registration(redis_client, Registration(DIGEST, "P-cyrus"), url=CALLBACK,
                               expires=int(time.time()) + DAY, now=time.time())
@@ -356,14 +352,14 @@ async def test_while_degraded_the_scheduler_reconciles_every_degraded_interval_o
     async def seen(email_id: str) -> bool:
         return email_id in await enqueued(redis_client)
 
-    await eventually(lambda: seen(first.email_id), "a reconcile pass while degraded", 5)
+    await eventually(lambda: seen(first.email_id), 5, "no reconcile pass while degraded")
     health = await push.health(redis_client, time.time())
     assert health.label == "degraded: server check failed"
     assert 0 < await redis_client.ttl(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE) <= interval
     after_first = time.monotonic()
     second = cyrus.append(user=mailbox.user, subject="while push is degraded 2")
-    await eventually(lambda: seen(second.email_id), "a second pass within the degraded interval",
-                     interval + 4)
+    await eventually(lambda: seen(second.email_id), interval + 4,
+                     "no second pass within the degraded interval")
     # the next pass waited for the interval (a slot, not a hot loop)
     assert time.monotonic() - after_first > interval / 2
     assert await redis_client.get(keys.RECONCILE_SCHEDULE) is None  # not the periodic schedule
@@ -377,7 +373,7 @@ async def test_push_that_works_adds_no_reconcile_passes(
     """Bug caught: reconciling on the degraded schedule while push is fine (wasted passes)."""
     await register_and_verify(client, admin, server)
     await eventually(lambda: redis_client.exists(keys.PUSH_MAINTENANCE_SCHEDULE),
-                     "a maintenance pass", 3)
+                     3, "the scheduler never ran a maintenance pass")
     await asyncio.sleep(1.5)
     assert (await push.health(redis_client, time.time())).label == "ok"
     assert await redis_client.exists(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE) == 0

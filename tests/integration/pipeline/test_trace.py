@@ -9,14 +9,10 @@ from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.mailbox import reconcile_lock
-from tests.helpers import (
-    ADMIN_KEY,
-    CYRUS_USER,
-    assert_envelope,
-    enqueue_mail,
-    eventually,
-    run_cli,
-)
+from tests.helpers import ADMIN_KEY, CYRUS_USER, enqueue_mail
+from tests.integration.ops.test_diagnose_cli import run_cli
+from tests.integration.pipeline.conftest import eventually
+from tests.integration.test_envelope import assert_envelope
 from tests.served import ServedApp
 
 # Outbound settings with one retry, so a failing mail is dead-lettered after two attempts.
@@ -49,7 +45,7 @@ async def _until_status(app: ServedApp, q: str, status: str) -> dict[str, Any]:
         latest = await _trace(app, q)
         return bool(latest["mails"]) and latest["mails"][0]["status"] == status
 
-    await eventually(reached, "the mail traced as " + status, 15)
+    await eventually(reached, 15)
     return latest
 
 
@@ -121,8 +117,7 @@ async def test_a_mail_the_system_never_saw_says_so(pipeline: ServedApp) -> None:
     # Held for the rest of the test, so no reconcile pass (the app's periodic one included)
     # can reach the mail before it is traced.
     holder = reconcile_lock(pipeline.redis)
-    # a pass running now ends within its lease
-    await eventually(holder.acquire, "the reconcile slot free")
+    await eventually(holder.acquire)  # a pass running now ends within its lease
     try:
         pipeline.cyrus.append(subject="Still unread by the reconcile")
         await pipeline.redis.set(keys.RECONCILE_BASELINE, 0)

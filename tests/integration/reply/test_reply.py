@@ -19,7 +19,7 @@ from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import SUBMISSION, JmapClient, JmapSession, JmapTransportError
 from messageweave.pipeline import buttons, reply
 from messageweave.store import drafts, keys
-from tests.helpers import WAIT_S, eventually
+from tests.helpers import WAIT_S, eventually, redis_text
 from tests.peers.smtp import Received, SmtpSink
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp
@@ -296,8 +296,8 @@ async def test_no_reply_text_is_left_in_redis_or_the_logs(
     served: ServedApp, smtp_sink: SmtpSink, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Catches the owner's words staying behind after the reply was made and sent: every
-    Redis key (strings, hashes, lists, sets, sorted sets, streams) and every log record is
-    scanned for the text's marker."""
+    Redis key (`redis_text`: strings, hashes, lists, sets, sorted sets, streams) and every log
+    record is scanned for the text's marker."""
     caplog.set_level(logging.DEBUG)
     _, _, notification = await notified(served, "Scan the reply")
     await answer_in_telegram(served, notification, f"Private words {BODY_MARK}.")
@@ -306,23 +306,6 @@ async def test_no_reply_text_is_left_in_redis_or_the_logs(
     await received(smtp_sink, "Scan the reply")
     await after(served, preview.message_id)
     await asyncio.sleep(0.5)
-    redis = served.redis
-    for key in await redis.keys("*"):
-        kind = await redis.type(key)
-        if kind == "string":
-            values: list[Any] = [await redis.get(key)]
-        elif kind == "hash":
-            values = list((await redis.hgetall(key)).items())
-        elif kind == "list":
-            values = await redis.lrange(key, 0, -1)
-        elif kind == "set":
-            values = list(await redis.smembers(key))
-        elif kind == "zset":
-            values = await redis.zrange(key, 0, -1)
-        elif kind == "stream":
-            values = [fields for _, fields in await redis.xrange(key)]
-        else:
-            values = []
-        assert BODY_MARK not in f"{key} {values!r}", key
+    assert BODY_MARK not in await redis_text(served.redis)
     logged = "\n".join(f"{r.getMessage()} {r.__dict__!r}" for r in caplog.records)
     assert BODY_MARK not in logged

@@ -14,7 +14,8 @@ from starlette.routing import Route
 
 import messageweave.api
 from messageweave.web import static
-from tests.helpers import ADMIN_KEY, assert_envelope, closed_port, login, sample_wire
+from tests.helpers import ADMIN_KEY, closed_port, login, sample_wire
+from tests.integration.test_envelope import assert_envelope
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 

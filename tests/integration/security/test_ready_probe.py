@@ -20,7 +20,8 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.jmap import JmapClient
 from messageweave.probes import READY_CACHE_TTL_S, READY_FAILURE_TTL_S
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, assert_envelope, login, sample_wire
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
+from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 

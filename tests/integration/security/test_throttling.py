@@ -15,12 +15,12 @@ from messageweave.store import keys
 from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
-    assert_envelope,
     closed_port,
     running_client,
     sample_wire,
     settings_for,
 )
+from tests.integration.test_envelope import assert_envelope
 
 ATTACKER = ("203.0.113.5", 40000)
 OPERATOR = ("198.51.100.7", 40001)
