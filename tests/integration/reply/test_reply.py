@@ -268,21 +268,26 @@ async def test_a_strangers_chat_can_neither_read_nor_reply(
     assert smtp_sink.matching(to_bob("Not yours")) == []
 
 
-async def test_a_server_without_submission_gets_a_clear_answer(
-    served: ServedApp, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Catches a reply on a server that cannot send (no `urn:ietf:params:jmap:submission` in
-    its session) failing silently, or leaving a draft that can never go. Cyrus cannot be told
-    to drop the capability, so a test double of the session does: the real session, without
-    it."""
+@pytest.fixture
+def without_submission(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every JMAP session read without `urn:ietf:params:jmap:submission`. Cyrus cannot be told
+    to drop the capability, so this test double of the session does: the real session,
+    without it."""
     real = JmapClient.get_session
 
-    async def without_submission(self: JmapClient, *, refresh: bool = False) -> JmapSession:
-        session = await real(self, refresh=refresh)
-        caps = {k: v for k, v in session.capabilities.items() if k != SUBMISSION}
-        return dataclasses.replace(session, capabilities=caps)
+    async def session(self: JmapClient, *, refresh: bool = False) -> JmapSession:
+        found = await real(self, refresh=refresh)
+        caps = {k: v for k, v in found.capabilities.items() if k != SUBMISSION}
+        return dataclasses.replace(found, capabilities=caps)
 
-    monkeypatch.setattr(JmapClient, "get_session", without_submission)
+    monkeypatch.setattr(JmapClient, "get_session", session)
+
+
+async def test_a_server_without_submission_gets_a_clear_answer(
+    served: ServedApp, without_submission: None,
+) -> None:
+    """Catches a reply on a server that cannot send (no `urn:ietf:params:jmap:submission` in
+    its session) failing silently, or leaving a draft that can never go."""
     email_id, _, notification = await notified(served, "No sending here")
     drafts_before = await served.redis.zcard(keys.REPLY_DRAFTS)
     await served.say(f"/reply {email_id} Will not go.")
@@ -290,6 +295,22 @@ async def test_a_server_without_submission_gets_a_clear_answer(
     assert answer.text == "此邮件服务器不支持发信（JMAP submission），无法在聊天中回复"
     assert keyboard(answer) == []
     assert await served.redis.zcard(keys.REPLY_DRAFTS) == drafts_before
+
+
+async def test_test_connection_says_replies_are_off_without_submission(
+    served: ServedApp, without_submission: None,
+) -> None:
+    """Catches the page's "Test connection" passing a server that cannot send without saying
+    that replies from the chat are off, or failing the mail server for it (it is reachable)."""
+    answer = await served.client.post("/api/business-config/preflight", headers=served.admin,
+                                      json={})
+    assert answer.status_code == 200, answer.text
+    components = answer.json()["components"]
+    assert components["jmap"] == {"ok": True}
+    assert components["replies"] == {"ok": False, "errors": [{
+        "component": "replies", "step": "submission",
+        "detail": "the mail server does not offer sending (urn:ietf:params:jmap:submission): "
+                  "replies from the chat are off"}]}
 
 
 async def test_no_reply_text_is_left_in_redis_or_the_logs(
