@@ -38,6 +38,7 @@ async def test_register_webhook_sets_url_secret_and_command_menu(served: ServedA
     assert commands == [("help", "使用说明"), ("search", "搜索邮件：/search <关键词>"),
                         ("summary", "邮件摘要：/summary <email_id>"),
                         ("read", "阅读邮件：/read <email_id>"),
+                        ("reply", "回复邮件：/reply <email_id> <内容>"),
                         ("ai", "AI 摘要授权：/ai on 或 /ai off")]
     # the secret: the emulator's delivery carries it and our webhook accepts it
     assert await served.say("/help") == 204
@@ -59,6 +60,7 @@ async def test_switching_the_language_on_the_page_switches_the_command_menu(
     assert await menu() == ["How to use", "Search mail: /search <words>",
                             "Summarize a mail: /summary <email_id>",
                             "Read a mail: /read <email_id>",
+                            "Reply to a mail: /reply <email_id> <text>",
                             "AI summary consent: /ai on or /ai off"]
     await served.configure(bot_language="zh")
     assert (await menu())[0] == "使用说明"
@@ -84,6 +86,7 @@ async def test_an_english_bot_answers_and_publishes_its_menu_in_english(
     assert menu == {"help": "How to use", "search": "Search mail: /search <words>",
                     "summary": "Summarize a mail: /summary <email_id>",
                     "read": "Read a mail: /read <email_id>",
+                    "reply": "Reply to a mail: /reply <email_id> <text>",
                     "ai": "AI summary consent: /ai on or /ai off"}
 
     email_id = served.cyrus.append(subject="March invoice", body="Please pay 1200 EUR.").email_id
