@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -22,6 +23,28 @@ from messageweave.store.redis import Redis
 log = logging.getLogger(__name__)
 
 
+class Outcome(StrEnum):
+    """How one delivery attempt at a stream entry ended, in the words Redis, the send log and
+    the metrics have always used: `Deliverer.process` returns it, a drain counts it, and the
+    first four are the ledger's terminal states (the terminal record's `state`,
+    `docs/reference.md` §1.3.1). A send-log record's `outcome` (also the `outcome` label of
+    `messageweave_deliveries_total`) is one of the first five."""
+
+    DELIVERED = "delivered"
+    DEAD_LETTER = "dead_letter"
+    UNKNOWN = "unknown"  # sent or not, nobody knows; `at_most_once` does not resend it
+    # A `mute` rule matched (issue #16): nothing was sent, on purpose; not a failure. As an
+    # attempt's answer: the entry was finished already (by another path).
+    SKIPPED = "skipped"
+    RETRY = "retry"
+    # Only an attempt's answer, never recorded as such:
+    MUTED = "muted"  # this attempt ended the entry `skipped` for a `mute` rule
+    BUSY = "busy"  # a live attempt holds the entry's lease
+    FENCED = "fenced"  # the lease became another attempt's: nothing (more) sent
+    INTERRUPTED = "interrupted"  # a Redis error ended the attempt; the entry comes back
+    DEFERRED = "deferred"  # a drain's: not attempted, due behind its chat's waiting entry
+
+
 async def record_send(
     redis: Redis,
     *,
@@ -29,17 +52,17 @@ async def record_send(
     event_id: str,
     kind: str,
     chat_id: int | None,
-    outcome: str,
+    outcome: Outcome,
     failure_class: str | None = None,
     latency_ms: float = 0.0,
     message_ids: Sequence[int] = (),
     end_to_end_s: float | None = None,
     rule: str | None = None,
 ) -> None:
-    """`outcome`: delivered, retry, dead_letter, skipped (a `mute` rule matched, issue #16:
-    nothing was sent, on purpose; not a failure) or unknown. `latency_ms` is this attempt's
-    duration, `end_to_end_s` (when known) the time since the event entered its stream; `rule`
-    names the rule that muted a `skipped` mail (the record has the field only then)."""
+    """`outcome` is one of the five an attempt records (`Outcome`). `latency_ms` is this
+    attempt's duration, `end_to_end_s` (when known) the time since the event entered its
+    stream; `rule` names the rule that muted a `skipped` mail (the record has the field only
+    then)."""
     record: dict[str, Any] = {
         "stream": stream, "event_id": event_id, "kind": kind, "chat_id": chat_id,
         "outcome": outcome, "failure_class": failure_class,

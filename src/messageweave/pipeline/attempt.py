@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 from messageweave.aio import raise_if_cancelling
 from messageweave.chat.telegram import FailureClass, SendOptions, TelegramSendError, split_text
 from messageweave.logs import failure_text, hinted, remedy_for
-from messageweave.ops.sendlog import record_send
+from messageweave.ops.sendlog import Outcome, record_send
 from messageweave.pipeline.events import (
     DeliveryFailure,
     MailPrefetch,
@@ -38,9 +38,6 @@ from messageweave.pipeline.events import (
 )
 from messageweave.pipeline.governor import Governor, bot_id, lanes_of, wait_before
 from messageweave.pipeline.ledger import (
-    DELIVERED,
-    SKIPPED,
-    UNKNOWN,
     Begin,
     Lease,
     LeaseLost,
@@ -130,10 +127,9 @@ class Deliverer:
 
     async def process(self, entry: Entry, after: asyncio.Future[None] | None = None,
                       sent: asyncio.Future[None] | None = None, *,
-                      hold_for_peers: bool = True) -> str:
-        """Deliver one entry through the ledger; returns the outcome (`delivered`, `muted` (a
-        rule said so: nothing sent, the entry ends `skipped`), `skipped` (finished already),
-        `busy`, `fenced`, `retry`, `dead_letter`, `unknown`, `interrupted`).
+                      hold_for_peers: bool = True) -> Outcome:
+        """Deliver one entry through the ledger; returns how it ended (`Outcome`: any but
+        `deferred`, which only a drain gives).
 
         `after` is the chat lane's turn to wait for; `sent` (this entry's place in the lane) is
         resolved as soon as every message of the entry went out, before the commit, so the
@@ -158,7 +154,7 @@ class Deliverer:
             raise_if_cancelling()
             log.warning("delivery of %s %s interrupted: %s", entry.stream, entry.id,
                         failure_text(exc))
-            return "interrupted"
+            return Outcome.INTERRUPTED
 
     async def pause(self, delay_s: float, peer: str | None = None) -> None:
         """Sleep `delay_s`, or less: until a call gets through to `peer` (any peer: None)."""
@@ -174,13 +170,13 @@ class Deliverer:
                 event.set()
 
     async def _attempt(self, entry: Entry, after: asyncio.Future[None] | None,
-                       sent: asyncio.Future[None] | None) -> tuple[str, Retry | None]:
+                       sent: asyncio.Future[None] | None) -> tuple[Outcome, Retry | None]:
         """One attempt under one lease → (outcome, the retry it scheduled or None)."""
         begin = await self.ledger.begin(entry.stream, entry.id)
         if begin.state == "terminal":
-            return "skipped", None  # finished by another path; BEGIN acked it
+            return Outcome.SKIPPED, None  # finished by another path; BEGIN acked it
         if begin.lease is None:
-            return "busy", None  # a live attempt holds it; BEGIN made it due again later
+            return Outcome.BUSY, None  # a live attempt holds it; BEGIN made it due again later
         attempt = _Attempt(begin.lease)
         alive = asyncio.Event()
         renewer = asyncio.create_task(self._keep_lease(attempt.lease, alive))
@@ -190,7 +186,7 @@ class Deliverer:
             return await self._try(entry, attempt, begin, after, sent)
         except LeaseLost:
             log.info("%s %s: the lease is another attempt's; not sent", entry.stream, entry.id)
-            return "fenced", None
+            return Outcome.FENCED, None
         except asyncio.CancelledError:
             with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
                 await asyncio.shield(self.ledger.release(attempt.lease))
@@ -227,7 +223,7 @@ class Deliverer:
 
     async def _try(self, entry: Entry, attempt: _Attempt, begin: Begin,
                    after: asyncio.Future[None] | None,
-                   sent: asyncio.Future[None] | None) -> tuple[str, Retry | None]:
+                   sent: asyncio.Future[None] | None) -> tuple[Outcome, Retry | None]:
         if begin.unknown_after_send:
             resolved = await self._resolve_unknown(entry, attempt)
             if resolved is not None:
@@ -242,16 +238,18 @@ class Deliverer:
         except DeliveryFailure as failure:
             return await self._failed(entry, attempt, failure)
         if isinstance(ids, Muted):
-            await self.ledger.commit(attempt.lease, terminal_record(SKIPPED, rule=ids.rule))
-            await self._record(entry, attempt, SKIPPED, rule=ids.rule)
-            return "muted", None
+            skipped = terminal_record(Outcome.SKIPPED, rule=ids.rule)
+            await self.ledger.commit(attempt.lease, skipped)
+            await self._record(entry, attempt, Outcome.SKIPPED, rule=ids.rule)
+            return Outcome.MUTED, None
         if sent is not None and not sent.done():
             sent.set_result(None)  # the chat's next entry may send while this one commits
-        await self.ledger.commit(attempt.lease, terminal_record(DELIVERED, message_ids=ids))
-        await self._record(entry, attempt, "delivered", message_ids=ids)
-        return "delivered", None
+        delivered = terminal_record(Outcome.DELIVERED, message_ids=ids)
+        await self.ledger.commit(attempt.lease, delivered)
+        await self._record(entry, attempt, Outcome.DELIVERED, message_ids=ids)
+        return Outcome.DELIVERED, None
 
-    async def _resolve_unknown(self, entry: Entry, attempt: _Attempt) -> str | None:
+    async def _resolve_unknown(self, entry: Entry, attempt: _Attempt) -> Outcome | None:
         """A send whose outcome is unknown (an attempt died mid-send, or Telegram's answer was
         lost). `at_most_once`: never resend, flag it and finish the entry as `unknown`.
         `at_least_once`: flag it and go on (None): the entry is sent again."""
@@ -259,9 +257,9 @@ class Deliverer:
         policy = cfg.delivery_policy if cfg is not None else "at_least_once"
         if policy == "at_most_once":
             await self.ledger.record_unknown(entry.stream, entry.id, "not_resent")
-            await self.ledger.commit(attempt.lease, terminal_record(UNKNOWN))
-            await self._record(entry, attempt, "unknown")
-            return "unknown"
+            await self.ledger.commit(attempt.lease, terminal_record(Outcome.UNKNOWN))
+            await self._record(entry, attempt, Outcome.UNKNOWN)
+            return Outcome.UNKNOWN
         await self.ledger.record_unknown(entry.stream, entry.id, "resent")
         await self.ledger.resolve(attempt.lease, "resent")
         return None
@@ -350,7 +348,7 @@ class Deliverer:
         raise failure
 
     async def _failed(self, entry: Entry, attempt: _Attempt,
-                      failure: DeliveryFailure) -> tuple[str, Retry | None]:
+                      failure: DeliveryFailure) -> tuple[Outcome, Retry | None]:
         """Count the attempt: dead-letter it, or schedule a retry. A peer out of reach waits
         for up to `retry_window_s` from the entry's first failure; any other retryable failure
         has `max_retries` (§7.11); the rest are dead-lettered at once."""
@@ -370,18 +368,18 @@ class Deliverer:
             delay_s=delay, peer=peer, window_s=window_s,
         )
         if outcome.fenced:
-            return "fenced", None
+            return Outcome.FENCED, None
         if outcome.dead_lettered:
             log.warning("%s %s dead-lettered: %s", entry.stream, entry.id,
                         _dead_letter_text(failure))
-            await self._record(entry, attempt, "dead_letter", failure.failure_class.value)
-            return "dead_letter", None
-        await self._record(entry, attempt, "retry", failure.failure_class.value)
+            await self._record(entry, attempt, Outcome.DEAD_LETTER, failure.failure_class.value)
+            return Outcome.DEAD_LETTER, None
+        await self._record(entry, attempt, Outcome.RETRY, failure.failure_class.value)
         if outcome.due_ms:  # the window's end may come before the backoff's
             delay = min(delay, max(0.0, outcome.due_ms / 1000 - time.time()))
-        return "retry", Retry(delay, peer)
+        return Outcome.RETRY, Retry(delay, peer)
 
-    async def _record(self, entry: Entry, attempt: _Attempt, outcome: str,
+    async def _record(self, entry: Entry, attempt: _Attempt, outcome: Outcome,
                       failure_class: str | None = None,
                       message_ids: list[int] | None = None, rule: str | None = None) -> None:
         now = time.time()

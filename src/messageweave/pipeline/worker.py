@@ -46,6 +46,7 @@ from redis.exceptions import RedisError
 
 from messageweave.aio import cancel, raise_if_cancelling
 from messageweave.logs import RepeatLog
+from messageweave.ops.sendlog import Outcome
 from messageweave.pipeline.attempt import BACKOFF_BASE_S, BACKOFF_CAP_S, Deliverer
 from messageweave.pipeline.events import MailPrefetch, lane_of
 from messageweave.pipeline.governor import Governor
@@ -106,7 +107,7 @@ class _Lane:
 @dataclass
 class DrainResult:
     processed: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[Outcome, int] = field(default_factory=dict)
 
 
 class Worker:
@@ -122,7 +123,7 @@ class Worker:
         # Entries this process works on or has taken to work on (read, claimed, in a batch):
         # the maintenance pass never reclaims them as stalled.
         self._active: set[tuple[str, str]] = set()
-        self._tasks: set[asyncio.Task[str]] = set()
+        self._tasks: set[asyncio.Task[Outcome]] = set()
         # The mail of entries taken together, fetched in one Email/get: started for each
         # batch taken (`_take`), dropped when an entry is finished; attempts take from it.
         self.mail = MailPrefetch(svc)
@@ -227,7 +228,7 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
 
     async def _run_one(self, entry: Entry, prev: asyncio.Future[None] | None,
-                       mine: asyncio.Future[None]) -> str:
+                       mine: asyncio.Future[None]) -> Outcome:
         try:
             not_before = self._not_before.pop((entry.stream, entry.id), None)
             if not_before is not None and not_before > time.time():
@@ -316,7 +317,7 @@ class Worker:
             await cancel(beating)
         return result
 
-    async def _drain_one(self, entry: Entry, blocked: dict[int, float]) -> str:
+    async def _drain_one(self, entry: Entry, blocked: dict[int, float]) -> Outcome:
         """One entry of a drain, in its lane's turn: attempted, or deferred behind its chat's
         entry that waits for a retry (`blocked`: lane → when it is due, ms)."""
         lane = lane_of(entry, self.svc)
@@ -324,9 +325,9 @@ class Worker:
         try:
             if lane in blocked:
                 await self.ledger.defer(entry.stream, entry.id, blocked[lane])
-                return "deferred"
+                return Outcome.DEFERRED
             outcome = await self.process(entry, prev, mine, hold_for_peers=False)
-            if outcome == "retry":
+            if outcome is Outcome.RETRY:
                 due = await self.ledger.due_at(entry.stream, entry.id)
                 if due is not None:
                     blocked[lane] = due
