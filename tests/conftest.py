@@ -120,3 +120,11 @@ async def client(
     async with running_client(settings_for(embedded_redis_url)) as c:
         yield c
 
+
+@pytest.fixture
+async def either_redis(any_redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """Redis 6.2 and 7.0: their stream internals (XAUTOCLAIM, deleted entries) differ."""
+    client = aioredis.from_url(any_redis_url, decode_responses=True)
+    await client.flushdb()
+    yield client
+    await client.aclose()

@@ -6,30 +6,43 @@ import nothing from each other, only from here (and the peers in `tests/peers/`)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import email.utils
 import json
 import os
+import random
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.message import EmailMessage
+from email.policy import SMTP
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import redis
 import redis.asyncio as aioredis
 import uvicorn
 from fastapi import FastAPI
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect
 
 from messageweave.app import create_app
+from messageweave.config.crypto import AAD, decrypt
 from messageweave.mail.jmap import JmapClient
 from messageweave.settings import Settings
 from messageweave.store import keys
+from tests.peers.cyrus import CyrusServer
+
+if TYPE_CHECKING:
+    from tests.served import ServedApp  # which builds on these helpers
 
 ADMIN_KEY = "ab" * 32
 CYRUS_USER = "alice"
@@ -124,12 +137,16 @@ def fastapi_of(asgi: object) -> FastAPI:
 
 @asynccontextmanager
 async def running_client(
-    settings: Settings, client: tuple[str, int] = ("127.0.0.1", 123)
+    settings: Settings, client: tuple[str, int] = ("127.0.0.1", 123), *,
+    prepare: Callable[[FastAPI], None] | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The real app (lifespan included) behind an httpx client; `client` is the socket peer
-    address the app sees."""
+    address the app sees. `prepare` is called with the FastAPI app before its lifespan starts
+    (e.g. to hand it a test's clock)."""
     asgi = create_app(settings)
     inner = fastapi_of(asgi)
+    if prepare is not None:
+        prepare(inner)
     started, stop = asyncio.Event(), asyncio.Event()
 
     # pytest-asyncio sets up and tears down a fixture in different tasks; the lifespan's
@@ -326,6 +343,313 @@ class FakeClock:
         return self.now
 
 
+async def run_cli(*args: str, **env: str) -> tuple[int, str]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "DEBUG_ENABLED", "DEBUG_TOKEN")}
+    proc = await asyncio.create_subprocess_exec(
+        console_script("messageweave"), *args, env={**base, "COLUMNS": "200", **env},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+CONFIG_KEY = bytes.fromhex(ADMIN_KEY)
+
+
+async def stored_wire(r: aioredis.Redis) -> dict[str, Any]:
+    raw = await r.get(keys.BUSINESS_CONFIG)
+    assert raw is not None
+    result: dict[str, Any] = json.loads(decrypt(CONFIG_KEY, raw, AAD))
+    return result
+
+
+async def snapshot(r: aioredis.Redis) -> tuple[Any, Any]:
+    return await r.get(keys.BUSINESS_CONFIG), await r.get(keys.BUSINESS_CONFIG_REVISION)
+
+
+async def first_save(client: httpx.AsyncClient, **overrides: Any) -> httpx.Response:
+    return await client.put("/api/business-config", json=sample_wire(**overrides),
+                            headers=await login(client))
+
+
+async def configured_and_enabled(client: httpx.AsyncClient) -> dict[str, str]:
+    session = await login(client)
+    assert (await client.put("/api/business-config", json=sample_wire(),
+                             headers=session)).status_code == 200
+    assert (await client.put("/api/enabled", json={"enabled": True},
+                             headers=session)).status_code == 200
+    return session
+
+
+class LaneTurn(asyncio.Future[None]):
+    """A turn in a chat lane that tells when an attempt has started waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_for = asyncio.Event()
+
+    def add_done_callback(self, fn: Callable[[Any], object], *,
+                          context: Any = None) -> None:
+        self.waited_for.set()
+        super().add_done_callback(fn, context=context)
+
+
+async def save_wire(client: httpx.AsyncClient, admin: dict[str, str],
+                    wire: dict[str, Any], *, applied: bool = False) -> None:
+    """Save `wire` with the admin session `admin`; with `applied`, the running app must have
+    been rebuilt on it (not so when its peers are unreachable on purpose)."""
+    saved = await client.put("/api/business-config", headers=admin, json=wire)
+    assert saved.status_code == 200, saved.text
+    assert not applied or saved.json()["runtime_applied"] is True, saved.text
+
+
+async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
+                    outbound: dict[str, int] | None = None, *,
+                    enabled: bool = True, applied: bool = False) -> dict[str, str]:
+    """Save `wire` (and `outbound`, `applied` as in `save_wire`) and switch the service on (or,
+    with `enabled=False`, off); the admin session's headers."""
+    headers = await login(client)
+    if outbound is not None:
+        r = await client.put("/api/config", headers=headers, json=outbound)
+        assert r.status_code == 200, r.text
+    await save_wire(client, headers, wire, applied=applied)
+    switched = await client.put("/api/enabled", headers=headers, json={"enabled": enabled})
+    assert switched.status_code == 200, switched.text
+    return headers
+
+
+RECONCILE_TOKEN = "reconcile-SECRET"
+
+
+RECONCILE_AUTH = {"Authorization": f"Bearer {RECONCILE_TOKEN}"}
+
+
+def mailbox_wire(cyrus: CyrusServer, mailbox: FreshUser, **overrides: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "jmap_session_url": cyrus.origin + "/",
+        "jmap_username": mailbox.user,
+        "jmap_password": mailbox.password,
+        # nothing here may reach a real Telegram: the worker's sends fail fast on a closed port
+        "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
+        "reconcile_interval_s": 0,
+    }
+    values.update(overrides)
+    return sample_wire(**values)
+
+
+async def wait_enqueued(redis: aioredis.Redis, email_id: str, within_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        if email_id in await enqueued(redis):
+            return time.monotonic() - started
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{email_id} not enqueued within {within_s} s")
+
+
+def state_change(account: str, types: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"@type": "StateChange", "changed": {account: types or {"Email": "s2"}}}
+
+
+async def enqueued(redis: aioredis.Redis) -> list[str]:
+    """The email ids in `stalwart:jmap`, oldest first (entries must hold exactly the contract's
+    two fields)."""
+    ids = []
+    for _entry_id, fields in await redis.xrange(keys.STREAM_JMAP):
+        assert set(fields) == {"account_id", "email_id"}, fields
+        ids.append(fields["email_id"])
+    return ids
+
+
+async def ready_body(client: httpx.AsyncClient) -> dict[str, object]:
+    response = await client.get("/ready")
+    return dict(response.json()) if response.status_code == 200 else {}
+
+
+async def until_label(client: httpx.AsyncClient, field: str, label: str,
+                      timeout_s: float = WAIT_S) -> None:
+    """Until `/ready` reports `field` (`updates`, `push`) as `label` (a prefix). `/ready`
+    answers 503 while a peer's probe fails: then use `until_status`."""
+    seen: list[object] = []
+
+    async def reported() -> bool:
+        response = await client.get("/ready")
+        seen[:] = [response.status_code, response.headers.get("x-ready-failed"),
+                   response.json()]
+        return response.status_code == 200 and str(response.json().get(field, "")).startswith(
+            label)
+    await eventually(reported, lambda: f"/ready {field} {label}; /ready last answered {seen}",
+                     timeout_s)
+
+
+async def until_status(app: ServedApp, field: str, label: str,
+                       timeout_s: float = WAIT_S) -> None:
+    """Until the admin page's status (`GET /api/push/status`) reports `field` (`updates`,
+    `in_force`) as `label` (a prefix)."""
+    seen: list[object] = []
+
+    async def reported() -> bool:
+        body = (await app.client.get("/api/push/status", headers=app.admin)).json()
+        seen[:] = [body.get(field)]
+        return str(body.get(field, "")).startswith(label)
+    await eventually(reported, lambda: f"{field} {label}; last seen {seen}", timeout_s)
+
+
+# ------------------------------------------------------------------------------ browser
+
+# Collects `securitypolicyviolation` events before any page script runs (init scripts are
+# injected by the browser itself, so the page's CSP does not apply to this one).
+_CSP_PROBE = """
+window.__cspViolations = [];
+document.addEventListener('securitypolicyviolation', function (e) {
+  window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI);
+});
+"""
+
+
+class LiveService:
+    """The real ASGI app under uvicorn in a background thread (its own event loop)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port,
+                                log_config=None, log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
+
+    def start(self) -> LiveService:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the service did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+
+def save_configuration(service: LiveService, wire: dict[str, Any]) -> None:
+    """Store a configuration the way another admin would (its own session, over HTTP)."""
+    with httpx.Client(base_url=service.base_url) as http:
+        token = http.post("/api/admin/session", headers=admin_headers()).json()["session"]
+        response = http.put("/api/business-config", json=wire,
+                            headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, response.text
+
+
+@dataclass
+class PageRun:
+    page: Page
+    console: list[str] = field(default_factory=list)
+
+
+def open_browser_page(browser: Browser, locale: str, **options: Any) -> Iterator[PageRun]:
+    context = browser.new_context(locale=locale, **options)
+    context.add_init_script(_CSP_PROBE)
+    page = context.new_page()
+    run = PageRun(page)
+
+    def on_console(message: ConsoleMessage) -> None:
+        run.console.append(f"{message.type}: {message.text}")
+
+    page.on("console", on_console)
+    yield run
+    violations = page.evaluate("window.__cspViolations || []") if not page.is_closed() else []
+    context.close()
+    csp_console = [line for line in run.console
+                   if "Content Security Policy" in line or "Refused to" in line]
+    assert violations == [] and csp_console == [], (violations, csp_console)
+
+
+BIZ = "/api/business-config"
+
+
+def open_page(page: Page, service: LiveService) -> None:
+    page.goto(service.base_url + "/")
+    expect(page.locator("#setup-summary")).not_to_have_text(re.compile("Checking|正在检查"))
+
+
+def sign_in(page: Page, key: str = ADMIN_KEY) -> None:
+    page.fill("#auth-key", key)
+    page.click("#auth-submit")
+    expect(page.locator("#admin")).to_be_visible()
+
+
+def signed_in(page: Page, service: LiveService, revision: int | None = None) -> None:
+    open_page(page, service)
+    sign_in(page)
+    state = page.locator("#biz-state")
+    if revision is None:
+        expect(state).to_contain_text("Nothing saved yet")
+    else:
+        expect(state).to_contain_text(f"revision {revision}")
+
+
+def is_put(request: Request) -> bool:
+    return request.method == "PUT" and request.url.endswith(BIZ)
+
+
+def session_put(service: LiveService, session: str, patch: dict[str, Any]) -> httpx.Response:
+    """A write from another tool with the page's own admin session (only a session may write,
+    and a second login would end the page's)."""
+    return httpx.put(service.base_url + BIZ, json=patch,
+                     headers={"Authorization": f"Bearer {session}"})
+
+
+RECONCILE_AUTH = {"Authorization": "Bearer reconcile-SECRET"}
+
+
+class BrowserMail:
+    """A fresh Cyrus user, configured as the service's mailbox and switched on."""
+
+    def __init__(self, service: LiveService, cyrus: CyrusServer, redis_sync: redis.Redis,
+                 **overrides: Any) -> None:
+        self.service, self.cyrus, self.redis = service, cyrus, redis_sync
+        self.user = f"card{random.randrange(10**9)}"
+        self.password = f"pw-{self.user}"
+        cyrus.add_user(self.user, self.password)
+        values: dict[str, Any] = {
+            "jmap_session_url": cyrus.origin + "/", "jmap_username": self.user,
+            "jmap_password": self.password, "reconcile_interval_s": 0, "audit_interval_s": 0,
+            "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
+        }
+        values.update(overrides)
+        save_configuration(service, sample_wire(**values))
+        with httpx.Client(base_url=service.base_url) as http:
+            token = http.post("/api/admin/session", headers=admin_headers()).json()["session"]
+            on = http.put("/api/enabled", json={"enabled": True},
+                          headers={"Authorization": f"Bearer {token}"})
+            assert on.status_code == 200, on.text
+
+    def first_run(self) -> None:
+        answer = httpx.post(self.service.base_url + "/reconcile", headers=RECONCILE_AUTH)
+        assert answer.status_code == 204, answer.text
+        # receivedAt has a 1 s resolution: mail of the first run's own second is not audited
+        baseline = self.redis.get(keys.RECONCILE_BASELINE)
+        assert isinstance(baseline, str)
+        self.redis.set(keys.RECONCILE_BASELINE, int(baseline) - 2)
+
+    def lose(self, subject: str) -> str:
+        """Append a mail and move the reconcile cursor past it, so discovery never sees it."""
+        email_id = self.cyrus.append(user=self.user, subject=subject).email_id
+
+        async def state() -> str:
+            async with JmapClient(self.cyrus.session_url, self.user, self.password,
+                                  ca_file=self.cyrus.ca_file, timeout=10) as client:
+                return await client.email_state()
+
+        # the sync Playwright API keeps an event loop running in this thread
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            self.redis.set(keys.RECONCILE_CURSOR, pool.submit(asyncio.run, state()).result(30))
+        return email_id
+
+
+
 # --- what src/ offers only through its real paths (issue #24: no test-only code in src/) ----
 
 
@@ -353,6 +677,7 @@ async def unknown_records(redis: aioredis.Redis) -> list[str]:
     """The members of `delivery:unknown_after_send`, oldest first."""
     return [str(m) for m in await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)]
 
+
 async def redis_text(redis: aioredis.Redis) -> str:
     """Every key of `redis` with its values (strings, hashes, lists, sets, sorted sets,
     streams) as one text, for a test that proves something is stored nowhere (issue #25)."""
@@ -376,3 +701,48 @@ async def redis_text(redis: aioredis.Redis) -> str:
             values = []
         dumped.append(f"{key} {values!r}")
     return "\n".join(dumped)
+
+
+NEWSLETTER = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Newsletter title</title>
+<style>body { font-family: sans-serif } .hide { display: none }</style>
+<script>document.write("SCRIPTED " + (1 < 2))</script></head>
+<body>
+<div style="display:none;max-height:0;overflow:hidden">Hidden preheader</div>
+<table role="presentation" width="600"><tr><td>
+<h1>Order &amp; delivery &#8212; &quot;Spring&quot; edition</h1>
+<p>Caf&eacute; cr&egrave;me for &euro;3&nbsp;&lt;today&gt;.</p>
+<ul><li>First item</li><li>Second item</li></ul>
+<ol><li>Step one</li><li>Step two</li></ol>
+<p>Read it <a href="https://tracker.example/c?u=abcdef">on the web</a>.</p>
+</td></tr></table>
+<script>var tracking = "pixel";</script>
+<img src="https://tracker.example/open.gif" width="1" height="1" alt="">
+</body></html>
+"""
+
+
+NEWSLETTER_TEXT = (
+    'Order & delivery — "Spring" edition\n\n'
+    "Café crème for €3 <today>.\n\n"
+    "* First item\n* Second item\n1. Step one\n2. Step two\n\n"
+    "Read it on the web."
+)
+
+
+def html_message(html: str, subject: str = "Newsletter", *, charset: str = "utf-8",
+                 attachment: bytes | None = None) -> bytes:
+    """A mail whose only body is `html` (text/html, no text/plain alternative)."""
+    msg = EmailMessage(policy=SMTP)
+    msg["From"] = "News <news@example.org>"
+    msg["To"] = "alice@localhost"
+    msg["Subject"] = subject
+    msg["Date"] = email.utils.formatdate()
+    msg["Message-ID"] = email.utils.make_msgid(domain="example.org")
+    msg.set_content(html, subtype="html", charset=charset)
+    if attachment is not None:
+        msg.add_attachment(attachment, maintype="text", subtype="plain", filename="notes.txt")
+    return msg.as_bytes()
+
+
+WRONG_BEARER = {"Authorization": "Bearer not-the-token"}

@@ -12,9 +12,21 @@ from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
+import uvicorn
 
+from messageweave.app import create_app
 from messageweave.store import keys
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, enqueue_mail, login, sample_wire
+from tests.helpers import (
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    configure,
+    enqueue_mail,
+    free_port,
+    sample_wire,
+    save_wire,
+    serving,
+    settings_for,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
@@ -36,26 +48,6 @@ def peer_wire(cyrus: CyrusServer, emulator: TelegramEmulator, **overrides: objec
     }
     values.update(overrides)
     return sample_wire(**values)
-
-
-async def _save_wire(client: httpx.AsyncClient, admin: dict[str, str],
-                     wire: dict[str, Any]) -> None:
-    saved = await client.put("/api/business-config", headers=admin, json=wire)
-    assert saved.status_code == 200, saved.text
-    assert saved.json()["runtime_applied"] is True, saved.text
-
-
-async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
-                    outbound: dict[str, int] | None = None) -> dict[str, str]:
-    """Save `wire` (and `outbound`) and switch the service on; the admin session's headers."""
-    headers = await login(client)
-    if outbound is not None:
-        r = await client.put("/api/config", headers=headers, json=outbound)
-        assert r.status_code == 200, r.text
-    await _save_wire(client, headers, wire)
-    enabled = await client.put("/api/enabled", headers=headers, json={"enabled": True})
-    assert enabled.status_code == 200, enabled.text
-    return headers
 
 
 async def lift_limits(redis: aioredis.Redis) -> None:
@@ -89,7 +81,7 @@ class ServedApp:
 
     async def configure(self, **overrides: Any) -> None:
         """Save the wire again, with `overrides`."""
-        await _save_wire(self.client, self.admin, {**self.wire, **overrides})
+        await save_wire(self.client, self.admin, {**self.wire, **overrides}, applied=True)
 
     def append(self, subject: str, **kw: Any) -> str:
         """A mail appended to Cyrus; its email id."""
@@ -127,8 +119,40 @@ async def served_app(
     `outbound`) and switched on; the emulator's injected failures are cleared afterwards."""
     await lift_limits(redis)
     full_wire = peer_wire(cyrus, emulator, **wire)
-    admin = await configure(client, full_wire, outbound)
+    admin = await configure(client, full_wire, outbound, applied=True)
     try:
         yield ServedApp(client, redis, cyrus, emulator, full_wire, admin)
     finally:
         await emulator.clear_failures(full_wire["bot_token"])
+
+
+def peer_wire_for(jmap_url: str, emulator: TelegramEmulator, **overrides: object) -> dict:
+    """`peer_wire` for another JMAP server (the push responder), with no periodic reconcile."""
+    values: dict[str, object] = {
+        "jmap_session_url": jmap_url, "telegram_api_base_url": emulator.base_url,
+        "bot_token": f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}",
+        "reconcile_interval_s": 0,
+    }
+    values.update(overrides)
+    return sample_wire(**values)
+
+
+@asynccontextmanager
+async def served_over_https(
+    redis: aioredis.Redis, redis_url: str, cyrus: CyrusServer, emulator: TelegramEmulator, *,
+    outbound: dict[str, int] | None = None, **wire: object,
+) -> AsyncIterator[ServedApp]:
+    """`served_app` for the app served by uvicorn on https://127.0.0.1:{port} (Cyrus's test
+    certificate), so an emulator that trusts the test CA can call its webhook the way Telegram
+    does (Telegram only calls https URLs)."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(settings_for(redis_url)), host="127.0.0.1", port=port,
+        ssl_certfile=str(cyrus.server_cert), ssl_keyfile=str(cyrus.server_key),
+        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
+    ))
+    api = httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=cyrus.ssl_context(),
+                            timeout=15, trust_env=False)
+    async with serving(server), api, served_app(api, redis, cyrus, emulator, outbound=outbound,
+                                                **wire) as app:
+        yield app

@@ -7,22 +7,24 @@ Chromium comes from apt (`apt-get install -y chromium`), never from `playwright 
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
-import uvicorn
-from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
-from messageweave.app import create_app
 from messageweave.settings import Settings
-from tests.helpers import ADMIN_KEY, admin_headers, free_port, sample_wire, settings_for
+from tests.helpers import (
+    ADMIN_KEY,
+    LiveService,
+    PageRun,
+    open_browser_page,
+    sample_wire,
+    save_configuration,
+    settings_for,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -31,40 +33,6 @@ CHROMIUM_ARGS = [
 ]
 # Set MW_SCREENSHOT_DIR=docs/screenshots to refresh the committed screenshots.
 SCREENSHOT_DIR_ENV = "MW_SCREENSHOT_DIR"
-
-# Collects `securitypolicyviolation` events before any page script runs (init scripts are
-# injected by the browser itself, so the page's CSP does not apply to this one).
-_CSP_PROBE = """
-window.__cspViolations = [];
-document.addEventListener('securitypolicyviolation', function (e) {
-  window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI);
-});
-"""
-
-
-class LiveService:
-    """The real ASGI app under uvicorn in a background thread (its own event loop)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port,
-                                log_config=None, log_level="warning", lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
-
-    def start(self) -> LiveService:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the service did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
 
 
 # Module scope, not session: while the sync API is active its event loop counts as running in
@@ -113,59 +81,26 @@ def setup_service() -> Iterator[LiveService]:
     live.stop()
 
 
-def save_configuration(service: LiveService, wire: dict[str, Any]) -> None:
-    """Store a configuration the way another admin would (its own session, over HTTP)."""
-    with httpx.Client(base_url=service.base_url) as http:
-        token = http.post("/api/admin/session", headers=admin_headers()).json()["session"]
-        response = http.put("/api/business-config", json=wire,
-                            headers={"Authorization": f"Bearer {token}"})
-        assert response.status_code == 200, response.text
-
-
 @pytest.fixture
 def configured(service: LiveService) -> LiveService:
     save_configuration(service, sample_wire())
     return service
 
 
-@dataclass
-class PageRun:
-    page: Page
-    console: list[str] = field(default_factory=list)
-
-
-def _open(browser: Browser, locale: str, **options: Any) -> Iterator[PageRun]:
-    context = browser.new_context(locale=locale, **options)
-    context.add_init_script(_CSP_PROBE)
-    page = context.new_page()
-    run = PageRun(page)
-
-    def on_console(message: ConsoleMessage) -> None:
-        run.console.append(f"{message.type}: {message.text}")
-
-    page.on("console", on_console)
-    yield run
-    violations = page.evaluate("window.__cspViolations || []") if not page.is_closed() else []
-    context.close()
-    csp_console = [line for line in run.console
-                   if "Content Security Policy" in line or "Refused to" in line]
-    assert violations == [] and csp_console == [], (violations, csp_console)
-
-
 @pytest.fixture
 def page_run(browser: Browser) -> Iterator[PageRun]:
     """An English browser page; on teardown, asserts no CSP violation happened."""
-    yield from _open(browser, "en-US")
+    yield from open_browser_page(browser, "en-US")
 
 
 @pytest.fixture
 def zh_page_run(browser: Browser) -> Iterator[PageRun]:
-    yield from _open(browser, "zh-CN")
+    yield from open_browser_page(browser, "zh-CN")
 
 
 @pytest.fixture
 def phone_page_run(browser: Browser) -> Iterator[PageRun]:
-    yield from _open(browser, "en-US", viewport={"width": 390, "height": 844},
+    yield from open_browser_page(browser, "en-US", viewport={"width": 390, "height": 844},
                      device_scale_factor=1, is_mobile=True, has_touch=True)
 
 

@@ -12,39 +12,26 @@ import redis
 from playwright.sync_api import Page, Request, expect
 
 from messageweave.store import keys
-from tests.browser.conftest import LiveService, PageRun, save_configuration
-from tests.helpers import ADMIN_KEY, CYRUS_PASSWORD, CYRUS_USER, sample_wire
+from tests.helpers import (
+    ADMIN_KEY,
+    BIZ,
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    LiveService,
+    PageRun,
+    is_put,
+    open_page,
+    sample_wire,
+    save_configuration,
+    session_put,
+    sign_in,
+    signed_in,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
 SECRETS = ("123456:bot-token-SECRET", "webhook-secret-SECRET", "jmap-password-SECRET",
            "reconcile-SECRET", "worker-token-SECRET")
-BIZ = "/api/business-config"
-
-
-def open_page(page: Page, service: LiveService) -> None:
-    page.goto(service.base_url + "/")
-    expect(page.locator("#setup-summary")).not_to_have_text(re.compile("Checking|正在检查"))
-
-
-def sign_in(page: Page, key: str = ADMIN_KEY) -> None:
-    page.fill("#auth-key", key)
-    page.click("#auth-submit")
-    expect(page.locator("#admin")).to_be_visible()
-
-
-def signed_in(page: Page, service: LiveService, revision: int | None = None) -> None:
-    open_page(page, service)
-    sign_in(page)
-    state = page.locator("#biz-state")
-    if revision is None:
-        expect(state).to_contain_text("Nothing saved yet")
-    else:
-        expect(state).to_contain_text(f"revision {revision}")
-
-
-def is_put(request: Request) -> bool:
-    return request.method == "PUT" and request.url.endswith(BIZ)
 
 
 def is_preflight(request: Request) -> bool:
@@ -61,13 +48,6 @@ def dom_text_and_values(page: Page) -> str:
         Array.from(document.querySelectorAll('input, textarea, select'))
              .map(el => el.value).join('\\n')""")
     return result
-
-
-def session_put(service: LiveService, session: str, patch: dict[str, Any]) -> httpx.Response:
-    """A write from another tool with the page's own admin session (only a session may write,
-    and a second login would end the page's)."""
-    return httpx.put(service.base_url + BIZ, json=patch,
-                     headers={"Authorization": f"Bearer {session}"})
 
 
 def test_setup_mode_lists_the_missing_variables_and_offers_no_sign_in(

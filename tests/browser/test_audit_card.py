@@ -2,71 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import random
 import re
 import time
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from playwright.sync_api import expect
 
-from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
-from tests.browser.conftest import LiveService, PageRun, save_configuration
-from tests.browser.test_admin_page import open_page, sign_in, signed_in
-from tests.helpers import admin_headers, closed_port, sample_wire
+from tests.helpers import (
+    BrowserMail,
+    LiveService,
+    PageRun,
+    closed_port,
+    open_page,
+    save_configuration,
+    sign_in,
+    signed_in,
+)
 from tests.peers.cyrus import CyrusServer
-
-RECONCILE = {"Authorization": "Bearer reconcile-SECRET"}
-
-
-class Mail:
-    """A fresh Cyrus user, configured as the service's mailbox and switched on."""
-
-    def __init__(self, service: LiveService, cyrus: CyrusServer, redis_sync: redis.Redis,
-                 **overrides: Any) -> None:
-        self.service, self.cyrus, self.redis = service, cyrus, redis_sync
-        self.user = f"card{random.randrange(10**9)}"
-        self.password = f"pw-{self.user}"
-        cyrus.add_user(self.user, self.password)
-        values: dict[str, Any] = {
-            "jmap_session_url": cyrus.origin + "/", "jmap_username": self.user,
-            "jmap_password": self.password, "reconcile_interval_s": 0, "audit_interval_s": 0,
-            "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
-        }
-        values.update(overrides)
-        save_configuration(service, sample_wire(**values))
-        with httpx.Client(base_url=service.base_url) as http:
-            token = http.post("/api/admin/session", headers=admin_headers()).json()["session"]
-            on = http.put("/api/enabled", json={"enabled": True},
-                          headers={"Authorization": f"Bearer {token}"})
-            assert on.status_code == 200, on.text
-
-    def first_run(self) -> None:
-        answer = httpx.post(self.service.base_url + "/reconcile", headers=RECONCILE)
-        assert answer.status_code == 204, answer.text
-        # receivedAt has a 1 s resolution: mail of the first run's own second is not audited
-        baseline = self.redis.get(keys.RECONCILE_BASELINE)
-        assert isinstance(baseline, str)
-        self.redis.set(keys.RECONCILE_BASELINE, int(baseline) - 2)
-
-    def lose(self, subject: str) -> str:
-        """Append a mail and move the reconcile cursor past it, so discovery never sees it."""
-        email_id = self.cyrus.append(user=self.user, subject=subject).email_id
-
-        async def state() -> str:
-            async with JmapClient(self.cyrus.session_url, self.user, self.password,
-                                  ca_file=self.cyrus.ca_file, timeout=10) as client:
-                return await client.email_state()
-
-        # the sync Playwright API keeps an event loop running in this thread
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            self.redis.set(keys.RECONCILE_CURSOR, pool.submit(asyncio.run, state()).result(30))
-        return email_id
 
 
 @pytest.fixture
@@ -80,7 +35,7 @@ def test_run_now_audits_shows_the_result_and_the_last_run(
 ) -> None:
     """Catches a card that is not wired: "Run now" must call the audit, show what it found and
     refresh the last-run line; a second run finds nothing (the mail was queued once)."""
-    mail = Mail(service, cyrus, redis_sync)
+    mail = BrowserMail(service, cyrus, redis_sync)
     mail.first_run()
     email_id = mail.lose("lost mail for the card")
     page = page_run.page
@@ -114,7 +69,7 @@ def test_a_failed_run_is_shown_with_its_reason(
 ) -> None:
     """Catches a card that hides failures: a mailbox that cannot be reached shows the 503 and
     the failed last run."""
-    Mail(service, cyrus, redis_sync, jmap_session_url=f"https://127.0.0.1:{closed_port()}/")
+    BrowserMail(service, cyrus, redis_sync, jmap_session_url=f"https://127.0.0.1:{closed_port()}/")
     redis_sync.set(keys.RECONCILE_CURSOR, "some-state")
     page = page_run.page
     signed_in(page, service, revision=1)
@@ -131,7 +86,7 @@ def test_chinese_card_shows_the_periodic_run_with_no_missing_keys(
 ) -> None:
     """Catches an untranslated card and a last-run line that only knows about its own clicks:
     the schedule's run is what it shows on sign-in."""
-    mail = Mail(service, cyrus, redis_sync)
+    mail = BrowserMail(service, cyrus, redis_sync)
     mail.first_run()
     mail.lose("found by the schedule")
     save_configuration(service, {"audit_interval_s": 60})

@@ -19,8 +19,7 @@ from playwright.sync_api import Page, expect
 
 from messageweave.store import push as store
 from messageweave.store.redis import Redis, connect
-from tests.browser.conftest import LiveService, PageRun
-from tests.browser.test_admin_page import open_page, sign_in, signed_in
+from tests.helpers import LiveService, PageRun, open_page, sign_in, signed_in
 
 REG = store.Registration("c" * 64, "P7")
 

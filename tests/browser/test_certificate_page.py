@@ -10,9 +10,15 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.browser.conftest import LiveService, PageRun, save_configuration
-from tests.browser.test_admin_page import signed_in
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, sample_wire
+from tests.helpers import (
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    LiveService,
+    PageRun,
+    sample_wire,
+    save_configuration,
+    signed_in,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 

@@ -10,9 +10,16 @@ import redis
 from playwright.sync_api import expect
 
 from messageweave.store import keys
-from tests.browser.conftest import LiveService, PageRun
-from tests.browser.test_admin_page import is_put, open_page, sign_in, signed_in
-from tests.helpers import admin_headers, sample_wire
+from tests.helpers import (
+    LiveService,
+    PageRun,
+    admin_headers,
+    is_put,
+    open_page,
+    sample_wire,
+    sign_in,
+    signed_in,
+)
 
 STRANGER = 7_770_001
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": str(sample_wire()["telegram_webhook_secret"])}

@@ -14,9 +14,16 @@ from playwright.sync_api import Page, Request, expect
 from messageweave.mail import eventsource
 from messageweave.mail.push_lifecycle import REASONS
 from messageweave.pipeline import polling
-from tests.browser.conftest import LiveService, PageRun, save_configuration
-from tests.browser.test_admin_page import is_put, open_page, sign_in, signed_in
-from tests.helpers import sample_wire
+from tests.helpers import (
+    LiveService,
+    PageRun,
+    is_put,
+    open_page,
+    sample_wire,
+    save_configuration,
+    sign_in,
+    signed_in,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

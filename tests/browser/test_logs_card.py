@@ -11,8 +11,7 @@ from playwright.sync_api import Page, expect
 
 from messageweave.ops.sendlog import record_send
 from messageweave.store.redis import connect
-from tests.browser.conftest import LiveService, PageRun
-from tests.browser.test_admin_page import open_page, sign_in, signed_in
+from tests.helpers import LiveService, PageRun, open_page, sign_in, signed_in
 
 
 def write_send_records(redis_url: str, records: list[dict[str, Any]]) -> None:

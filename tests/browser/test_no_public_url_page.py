@@ -22,9 +22,20 @@ from playwright.sync_api import Browser, Page, expect
 
 from messageweave.config import features
 from messageweave.store import keys
-from tests.browser.conftest import LiveService, PageRun, _open, save_configuration
-from tests.browser.test_admin_page import is_put, open_page, sign_in, signed_in
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, admin_headers
+from tests.helpers import (
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    LiveService,
+    PageRun,
+    admin_headers,
+    eventually_sync,
+    is_put,
+    open_browser_page,
+    open_page,
+    save_configuration,
+    sign_in,
+    signed_in,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire
@@ -57,30 +68,39 @@ def _switch_on(service: LiveService) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def settled(page: Page, text: str, timeout_s: float = 30) -> None:
-    """Re-check the status until its summary is `text`: the receivers (poller, EventSource)
-    start within seconds of a save, and `/ready` says what is not working meanwhile."""
-    summary = page.locator("#ready-summary")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        expect(page.locator("#setup-summary")).not_to_have_text("Checking…", timeout=PROBED)
-        expect(summary).not_to_be_empty(timeout=PROBED)
-        if summary.inner_text() == text or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-        page.click("#setup-recheck")
-    expect(summary).to_have_text(text)
+def until_ready_says(page: Page, **labels: str) -> None:
+    """Until the service's `/ready` answers 200 with each label (`updates`, `push`) starting
+    with the given words. The page's own status shows what `/ready` said when it last looked:
+    a test waits for the service here, then makes the page look again once."""
+    seen: list[object] = []
+
+    def said() -> bool:
+        answer = httpx.get(page.url.split("#", 1)[0].rstrip("/") + "/ready")
+        body = answer.json() if answer.status_code == 200 else {}
+        seen[:] = [answer.status_code, {name: body.get(name) for name in labels}]
+        return answer.status_code == 200 and all(
+            str(body.get(name, "")).startswith(label) for name, label in labels.items())
+    eventually_sync(said, lambda: f"/ready saying {labels} (last: {seen})", 30)
+
+
+def settled(page: Page, text: str) -> None:
+    """The status's summary once the receivers run: they (poller, EventSource) start within
+    seconds of a save, and `/ready` says what is not working meanwhile."""
+    until_ready_says(page, updates="ok", push="ok")
+    expect(page.locator("#setup-summary")).not_to_have_text("Checking…", timeout=PROBED)
+    page.click("#setup-recheck")
+    expect(page.locator("#ready-summary")).to_have_text(text, timeout=PROBED)
 
 
 @pytest.fixture
 def berlin_page_run(browser: Browser) -> Iterator[PageRun]:
     """An English page whose browser says Europe/Berlin."""
-    yield from _open(browser, "en-US", timezone_id="Europe/Berlin")
+    yield from open_browser_page(browser, "en-US", timezone_id="Europe/Berlin")
 
 
 @pytest.fixture
 def shanghai_zh_page_run(browser: Browser) -> Iterator[PageRun]:
-    yield from _open(browser, "zh-CN", timezone_id="Asia/Shanghai")
+    yield from open_browser_page(browser, "zh-CN", timezone_id="Asia/Shanghai")
 
 
 @pytest.fixture
@@ -259,8 +279,11 @@ def test_a_503_ready_answer_is_read_to_its_end(service: LiveService, page_run: P
     expect(page.locator("#ready-summary")).to_have_text(
         "Not ready: no business configuration is loaded yet.")
     # The summary reads the same before and after the recheck: wait for the second answer
-    # itself (a body left unread never sets bodyUsed, and this wait then fails).
-    page.wait_for_function("window.__ready.length === 2 && window.__ready[1].bodyUsed")
+    # itself (a body left unread never sets bodyUsed, and this wait then fails). Polled with
+    # `evaluate`: `wait_for_function` evals its predicate in the page, which the CSP refuses.
+    eventually_sync(
+        lambda: page.evaluate("window.__ready.length === 2 && window.__ready[1].bodyUsed"),
+        "the recheck's /ready answer read to its end", 10)
     seen = page.evaluate("window.__ready.map(r => [r.status, r.bodyUsed])")
     assert seen == [[503, True], [503, True]]
 
@@ -353,11 +376,8 @@ def test_the_callbacks_card_offers_no_dead_end(
     expect(page.locator("#biz-state")).to_contain_text("revision 3")
     _sync(telegram_emulator.set_webhook(wire["bot_token"], "https://elsewhere.example/hook"))
     delete = page.locator("#cb-delete-webhook")
-    for _ in range(30):
-        page.click("#cb-push-refresh")
-        if delete.is_visible():
-            break
-        time.sleep(0.5)
+    until_ready_says(page, updates="ok (webhook)")
+    page.click("#cb-push-refresh")
     expect(delete).to_be_visible()
     expect(page.locator("#cb-way-updates")).to_have_text(
         "by webhook: Telegram calls this service's public address")
@@ -366,11 +386,8 @@ def test_the_callbacks_card_offers_no_dead_end(
         "Telegram webhook: deleted. The service fetches the messages itself within about 10 s.")
     answer = _sync(telegram_emulator.bot_api(wire["bot_token"], "getWebhookInfo"))
     assert answer.result["url"] == ""
-    for _ in range(40):
-        page.click("#cb-push-refresh")
-        if page.inner_text("#cb-way-updates").startswith("fetched by the service"):
-            break
-        time.sleep(0.5)
+    until_ready_says(page, updates="ok (polling)")
+    page.click("#cb-push-refresh")
     expect(page.locator("#cb-way-updates")).to_have_text(
         "fetched by the service (long polling): no address needed")
     expect(delete).to_be_hidden()

@@ -10,8 +10,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import LiveService, PageRun
-from tests.helpers import ADMIN_KEY, admin_headers
+from tests.helpers import ADMIN_KEY, LiveService, PageRun, admin_headers
 
 BIZ = "/api/business-config"
 

@@ -22,17 +22,21 @@ from playwright.sync_api import Locator, Page, Request, expect
 
 from messageweave.pipeline import routing
 from messageweave.store import keys
-from tests.browser.conftest import LiveService, PageRun, save_configuration
-from tests.browser.test_admin_page import (
+from tests.helpers import (
     BIZ,
+    RECONCILE_AUTH,
+    BrowserMail,
+    LiveService,
+    PageRun,
+    admin_headers,
     is_put,
     open_page,
+    sample_wire,
+    save_configuration,
     session_put,
     sign_in,
     signed_in,
 )
-from tests.browser.test_audit_card import RECONCILE, Mail
-from tests.helpers import admin_headers, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
 
@@ -48,13 +52,6 @@ def _sync(coro: Coroutine[Any, Any, T]) -> T:
     loop running in this thread, so it runs in another."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result(60)
-
-
-def _until(check: Callable[[], bool], timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def _flag(params: dict[str, Any], name: str) -> object:
@@ -131,7 +128,7 @@ def test_from_the_page_a_domain_goes_to_a_forum_topic_silently_and_newsletters_a
     disable_notification and English buttons, and the mute shown on the page's own trace
     card."""
     token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(16)}"
-    mail = Mail(service, cyrus, redis_sync, telegram_api_base_url=telegram_emulator.base_url,
+    mail = BrowserMail(service, cyrus, redis_sync, telegram_api_base_url=telegram_emulator.base_url,
                 bot_token=token, chat_allowlist=[CHAT, TEAM])
     mail.first_run()
     page = page_run.page
@@ -170,7 +167,7 @@ def test_from_the_page_a_domain_goes_to_a_forum_topic_silently_and_newsletters_a
     news = cyrus.append(user=mail.user, subject="Weekly Newsletter",
                         sender="News <news@example.org>").email_id
     cyrus.append(user=mail.user, subject="Lunch?", sender="Bob <bob@other.test>")
-    assert httpx.post(service.base_url + "/reconcile", headers=RECONCILE).status_code == 204
+    assert httpx.post(service.base_url + "/reconcile", headers=RECONCILE_AUTH).status_code == 204
 
     to_team = _sync(telegram_emulator.wait_for_messages(token, TEAM, 1, 20))
     to_home = _sync(telegram_emulator.wait_for_messages(token, CHAT, 1, 20))
@@ -258,7 +255,7 @@ def test_the_dry_run_shows_which_rule_each_of_the_last_mails_meets_without_savin
     """Catches a dry run that tries the saved rules instead of the editor's, a table that
     loses the rule, the topic or the silence, quiet hours ignored at an injected 23:10 (or
     applied at noon), and a dry run that saves anything."""
-    mail = Mail(service, cyrus, redis_sync)
+    mail = BrowserMail(service, cyrus, redis_sync)
     ada = cyrus.append(user=mail.user, subject="Sprint notes", sender="Ada <ada@example.org>",
                        received_at=time.time() - 30).email_id
     news = cyrus.append(user=mail.user, subject="Weekly newsletter",

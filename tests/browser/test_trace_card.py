@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
 from typing import Any
 
 import httpx
@@ -14,22 +13,21 @@ import redis
 from playwright.sync_api import expect
 
 from messageweave.store import keys
-from tests.browser.conftest import LiveService, PageRun
-from tests.browser.test_admin_page import open_page, sign_in
-from tests.browser.test_audit_card import RECONCILE, Mail
+from tests.helpers import (
+    RECONCILE_AUTH,
+    BrowserMail,
+    LiveService,
+    PageRun,
+    eventually_sync,
+    open_page,
+    sign_in,
+)
 from tests.peers.cyrus import CyrusServer
 
 
 @pytest.fixture
 def trusted_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
-
-
-def _until(check: Any, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def test_searching_a_subject_on_the_card_shows_the_steps_of_the_mail(
@@ -39,13 +37,14 @@ def test_searching_a_subject_on_the_card_shows_the_steps_of_the_mail(
     """Catches a card that is not wired (no session on its call, a 404 for its module, a
     string missing from i18n.js) or that drops the steps: the reconcile's find, the queue entry
     and the failed attempt (Telegram is a closed port here) must be listed with their times."""
-    mail = Mail(service, cyrus, redis_sync)
+    mail = BrowserMail(service, cyrus, redis_sync)
     mail.first_run()
     subject = f"Card trace {secrets.token_hex(4)}"
     email_id = cyrus.append(user=mail.user, subject=subject).email_id
-    answer = httpx.post(service.base_url + "/reconcile", headers=RECONCILE)
+    answer = httpx.post(service.base_url + "/reconcile", headers=RECONCILE_AUTH)
     assert answer.status_code == 204, answer.text
-    _until(lambda: redis_sync.xlen(keys.SEND_LOG) >= 1)  # the worker tried and failed once
+    eventually_sync(lambda: redis_sync.xlen(keys.SEND_LOG) >= 1,
+                    "the worker tried and failed once", 15)
 
     page = page_run.page
     open_page(page, service)

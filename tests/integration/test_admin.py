@@ -7,8 +7,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.state import session_digest
-from tests.helpers import ADMIN_KEY, admin_headers, login, sample_wire
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import ADMIN_KEY, admin_headers, assert_envelope, login, sample_wire
 
 
 async def test_login_issues_a_session_stored_only_as_a_digest(

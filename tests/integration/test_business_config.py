@@ -2,38 +2,27 @@
 
 import json
 import secrets
-from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
 
-from messageweave.config.crypto import AAD, decrypt
 from messageweave.config.model import parse_wire
 from messageweave.probes import probe_telegram_get_me
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, admin_headers, closed_port, login, sample_wire
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import (
+    admin_headers,
+    assert_envelope,
+    closed_port,
+    first_save,
+    login,
+    sample_wire,
+    snapshot,
+    stored_wire,
+)
 from tests.peers.telegram import TelegramEmulator
 
-KEY = bytes.fromhex(ADMIN_KEY)
 SECRET_VALUES = ("123456:bot-token-SECRET", "webhook-secret-SECRET", "jmap-password-SECRET",
                  "reconcile-SECRET", "worker-token-SECRET")
-
-
-async def stored_wire(r: aioredis.Redis) -> dict[str, Any]:
-    raw = await r.get(keys.BUSINESS_CONFIG)
-    assert raw is not None
-    result: dict[str, Any] = json.loads(decrypt(KEY, raw, AAD))
-    return result
-
-
-async def snapshot(r: aioredis.Redis) -> tuple[Any, Any]:
-    return await r.get(keys.BUSINESS_CONFIG), await r.get(keys.BUSINESS_CONFIG_REVISION)
-
-
-async def first_save(client: httpx.AsyncClient, **overrides: Any) -> httpx.Response:
-    return await client.put("/api/business-config", json=sample_wire(**overrides),
-                            headers=await login(client))
 
 
 async def test_nothing_saved_reads_as_unconfigured(client: httpx.AsyncClient) -> None:

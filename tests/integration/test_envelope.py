@@ -1,23 +1,17 @@
 """Every error answer is the envelope `{"error", "request_id"}` and nothing else."""
 
-import re
-
 import httpx
 from fastapi import APIRouter
 
 from messageweave.settings import Settings
-from tests.helpers import admin_headers, fastapi_of, login, running_client
-
-HEX32 = re.compile(r"[0-9a-f]{32}")
-
-
-def assert_envelope(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "request_id"}
-    assert body["error"] == code
-    assert HEX32.fullmatch(body["request_id"])
-    assert response.headers["x-request-id"] == body["request_id"]
+from tests.helpers import (
+    HEX32,
+    admin_headers,
+    assert_envelope,
+    fastapi_of,
+    login,
+    running_client,
+)
 
 
 async def test_unknown_path_is_a_404_envelope(client: httpx.AsyncClient) -> None:

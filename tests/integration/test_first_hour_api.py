@@ -13,8 +13,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.streams import StreamStore
-from tests.helpers import login, sample_wire
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import assert_envelope, login, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

@@ -5,9 +5,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.helpers import login, sample_wire
-from tests.integration.test_business_config import snapshot
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import assert_envelope, login, sample_wire, snapshot
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

@@ -10,9 +10,16 @@ import redis.asyncio as aioredis
 
 from messageweave.config.model import MAX_CA_PEM_CHARS, parse_wire
 from messageweave.probes import probe_jmap_session
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
-from tests.integration.test_business_config import first_save, snapshot, stored_wire
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import (
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    assert_envelope,
+    first_save,
+    login,
+    sample_wire,
+    snapshot,
+    stored_wire,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

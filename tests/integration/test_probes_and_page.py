@@ -8,8 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.web.static import ASSETS, CSP, SCRIPTS, ZONES_MARKER, ZONES_MODULE
-from tests.helpers import login, running_client, sample_wire, settings_for
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import assert_envelope, login, running_client, sample_wire, settings_for
 
 
 async def test_healthz_and_status(client: httpx.AsyncClient) -> None:

@@ -1,7 +1,6 @@
 """`/ready` and "persist and report" against the real peers: Cyrus JMAP and the Bot API emulator."""
 
 import asyncio
-import secrets
 import time
 from collections.abc import AsyncIterator
 
@@ -10,25 +9,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.helpers import login, sample_wire
+from tests.helpers import assert_envelope, login
 from tests.integration.mailbox.push_server import PushServer, callback_path
-from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
-from tests.served import peer_wire
+from tests.served import peer_wire, peer_wire_for
 
 CALLBACK = "https://bot.example.org/push/jmap"
-
-
-def peer_wire_for(jmap_url: str, emulator: TelegramEmulator, **overrides: object) -> dict:
-    """`peer_wire` for another JMAP server (the push responder), with no periodic reconcile."""
-    values: dict[str, object] = {
-        "jmap_session_url": jmap_url, "telegram_api_base_url": emulator.base_url,
-        "bot_token": f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}",
-        "reconcile_interval_s": 0,
-    }
-    values.update(overrides)
-    return sample_wire(**values)
 
 
 async def test_ready_when_config_redis_jmap_and_telegram_answer(

@@ -19,9 +19,7 @@ from messageweave.api.admin import CONFIG_ERROR_HEADER
 from messageweave.config import crypto
 from messageweave.pipeline import routing
 from messageweave.store.state import ConfigStore
-from tests.helpers import FreshUser, login, sample_wire, settings_for
-from tests.integration.ops.test_metrics import value
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import FreshUser, assert_envelope, login, metric_value, sample_wire, settings_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import CHAT, ServedApp, served_app
@@ -186,7 +184,7 @@ async def test_a_configuration_stored_before_the_save_limits_can_still_be_dry_ru
     body = {"notify_rules": [{"name": "ann", "from": "ann@example.org"}]}
     deadline = time.monotonic() + 10
     while True:  # the hot reload took it, and its clients are built (503 until then)
-        live = value((await app.client.get("/metrics", headers=app.admin)).text,
+        live = metric_value((await app.client.get("/metrics", headers=app.admin)).text,
                      "messageweave_config_revision")
         answer = await app.client.post(PATH, headers=app.admin, json=body)
         if live == revision and answer.status_code != 503:

@@ -9,9 +9,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys, refused
-from tests.helpers import ADMIN_KEY, sample_wire
-from tests.integration.security.test_input_limits import configured_and_enabled
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import ADMIN_KEY, assert_envelope, configured_and_enabled, sample_wire
 from tests.served import ServedApp
 
 ROUTE = "/api/telegram/refused-chats"

@@ -9,47 +9,8 @@ from email.message import EmailMessage
 from email.policy import SMTP
 
 from messageweave.mail.jmap import JmapClient
-from tests.helpers import FreshUser
+from tests.helpers import NEWSLETTER, NEWSLETTER_TEXT, FreshUser, html_message
 from tests.peers.cyrus import CyrusServer, make_message
-
-NEWSLETTER = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>Newsletter title</title>
-<style>body { font-family: sans-serif } .hide { display: none }</style>
-<script>document.write("SCRIPTED " + (1 < 2))</script></head>
-<body>
-<div style="display:none;max-height:0;overflow:hidden">Hidden preheader</div>
-<table role="presentation" width="600"><tr><td>
-<h1>Order &amp; delivery &#8212; &quot;Spring&quot; edition</h1>
-<p>Caf&eacute; cr&egrave;me for &euro;3&nbsp;&lt;today&gt;.</p>
-<ul><li>First item</li><li>Second item</li></ul>
-<ol><li>Step one</li><li>Step two</li></ol>
-<p>Read it <a href="https://tracker.example/c?u=abcdef">on the web</a>.</p>
-</td></tr></table>
-<script>var tracking = "pixel";</script>
-<img src="https://tracker.example/open.gif" width="1" height="1" alt="">
-</body></html>
-"""
-NEWSLETTER_TEXT = (
-    'Order & delivery — "Spring" edition\n\n'
-    "Café crème for €3 <today>.\n\n"
-    "* First item\n* Second item\n1. Step one\n2. Step two\n\n"
-    "Read it on the web."
-)
-
-
-def html_message(html: str, subject: str = "Newsletter", *, charset: str = "utf-8",
-                 attachment: bytes | None = None) -> bytes:
-    """A mail whose only body is `html` (text/html, no text/plain alternative)."""
-    msg = EmailMessage(policy=SMTP)
-    msg["From"] = "News <news@example.org>"
-    msg["To"] = "alice@localhost"
-    msg["Subject"] = subject
-    msg["Date"] = email.utils.formatdate()
-    msg["Message-ID"] = email.utils.make_msgid(domain="example.org")
-    msg.set_content(html, subtype="html", charset=charset)
-    if attachment is not None:
-        msg.add_attachment(attachment, maintype="text", subtype="plain", filename="notes.txt")
-    return msg.as_bytes()
 
 
 async def _text_body_types(client: JmapClient, email_id: str) -> list[str]:

@@ -13,17 +13,26 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from messageweave import runtime
+from messageweave.mail import auditor
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
-from tests.helpers import FreshUser, closed_port, login, running_client, settings_for
-from tests.integration.pipeline.conftest import eventually
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import (
+    RECONCILE_AUTH,
+    FreshUser,
+    assert_envelope,
+    closed_port,
+    configure,
+    eventually,
+    login,
+    running_client,
+    settings_for,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
-from tests.served import configure, lift_limits, peer_wire
+from tests.served import lift_limits, peer_wire
 
 WORKER = {"Authorization": "Bearer worker-token-SECRET"}
-RECONCILE = {"Authorization": "Bearer reconcile-SECRET"}
 
 
 @dataclass
@@ -59,7 +68,7 @@ async def rewind_baseline(redis: aioredis.Redis) -> None:
 
 
 async def first_run(setup: Setup) -> None:
-    assert (await setup.client.post("/reconcile", headers=RECONCILE)).status_code == 204
+    assert (await setup.client.post("/reconcile", headers=RECONCILE_AUTH)).status_code == 204
     await rewind_baseline(setup.redis)
 
 
@@ -84,7 +93,7 @@ async def setup(
     periodic reconcile or audit (each test triggers them)."""
     await lift_limits(redis_client)
     wire = audit_wire(cyrus, mailbox, telegram_emulator)
-    await configure(client, wire)
+    await configure(client, wire, applied=True)
     yield Setup(client, redis_client, cyrus, mailbox, telegram_emulator, wire)
 
 
@@ -102,13 +111,13 @@ async def test_a_mail_the_cursor_skipped_reaches_telegram_exactly_once(setup: Se
     await first_run(setup)
     setup.append("Skipped by the cursor")
     await skip_past(setup)
-    assert (await setup.client.post("/reconcile", headers=RECONCILE)).status_code == 204
+    assert (await setup.client.post("/reconcile", headers=RECONCILE_AUTH)).status_code == 204
     assert (await setup.redis.xlen(keys.STREAM_JMAP)) == 0
 
     answer = await post_audit(setup.client)
     assert answer.status_code == 200 and answer.json() == {"checked": 1, "missing": 1,
                                                            "enqueued": 1}
-    await eventually(lambda: _count(setup, 1))
+    await eventually(lambda: _count(setup, 1), "the message in the chat")
     again = await post_audit(setup.client)
     assert again.json() == {"checked": 1, "missing": 0, "enqueued": 0}
     await asyncio.sleep(0.5)
@@ -129,8 +138,8 @@ async def test_a_mail_whose_entry_was_deleted_before_any_worker_read_it_reaches_
     await lift_limits(redis_client)
     wire = audit_wire(cyrus, mailbox, telegram_emulator)
     async with running_client(settings_for(embedded_redis_url)) as app:
-        await configure(app, wire)
-        assert (await app.post("/reconcile", headers=RECONCILE)).status_code == 204
+        await configure(app, wire, applied=True)
+        assert (await app.post("/reconcile", headers=RECONCILE_AUTH)).status_code == 204
     await rewind_baseline(redis_client)
     email_id = cyrus.append(user=mailbox.user, subject="Entry deleted while down").email_id
     assert (await reconcile(redis_client, mailbox.client, ["inbox"])).enqueued == 1
@@ -141,7 +150,7 @@ async def test_a_mail_whose_entry_was_deleted_before_any_worker_read_it_reaches_
         answer = await post_audit(app)
         assert answer.json() == {"checked": 1, "missing": 1, "enqueued": 1}
         setup = Setup(app, redis_client, cyrus, mailbox, telegram_emulator, wire)
-        await eventually(lambda: _count(setup, 1))
+        await eventually(lambda: _count(setup, 1), "the message in the chat")
         assert (await post_audit(app)).json() == {"checked": 1, "missing": 0, "enqueued": 0}
         await asyncio.sleep(0.5)
         [text] = await setup.messages()
@@ -160,7 +169,7 @@ async def test_two_audits_at_once_send_one_message(setup: Setup) -> None:
     answers = await asyncio.gather(post_audit(setup.client, headers=admin),
                                    post_audit(setup.client, headers=admin))
     assert sorted(a.json()["enqueued"] for a in answers) == [0, 1]
-    await eventually(lambda: _count(setup, 1))
+    await eventually(lambda: _count(setup, 1), "the message in the chat")
     await asyncio.sleep(0.5)
     assert len(await setup.messages()) == 1
     rows = await setup.redis.xrange(keys.STREAM_JMAP)
@@ -178,10 +187,10 @@ async def test_audits_next_to_a_reconcile_pass_send_each_mail_once(setup: Setup)
     admin = await login(setup.client)
     answers = await asyncio.gather(post_audit(setup.client, headers=admin),
                                    post_audit(setup.client, headers=admin),
-                                   setup.client.post("/reconcile", headers=RECONCILE))
+                                   setup.client.post("/reconcile", headers=RECONCILE_AUTH))
     assert answers[2].status_code == 204
     assert sum(a.json()["enqueued"] for a in answers[:2]) == 3
-    await eventually(lambda: _count(setup, 6))
+    await eventually(lambda: _count(setup, 6), "six messages in the chat")
     await asyncio.sleep(0.5)
     texts = await setup.messages()
     assert sorted(t.split("\n")[1] for t in texts) == sorted(
@@ -200,7 +209,7 @@ async def test_post_api_audit_needs_config_authorization_and_no_body(setup: Setu
                     {"Authorization": "bearer worker-token-SECRET"}):
         assert_envelope(await setup.client.post("/api/audit", headers=headers), 401,
                         "unauthorized")
-    for headers in (RECONCILE, WORKER):
+    for headers in (RECONCILE_AUTH, WORKER):
         assert_envelope(await setup.client.post("/api/audit", headers=headers), 403, "forbidden")
     for body in (b"{}", b"x", b" ", b'{"window": 60}'):
         assert_envelope(await post_audit(setup.client, content=body), 400, "invalid_request")
@@ -269,13 +278,23 @@ async def test_post_api_audit_is_a_retryable_503_when_jmap_is_down(
     assert last["error"] == "JmapTransportError"
 
 
-async def test_the_periodic_audit_runs_once_per_interval(setup: Setup) -> None:
+async def another_instance_audits(redis_url: str) -> bool:
+    """One tick of the periodic audit, run by another instance on this Redis: what every
+    instance's loop does once a second (`auditor.POLL_S`). True when it audited. Calling the
+    tick proves in an instant what waiting for the loop's own ticks proved in seconds."""
+    async with runtime.running(settings_for(redis_url)) as other:
+        return await auditor._tick(other)
+
+
+async def test_the_periodic_audit_runs_once_per_interval(
+    setup: Setup, embedded_redis_url: str,
+) -> None:
     """Catches a loop that never runs or runs again on each tick: one audit per
     `audit_interval_s` cluster-wide (the slot), and the mail it found is delivered once."""
     await first_run(setup)
     setup.append("Found by the schedule")
     await skip_past(setup)
-    await configure(setup.client, {**setup.wire, "audit_interval_s": 60})
+    await configure(setup.client, {**setup.wire, "audit_interval_s": 60}, applied=True)
     # the loop polls every second: it claims the slot and audits at once
     deadline = time.monotonic() + 5
     while await setup.redis.get(keys.AUDIT_LAST) is None:
@@ -285,8 +304,9 @@ async def test_the_periodic_audit_runs_once_per_interval(setup: Setup) -> None:
     last = (await setup.client.get("/api/audit", headers=admin)).json()["last"]
     assert last["trigger"] == "schedule" and last["missing"] == 1
     assert 0 < await setup.redis.ttl(keys.AUDIT_SCHEDULE) <= 60
-    await eventually(lambda: _count(setup, 1))
-    await asyncio.sleep(1.5)  # more ticks: the slot holds, nothing runs again
+    await eventually(lambda: _count(setup, 1), "the message in the chat")
+    for _ in range(3):  # more ticks: the slot holds, nothing runs again
+        assert await another_instance_audits(embedded_redis_url) is False
     assert (await setup.client.get("/api/audit", headers=admin)).json()["last"] == last
     assert len(await setup.messages()) == 1
 
@@ -294,6 +314,7 @@ async def test_the_periodic_audit_runs_once_per_interval(setup: Setup) -> None:
 async def test_the_periodic_audit_does_nothing_while_the_service_is_off(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
     mailbox: FreshUser, telegram_emulator: TelegramEmulator, trust_cyrus: None,
+    embedded_redis_url: str,
 ) -> None:
     """Catches a loop that ignores the switch (it would enqueue notifications while business
     processing is off)."""
@@ -301,6 +322,7 @@ async def test_the_periodic_audit_does_nothing_while_the_service_is_off(
     wire = audit_wire(cyrus, mailbox, telegram_emulator, audit_interval_s=60)
     assert (await client.put("/api/business-config", headers=headers, json=wire)).is_success
     await reconcile(redis_client, mailbox.client, ["inbox"])
-    await asyncio.sleep(2.5)
+    for _ in range(3):  # ticks while off: none claims the slot or audits
+        assert await another_instance_audits(embedded_redis_url) is False
     assert await redis_client.get(keys.AUDIT_LAST) is None
     assert await redis_client.get(keys.AUDIT_SCHEDULE) is None

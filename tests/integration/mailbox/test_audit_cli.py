@@ -13,8 +13,7 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, FreshUser, console_script, login
-from tests.integration.mailbox.test_reconcile_api import configure, mailbox_wire
+from tests.helpers import ADMIN_KEY, FreshUser, configure, console_script, login, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 
 

@@ -28,17 +28,18 @@ from messageweave.mail.context import MailContext
 from messageweave.mail.reconcile import Progress
 from messageweave.store import keys
 from messageweave.store.mailbox import request_catchup
-from tests.helpers import FreshUser, running_client, settings_for
-from tests.integration.mailbox.conftest import enqueued
-from tests.integration.mailbox.test_push_lifecycle import eventually
-from tests.integration.mailbox.test_reconcile_api import (
-    AUTH,
-    PUSH,
+from tests.helpers import (
+    RECONCILE_AUTH,
+    FreshUser,
     configure,
+    enqueued,
+    eventually,
     mailbox_wire,
-    register_for_test,
+    running_client,
+    settings_for,
     state_change,
 )
+from tests.integration.mailbox.push_server import PUSH, register_for_test
 from tests.peers.cyrus import CyrusServer
 
 WITHIN_S = 10.0  # generous for a busy machine; the poll would take an hour
@@ -102,7 +103,7 @@ async def configured_app(
         await redis.set(slot, "taken by the test", ex=3600)
     async with running_client(settings_for(url)) as client:
         await configure(client, mailbox_wire(cyrus, mailbox))
-        assert (await client.post("/reconcile", headers=AUTH)).status_code == 204
+        assert (await client.post("/reconcile", headers=RECONCILE_AUTH)).status_code == 204
         await register_for_test(redis)
         yield client
 
@@ -156,7 +157,8 @@ async def test_another_instance_is_woken_through_redis(
         await other.jmap()  # its client connected, as after any pass it ran
         task = asyncio.create_task(scheduler.run_scheduler(other))
         try:
-            await eventually(lambda: _subscribed(redis_client), WITHIN_S, "never subscribed")
+            await eventually(lambda: _subscribed(redis_client), "the EventSource subscribed",
+                             WITHIN_S)
             new = cyrus.append(user=mailbox.user, subject="woken elsewhere")
             await push(client, mailbox)
             done = await passes.next()
@@ -220,10 +222,12 @@ async def test_a_stopped_scheduler_closes_its_wake_subscription(
     restart of the loops)."""
     async with runtime.running(settings_for(embedded_redis_url)) as svc:
         task = asyncio.create_task(scheduler.run_scheduler(svc))
-        await eventually(lambda: _subscribed(redis_client), WITHIN_S, "never subscribed")
+        await eventually(lambda: _subscribed(redis_client), "the EventSource subscribed",
+                             WITHIN_S)
         await cancel(task)
         assert task.cancelled()
-        await eventually(lambda: _unsubscribed(redis_client), WITHIN_S, "still subscribed")
+        await eventually(lambda: _unsubscribed(redis_client), "the EventSource unsubscribed",
+                         WITHIN_S)
 
 
 async def _unsubscribed(redis: aioredis.Redis) -> bool:

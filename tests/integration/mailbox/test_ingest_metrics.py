@@ -10,26 +10,24 @@ import time
 import httpx
 import redis.asyncio as aioredis
 
-from tests.helpers import FreshUser, login, sample_wire
-from tests.integration.mailbox.test_reconcile_api import (
-    AUTH,
-    PUSH,
-    app,
-    register_for_test,
+from tests.helpers import (
+    RECONCILE_AUTH,
+    FreshUser,
+    login,
+    metric_value,
+    sample_wire,
     state_change,
-    wait_for,
+    wait_enqueued,
 )
-from tests.integration.ops.test_metrics import value
+from tests.integration.mailbox.push_server import PUSH, register_for_test
 from tests.peers.cyrus import CyrusServer
-
-__all__ = ["app"]  # the fixture, imported for these tests
 
 METRIC = "messageweave_events_ingested_total"
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": str(sample_wire()["telegram_webhook_secret"])}
 
 
 async def _ingested(client: httpx.AsyncClient, session: dict[str, str], source: str) -> float:
-    return value((await client.get("/metrics", headers=session)).text, METRIC,
+    return metric_value((await client.get("/metrics", headers=session)).text, METRIC,
                  f'source="{source}"')
 
 
@@ -50,17 +48,17 @@ async def test_every_accepted_event_is_counted_by_its_source(
     session = await login(app)
     before = {s: await _ingested(app, session, s)
               for s in ("reconcile", "jmap_push", "telegram_webhook")}
-    assert (await app.post("/reconcile", headers=AUTH)).status_code == 204  # the baseline
+    assert (await app.post("/reconcile", headers=RECONCILE_AUTH)).status_code == 204  # the baseline
     cyrus.append(user=mailbox.user, subject="one")
     cyrus.append(user=mailbox.user, subject="two")
-    assert (await app.post("/reconcile", headers=AUTH)).status_code == 204
+    assert (await app.post("/reconcile", headers=RECONCILE_AUTH)).status_code == 204
     await _eventually(app, session, "reconcile", before["reconcile"] + 2)
 
     await register_for_test(redis_client)
     pushed = cyrus.append(user=mailbox.user, subject="pushed")
     push = await app.post(PUSH, json=state_change(mailbox.client.account_id))
     assert push.status_code == 204
-    await wait_for(redis_client, pushed.email_id, within_s=10)
+    await wait_enqueued(redis_client, pushed.email_id, within_s=10)
     await _eventually(app, session, "jmap_push", before["jmap_push"] + 1)
 
     for update_id in (900, 901, 900):  # the second 900 is Telegram redelivering it

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,31 +16,11 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.state import sha256_hex
-from tests.helpers import closed_port, login, sample_wire
-from tests.integration.jmap.test_push import unix_of
+from tests.helpers import assert_envelope, unix_of
 from tests.integration.mailbox.push_server import PushServer, callback_path
-from tests.integration.test_envelope import assert_envelope
-from tests.peers.cyrus import CyrusServer
 
 CALLBACK = "https://bot.example.org/push/jmap"
 OTHER = "https://bot2.example.org/push/jmap"
-
-
-@pytest.fixture
-async def server(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[PushServer]:
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
-    async with PushServer(cyrus) as srv:
-        yield srv
-
-
-@pytest.fixture
-async def admin(client: httpx.AsyncClient, server: PushServer) -> dict[str, str]:
-    headers = await login(client)
-    wire = sample_wire(jmap_session_url=server.url, reconcile_interval_s=0,
-                       telegram_api_base_url=f"http://127.0.0.1:{closed_port()}")
-    saved = await client.put("/api/business-config", headers=headers, json=wire)
-    assert saved.json()["runtime_applied"] is True, saved.text
-    return headers
 
 
 async def register(client: httpx.AsyncClient, admin: dict[str, str], url: str) -> httpx.Response:

@@ -12,9 +12,8 @@ mail from Cyrus.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -25,11 +24,18 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
 from messageweave.store.push import Registration, record_registration
 from messageweave.store.state import sha256_hex
-from tests.helpers import FreshUser, closed_port, login, sample_wire
-from tests.integration.jmap.test_push import DAY, FakeClock, unix_of
-from tests.integration.mailbox.conftest import enqueued
+from tests.helpers import (
+    DAY,
+    RECONCILE_AUTH,
+    FakeClock,
+    FreshUser,
+    configure,
+    enqueued,
+    eventually,
+    mailbox_wire,
+    unix_of,
+)
 from tests.integration.mailbox.push_server import PushServer, callback_path
-from tests.integration.mailbox.test_reconcile_api import AUTH, configure, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 
 CALLBACK = "https://bot.example.org/push/jmap"
@@ -43,37 +49,10 @@ REGISTRATION_KEYS = (keys.PUSH_REGISTRATION_CURRENT, keys.push_registration(DIGE
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def server(
-    cyrus: CyrusServer, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[PushServer]:
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
-    async with PushServer(cyrus, clock=clock) as srv:
-        yield srv
-
-
-@pytest.fixture
 async def jmap(server: PushServer, cyrus: CyrusServer) -> AsyncIterator[JmapClient]:
     """Our JMAP client for the responder, for maintenance passes run by the test itself."""
     async with JmapClient(server.url, "alice", "pw", ca_file=cyrus.ca_file, timeout=10) as c:
         yield c
-
-
-@pytest.fixture
-async def admin(client: httpx.AsyncClient, server: PushServer) -> dict[str, str]:
-    """The app configured for the responder and switched on (no periodic reconcile)."""
-    headers = await login(client)
-    wire = sample_wire(jmap_session_url=server.url, reconcile_interval_s=0,
-                       telegram_api_base_url=f"http://127.0.0.1:{closed_port()}")
-    saved = await client.put("/api/business-config", headers=headers, json=wire)
-    assert saved.json()["runtime_applied"] is True, saved.text
-    assert (await client.put("/api/enabled", headers=headers,
-                             json={"enabled": True})).status_code == 200
-    return headers
 
 
 async def hold_maintenance_slot(redis: aioredis.Redis) -> None:
@@ -113,13 +92,6 @@ def state_change() -> dict[str, object]:
     return {"@type": "StateChange", "changed": {"u1": {"Email": "s9"}}}
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 async def status(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, object]:
     response = await client.get("/api/push/status", headers=admin)
     assert response.status_code == 200, response.text
@@ -130,6 +102,7 @@ async def status(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, 
 # ------------------------------------------------------------------------------ renewal
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_an_approaching_expiry_is_extended_and_push_outlives_the_old_seven_days(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
     clock: FakeClock, redis_client: aioredis.Redis,
@@ -194,6 +167,7 @@ async def test_a_server_that_grants_less_is_renewed_on_its_own_terms(
 # ------------------------------------------------------------------------------ loss
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
     redis_client: aioredis.Redis,
@@ -202,7 +176,7 @@ async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
     registration kept pointing at an id the server no longer knew."""
     old = await register_and_verify(client, admin, server)
     await eventually(lambda: redis_client.exists(keys.PUSH_MAINTENANCE_SCHEDULE),
-                     3, "the scheduler never ran a maintenance pass")
+                     "a maintenance pass", 3)
     server.responder.restart()
     calls = len(server.responder.bodies)
     await redis_client.delete(keys.PUSH_MAINTENANCE_SCHEDULE)  # the next pass, now not in 60 s
@@ -210,7 +184,7 @@ async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
     async def recreated() -> bool:
         return await redis_client.hget(keys.PUSH_LIFECYCLE, "id") not in (None, old)
 
-    await eventually(recreated, 3, "the lost subscription was never re-created")
+    await eventually(recreated, "the lost subscription re-created", 3)
     new = await redis_client.hget(keys.PUSH_LIFECYCLE, "id")
     assert server.responder.methods()[calls:] == ["PushSubscription/get", "PushSubscription/set"]
     sub = server.responder.subscriptions[new]
@@ -231,6 +205,7 @@ async def test_a_lost_subscription_is_recreated_by_the_scheduler_in_one_pass(
         "last_state_change_age_s": None}
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_a_lost_subscription_that_cannot_be_recreated_is_degraded_until_it_can(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
     clock: FakeClock, redis_client: aioredis.Redis,
@@ -252,6 +227,7 @@ async def test_a_lost_subscription_that_cannot_be_recreated_is_degraded_until_it
     assert (body["state"], body["reason"]) == ("ok", None)
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_an_unreachable_server_is_degraded_and_clears_on_the_next_good_pass(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
     clock: FakeClock, redis_client: aioredis.Redis,
@@ -268,6 +244,7 @@ async def test_an_unreachable_server_is_degraded_and_clears_on_the_next_good_pas
     assert (health.label, health.subscription_id) == ("ok", sub_id)
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_an_expired_or_unverified_subscription_is_degraded(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, clock: FakeClock,
     redis_client: aioredis.Redis,
@@ -288,6 +265,7 @@ async def test_an_expired_or_unverified_subscription_is_degraded(
     assert (await push.health(redis_client, expires)).label == "degraded: subscription expired"
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_a_registration_without_a_callback_url_is_degraded_until_registered_again(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer, jmap: JmapClient,
     clock: FakeClock, redis_client: aioredis.Redis,
@@ -307,6 +285,7 @@ async def test_a_registration_without_a_callback_url_is_degraded_until_registere
         await redis_client.hget(keys.PUSH_LIFECYCLE, "id")]
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_a_state_change_is_timed_for_the_last_state_change_age(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
     redis_client: aioredis.Redis,
@@ -344,7 +323,8 @@ async def test_while_degraded_the_scheduler_reconciles_every_degraded_interval_o
     interval = 10
     await configure(client, mailbox_wire(cyrus, mailbox, reconcile_interval_s=0,
                                          degraded_reconcile_interval_s=interval))
-    assert (await client.post("/reconcile", headers=AUTH)).status_code == 204  # the baseline
+    baseline = await client.post("/reconcile", headers=RECONCILE_AUTH)
+    assert baseline.status_code == 204
     first = cyrus.append(user=mailbox.user, subject="while push is degraded 1")
     await record_registration(redis_client, Registration(DIGEST, "P-cyrus"), url=CALLBACK,
                               expires=int(time.time()) + DAY, now=time.time())
@@ -352,20 +332,21 @@ async def test_while_degraded_the_scheduler_reconciles_every_degraded_interval_o
     async def seen(email_id: str) -> bool:
         return email_id in await enqueued(redis_client)
 
-    await eventually(lambda: seen(first.email_id), 5, "no reconcile pass while degraded")
+    await eventually(lambda: seen(first.email_id), "a reconcile pass while degraded", 5)
     health = await push.health(redis_client, time.time())
     assert health.label == "degraded: server check failed"
     assert 0 < await redis_client.ttl(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE) <= interval
     after_first = time.monotonic()
     second = cyrus.append(user=mailbox.user, subject="while push is degraded 2")
-    await eventually(lambda: seen(second.email_id), interval + 4,
-                     "no second pass within the degraded interval")
+    await eventually(lambda: seen(second.email_id), "a second pass within the degraded interval",
+                     interval + 4)
     # the next pass waited for the interval (a slot, not a hot loop)
     assert time.monotonic() - after_first > interval / 2
     assert await redis_client.get(keys.RECONCILE_SCHEDULE) is None  # not the periodic schedule
     assert await enqueued(redis_client) == [first.email_id, second.email_id]
 
 
+@pytest.mark.usefixtures("switched_on")
 async def test_push_that_works_adds_no_reconcile_passes(
     client: httpx.AsyncClient, admin: dict[str, str], server: PushServer,
     redis_client: aioredis.Redis,
@@ -373,7 +354,11 @@ async def test_push_that_works_adds_no_reconcile_passes(
     """Bug caught: reconciling on the degraded schedule while push is fine (wasted passes)."""
     await register_and_verify(client, admin, server)
     await eventually(lambda: redis_client.exists(keys.PUSH_MAINTENANCE_SCHEDULE),
-                     3, "the scheduler never ran a maintenance pass")
-    await asyncio.sleep(1.5)
+                     "a maintenance pass", 3)
+    # The orphan sweep's slot is claimed at the end of a tick's slot checks, after the degraded
+    # one: freed now, it is claimed again once a whole round of checks has run since.
+    await redis_client.delete(keys.ORPHAN_SWEEP_SCHEDULE)
+    await eventually(lambda: redis_client.exists(keys.ORPHAN_SWEEP_SCHEDULE),
+                     "a round of the scheduler's slot checks after the maintenance pass")
     assert (await push.health(redis_client, time.time())).label == "ok"
     assert await redis_client.exists(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE) == 0

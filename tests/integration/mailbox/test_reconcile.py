@@ -17,8 +17,7 @@ from messageweave.mail.reconcile import (
 )
 from messageweave.store import keys
 from messageweave.store.mailbox import LockLost, reconcile_lock
-from tests.helpers import FreshUser
-from tests.integration.mailbox.conftest import enqueued
+from tests.helpers import FreshUser, enqueued
 from tests.peers.cyrus import CyrusServer
 
 INBOX = ("inbox",)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
@@ -15,56 +13,25 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.mailbox import request_catchup
-from tests.helpers import FreshUser, closed_port, login, sample_wire
-from tests.integration.mailbox.conftest import enqueued
-from tests.integration.mailbox.push_server import TEST_TOKEN, record_test_registration
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import (
+    RECONCILE_AUTH,
+    RECONCILE_TOKEN,
+    FreshUser,
+    assert_envelope,
+    closed_port,
+    configure,
+    enqueued,
+    mailbox_wire,
+    state_change,
+    wait_enqueued,
+)
+from tests.integration.mailbox.push_server import (
+    PUSH,
+    register_for_test,
+)
 from tests.peers.cyrus import CyrusServer
 
-TOKEN = "reconcile-SECRET"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {"Content-Type": "application/json"}
-
-
-def mailbox_wire(cyrus: CyrusServer, mailbox: FreshUser, **overrides: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "jmap_session_url": cyrus.origin + "/",
-        "jmap_username": mailbox.user,
-        "jmap_password": mailbox.password,
-        # nothing here may reach a real Telegram: the worker's sends fail fast on a closed port
-        "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
-        "reconcile_interval_s": 0,
-    }
-    values.update(overrides)
-    return sample_wire(**values)
-
-
-async def configure(client: httpx.AsyncClient, wire: dict[str, Any], enabled: bool = True) -> None:
-    headers = await login(client)
-    saved = await client.put("/api/business-config", headers=headers, json=wire)
-    assert saved.status_code == 200, saved.text
-    response = await client.put("/api/enabled", headers=headers, json={"enabled": enabled})
-    assert response.status_code == 200, response.text
-
-
-@pytest.fixture
-async def app(
-    client: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser,
-    monkeypatch: pytest.MonkeyPatch,
-) -> AsyncIterator[httpx.AsyncClient]:
-    """The app, configured for a fresh Cyrus mailbox and switched on (no periodic schedule)."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
-    await configure(client, mailbox_wire(cyrus, mailbox))
-    yield client
-
-
-async def wait_for(redis: aioredis.Redis, email_id: str, within_s: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < within_s:
-        if email_id in await enqueued(redis):
-            return time.monotonic() - started
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{email_id} not enqueued within {within_s} s")
 
 
 # ------------------------------------------------------------------------------ /reconcile
@@ -74,16 +41,17 @@ async def test_reconcile_enqueues_new_mail_and_answers_204(
     app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
     cyrus.append(user=mailbox.user, subject="already there", received_at=time.time() - 3600)
-    first = await app.post("/reconcile", headers=AUTH)
+    first = await app.post("/reconcile", headers=RECONCILE_AUTH)
     assert first.status_code == 204 and first.content == b""
     new = cyrus.append(user=mailbox.user, subject="new mail")
-    assert (await app.post("/reconcile", headers=AUTH, content=b"ignored")).status_code == 204
+    again = await app.post("/reconcile", headers=RECONCILE_AUTH, content=b"ignored")
+    assert again.status_code == 204
     assert await enqueued(redis_client) == [new.email_id]
 
 
 async def test_reconcile_needs_the_reconcile_token(app: httpx.AsyncClient) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong"},
-                    {"Authorization": f"bearer {TOKEN}"}):
+                    {"Authorization": f"bearer {RECONCILE_TOKEN}"}):
         assert_envelope(await app.post("/reconcile", headers=headers), 401, "unauthorized")
     assert_envelope(await app.post("/reconcile", headers={
         "Authorization": "Bearer worker-token-SECRET"}), 403, "forbidden")
@@ -96,17 +64,18 @@ async def test_reconcile_is_refused_while_the_service_is_off_after_auth(
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
     await configure(client, mailbox_wire(cyrus, mailbox), enabled=False)
     assert_envelope(await client.post("/reconcile"), 401, "unauthorized")
-    assert_envelope(await client.post("/reconcile", headers=AUTH), 503, "service_unavailable")
+    assert_envelope(await client.post("/reconcile", headers=RECONCILE_AUTH), 503,
+                    "service_unavailable")
 
 
 async def test_two_concurrent_reconciles_get_one_409(
     app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
-    await app.post("/reconcile", headers=AUTH)
+    await app.post("/reconcile", headers=RECONCILE_AUTH)
     for i in range(5):
         cyrus.append(user=mailbox.user, subject=f"concurrent {i}")
-    responses = await asyncio.gather(app.post("/reconcile", headers=AUTH),
-                                     app.post("/reconcile", headers=AUTH))
+    responses = await asyncio.gather(app.post("/reconcile", headers=RECONCILE_AUTH),
+                                     app.post("/reconcile", headers=RECONCILE_AUTH))
     assert sorted(r.status_code for r in responses) == [204, 409]
     [refused] = [r for r in responses if r.status_code == 409]
     assert_envelope(refused, 409, "conflict")
@@ -121,7 +90,7 @@ async def test_jmap_server_down_is_503_reconcile_retry_and_the_cursor_stays(
     await redis_client.set(keys.RECONCILE_CURSOR, "42")
     await configure(client, mailbox_wire(
         cyrus, mailbox, jmap_session_url=f"https://127.0.0.1:{closed_port()}/"))
-    response = await client.post("/reconcile", headers=AUTH)
+    response = await client.post("/reconcile", headers=RECONCILE_AUTH)
     assert_envelope(response, 503, "reconcile_retry")
     assert response.headers["retry-after"] == "30"
     assert await redis_client.get(keys.RECONCILE_CURSOR) == "42"
@@ -149,30 +118,16 @@ async def test_the_built_in_schedule_runs_a_pass_without_any_cron(
 # ------------------------------------------------------------------------------ StateChange
 
 
-async def register_for_test(redis: aioredis.Redis) -> str:
-    """Cyrus has no PushSubscription/set: the registration a real server would have accepted
-    (verified, with its callback token) is recorded directly (register itself is tested
-    against the RFC responder). The path and query to post pushes to."""
-    return await record_test_registration(redis)
-
-
-PUSH = f"/push/jmap?t={TEST_TOKEN}"  # where register_for_test's subscription is pushed to
-
-
-def state_change(account: str, types: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"@type": "StateChange", "changed": {account: types or {"Email": "s2"}}}
-
-
 async def test_a_state_change_push_enqueues_new_mail_within_a_second(
     app: httpx.AsyncClient, cyrus: CyrusServer, mailbox: FreshUser, redis_client: aioredis.Redis
 ) -> None:
-    assert (await app.post("/reconcile", headers=AUTH)).status_code == 204
+    assert (await app.post("/reconcile", headers=RECONCILE_AUTH)).status_code == 204
     path = await register_for_test(redis_client)
     new = cyrus.append(user=mailbox.user, subject="pushed")
     account = mailbox.client.account_id
     burst = [app.post(path, json=state_change(account)) for _ in range(10)]
     assert {r.status_code for r in await asyncio.gather(*burst)} == {204}
-    await wait_for(redis_client, new.email_id, within_s=1.0)
+    await wait_enqueued(redis_client, new.email_id, within_s=1.0)
     assert await enqueued(redis_client) == [new.email_id]
 
 

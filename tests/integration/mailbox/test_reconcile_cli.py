@@ -12,9 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store.mailbox import reconcile_lock
-from tests.helpers import ADMIN_KEY, FreshUser, console_script
-from tests.integration.mailbox.conftest import enqueued
-from tests.integration.mailbox.test_reconcile_api import configure, mailbox_wire
+from tests.helpers import ADMIN_KEY, FreshUser, configure, console_script, enqueued, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 
 

@@ -11,8 +11,7 @@ import redis.asyncio as aioredis
 from messageweave.mail import reconcile as reconcile_module
 from messageweave.mail.jmap import JmapClient, MailboxList
 from messageweave.mail.reconcile import reconcile
-from tests.helpers import FreshUser
-from tests.integration.mailbox.conftest import enqueued
+from tests.helpers import FreshUser, enqueued
 from tests.peers.cyrus import CyrusServer
 
 ROLES = ("inbox", "important")

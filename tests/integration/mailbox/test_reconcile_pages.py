@@ -8,8 +8,7 @@ import redis.asyncio as aioredis
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
 from messageweave.store.mailbox import NOT_NOTIFIED, enqueue_new_mails
-from tests.helpers import FreshUser, enqueue_mail
-from tests.integration.mailbox.conftest import enqueued
+from tests.helpers import FreshUser, enqueue_mail, enqueued
 from tests.peers.cyrus import CyrusServer
 
 INBOX = ("inbox",)

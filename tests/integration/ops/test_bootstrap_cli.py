@@ -7,8 +7,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from tests.helpers import ADMIN_KEY, sample_wire, serve_process
-from tests.integration.ops.test_diagnose_cli import run_cli
+from tests.helpers import ADMIN_KEY, run_cli, sample_wire, serve_process
 
 
 async def test_bootstrap_stores_the_file_once_and_serve_logs_json_lines(

@@ -9,9 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.settings import from_env
-from tests.helpers import ADMIN_KEY, running_client
+from tests.helpers import ADMIN_KEY, assert_envelope, running_client
 from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
-from tests.integration.test_envelope import assert_envelope
 
 ENV_VALUES = [None, "1", "true", "TRUE", "True", "yes", "YES", "0", "on", "false", "Yes "]
 TRUTHY = {"1", "true", "TRUE", "True", "yes", "YES"}

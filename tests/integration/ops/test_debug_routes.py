@@ -11,9 +11,16 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.redis import redis_server_binary
-from tests.helpers import closed_port, free_port, login, running_client, sample_wire, settings_for
+from tests.helpers import (
+    assert_envelope,
+    closed_port,
+    free_port,
+    login,
+    running_client,
+    sample_wire,
+    settings_for,
+)
 from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
-from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

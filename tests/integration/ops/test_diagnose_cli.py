@@ -24,24 +24,12 @@ from tests.helpers import (
     console_script,
     free_port,
     login,
+    run_cli,
 )
 from tests.integration.mailbox.push_server import PushServer, callback_path
-from tests.integration.test_ready_with_peers import peer_wire_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
-from tests.served import peer_wire
-
-
-async def run_cli(*args: str, **env: str) -> tuple[int, str]:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "DEBUG_ENABLED", "DEBUG_TOKEN")}
-    proc = await asyncio.create_subprocess_exec(
-        console_script("messageweave"), *args, env={**base, "COLUMNS": "200", **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode()
+from tests.served import peer_wire, peer_wire_for
 
 
 def _env(redis_url: str, cyrus: CyrusServer) -> dict[str, str]:

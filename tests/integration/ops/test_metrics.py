@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 
 import httpx
@@ -12,25 +11,12 @@ from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
 from messageweave.store.push import Registration, update_lifecycle
 from messageweave.store.state import sha256_hex
-from tests.helpers import login, sample_wire
-from tests.integration.jmap.test_push import unix_of
+from tests.helpers import assert_envelope, login, metric, metric_value, sample_wire, unix_of
 from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.integration.ops.conftest import debug_headers
-from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire
-
-
-def value(text: str, name: str, labels: str = "") -> float:
-    found = sample(text, name, labels)
-    return found if found is not None else 0.0
-
-
-def sample(text: str, name: str, labels: str = "") -> float | None:
-    pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") + r" (\S+)"
-    found = re.search("^" + pattern + "$", text, re.MULTILINE)
-    return float(found.group(1)) if found else None
 
 
 async def test_metrics_need_the_worker_token_or_a_session(client: httpx.AsyncClient) -> None:
@@ -39,8 +25,8 @@ async def test_metrics_need_the_worker_token_or_a_session(client: httpx.AsyncCli
     response = await client.get("/metrics", headers={"Authorization": "Bearer worker-token-SECRET"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    assert value(response.text, "messageweave_config_revision") == 1
-    assert value(response.text, "messageweave_redis_up") == 1
+    assert metric_value(response.text, "messageweave_config_revision") == 1
+    assert metric_value(response.text, "messageweave_redis_up") == 1
 
 
 async def test_stream_length_and_dlq_size_follow_redis(
@@ -48,13 +34,13 @@ async def test_stream_length_and_dlq_size_follow_redis(
 ) -> None:
     session = await login(client)
     before = (await client.get("/metrics", headers=session)).text
-    assert value(before, "messageweave_stream_length", 'stream="stalwart:jmap"') == 0
+    assert metric_value(before, "messageweave_stream_length", 'stream="stalwart:jmap"') == 0
     await redis_client.xadd(keys.STREAM_JMAP, {"k": "v"})
     await redis_client.xadd(keys.STREAM_JMAP, {"k": "v"})
     await redis_client.xadd(keys.dlq(keys.STREAM_TELEGRAM), {"k": "v"})
     after = (await client.get("/metrics", headers=session)).text
-    assert value(after, "messageweave_stream_length", 'stream="stalwart:jmap"') == 2
-    assert value(after, "messageweave_dlq_size", 'stream="stalwart:telegram"') == 1
+    assert metric_value(after, "messageweave_stream_length", 'stream="stalwart:jmap"') == 2
+    assert metric_value(after, "messageweave_dlq_size", 'stream="stalwart:telegram"') == 1
 
 
 async def test_a_recorded_delivery_moves_the_delivery_counters(
@@ -62,11 +48,11 @@ async def test_a_recorded_delivery_moves_the_delivery_counters(
 ) -> None:
     session = await login(client)
     label = 'failure_class="rate_limit",outcome="retry"'
-    before = value((await client.get("/metrics", headers=session)).text,
+    before = metric_value((await client.get("/metrics", headers=session)).text,
                    "messageweave_deliveries_total", label)
     await record_send(redis_client, stream=keys.STREAM_TELEGRAM, event_id="1-0", kind="reply",
                       chat_id=1, outcome="retry", failure_class="rate_limit", latency_ms=5)
-    after = value((await client.get("/metrics", headers=session)).text,
+    after = metric_value((await client.get("/metrics", headers=session)).text,
                   "messageweave_deliveries_total", label)
     assert after == before + 1
 
@@ -79,10 +65,10 @@ async def test_a_debug_notify_counts_a_telegram_call(
     await debug_client.put("/api/business-config", headers=session,
                            json=peer_wire(cyrus, telegram_emulator))
     label = 'peer="telegram",result="ok"'
-    before = value((await debug_client.get("/metrics", headers=session)).text,
+    before = metric_value((await debug_client.get("/metrics", headers=session)).text,
                    "messageweave_peer_calls_total", label)
     assert (await debug_client.post("/debug/notify", headers=debug_headers())).status_code == 200
-    after = value((await debug_client.get("/metrics", headers=session)).text,
+    after = metric_value((await debug_client.get("/metrics", headers=session)).text,
                   "messageweave_peer_calls_total", label)
     assert after == before + 1
 
@@ -94,7 +80,7 @@ async def test_unknown_after_send_follows_the_pipeline_key(
     key = keys.DELIVERY_UNKNOWN
     await redis_client.zadd(key, {"stalwart:jmap/1-0/sent": 1.0, "stalwart:jmap/2-0/sent": 2.0})
     text = (await client.get("/metrics", headers=session)).text
-    assert value(text, "messageweave_unknown_after_send") == 2
+    assert metric_value(text, "messageweave_unknown_after_send") == 2
 
 
 AGE = "messageweave_push_last_state_change_age_seconds"
@@ -116,15 +102,15 @@ async def test_push_metrics_show_the_last_state_change_age_and_the_expiry(
         await client.put("/api/business-config", headers=session, json=wire)
         await client.put("/api/enabled", headers=session, json={"enabled": True})
         off = (await client.get("/metrics", headers=session)).text
-        assert sample(off, AGE) is None and sample(off, EXPIRY) is None  # nothing yet
-        assert sample(off, DEGRADED) == 0
+        assert metric(off, AGE) is None and metric(off, EXPIRY) is None  # nothing yet
+        assert metric(off, DEGRADED) == 0
 
         registered = await client.post("/api/push/register", headers=session,
                                        json={"callback_url": "https://bot.example.org/push"})
         sub_id = registered.json()["push_subscription_id"]
         granted = unix_of(server.responder.subscriptions[sub_id]["expires"])
         text = (await client.get("/metrics", headers=session)).text
-        assert sample(text, EXPIRY) == granted and sample(text, AGE) is None
+        assert metric(text, EXPIRY) == granted and metric(text, AGE) is None
 
         # the operator's callback path here is not /push/jmap: post where the route is
         pushed_to = "/push/jmap?" + callback_path(
@@ -135,13 +121,13 @@ async def test_push_metrics_show_the_last_state_change_age_and_the_expiry(
         state_change = {"@type": "StateChange", "changed": {"u1": {"Email": "s2"}}}
         assert (await client.post(pushed_to, json=state_change)).status_code == 204
         text = (await client.get("/metrics", headers=session)).text
-        age = sample(text, AGE)
+        age = metric(text, AGE)
         assert age is not None and 0 <= age < 3
         # it is an age computed at scrape time from the recorded arrival
         await redis_client.set(keys.PUSH_LAST_STATE_CHANGE, str(int(time.time()) - 42))
-        age = sample((await client.get("/metrics", headers=session)).text, AGE)
+        age = metric((await client.get("/metrics", headers=session)).text, AGE)
         assert age is not None and 42 <= age < 45
 
         reg = Registration(sha256_hex("https://bot.example.org/push"), sub_id)
         await update_lifecycle(redis_client, reg, {"failure": "recreate_failed"})
-        assert sample((await client.get("/metrics", headers=session)).text, DEGRADED) == 1
+        assert metric((await client.get("/metrics", headers=session)).text, DEGRADED) == 1

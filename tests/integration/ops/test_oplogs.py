@@ -10,8 +10,7 @@ import redis.asyncio as aioredis
 from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
 from messageweave.store.oplog import send_log
-from tests.helpers import admin_headers, login, sample_wire
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import admin_headers, assert_envelope, login, sample_wire
 
 
 async def _audit(client: httpx.AsyncClient, headers: dict[str, str]) -> list[dict[str, object]]:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 import pytest
 import redis.asyncio as aioredis
 
@@ -17,15 +15,6 @@ from tests.helpers import CYRUS_USER, enqueue_mail, running_client, settings_for
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, served_app
-
-
-@pytest.fixture
-async def pipeline(
-    client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
-    telegram_emulator: TelegramEmulator, trust_cyrus: None,
-) -> AsyncIterator[ServedApp]:
-    async with served_app(client, redis_client, cyrus, telegram_emulator) as app:
-        yield app
 
 
 def subject_of(text: str) -> str:
@@ -44,13 +33,6 @@ async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
         # (at start, a catch-up) must not queue these a second time.
         by_subject[subject] = str(await enqueue_mail(redis, CYRUS_USER, email_id))
     return by_subject
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture

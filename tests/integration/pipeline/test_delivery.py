@@ -9,9 +9,8 @@ import json
 import os
 
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, console_script
-from tests.integration.pipeline.conftest import eventually, subject_of
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import ADMIN_KEY, assert_envelope, console_script, eventually
+from tests.integration.pipeline.conftest import subject_of
 from tests.served import ServedApp
 
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": "webhook-secret-SECRET"}
@@ -29,7 +28,7 @@ async def test_new_mail_becomes_the_three_line_notification_within_a_second(
         "From: Ann Lee <ann@example.org>\nSubject: Quarterly report\nReceived: 2023-11-15 07:13"
     ]
     assert sent[0].parse_mode is None
-    await eventually(lambda: _committed(pipeline))
+    await eventually(lambda: _committed(pipeline), "the delivery committed")
 
 
 async def _committed(pipeline: ServedApp) -> bool:
@@ -58,7 +57,7 @@ async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
         body = (await pipeline.client.get("/api/dlq?stream=stalwart:jmap", headers=auth)).json()
         return len(body["entries"]) == 1
 
-    await eventually(dead, 5)
+    await eventually(dead, "the entry dead-lettered", 5)
     body = (await pipeline.client.get("/api/dlq?stream=stalwart:jmap", headers=auth)).json()
     [row] = body["entries"]
     assert row["stream"] == keys.STREAM_JMAP and row["failure_class"] == "not_found"
@@ -76,7 +75,7 @@ async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
     replay = await pipeline.client.post("/api/dlq/replay", headers=auth,
                                         json={"stream": keys.STREAM_JMAP})
     assert replay.json() == {"replayed": 1}
-    await eventually(dead, 5)
+    await eventually(dead, "the entry dead-lettered", 5)
     again = (await pipeline.client.get("/api/dlq", headers=auth)).json()["entries"]
     assert again[0]["id"] != row["id"]
 
@@ -94,7 +93,7 @@ async def test_help_from_the_owner_is_answered_through_the_webhook(pipeline: Ser
     async def forgotten() -> bool:  # the answered entry is deleted (issue #12)
         return await pipeline.redis.xlen(keys.STREAM_TELEGRAM) == 0
 
-    await eventually(forgotten, 3)
+    await eventually(forgotten, "the entry forgotten", 3)
     assert await pipeline.redis.exists(keys.dedup_tg(900001))
 
 
@@ -109,7 +108,7 @@ async def test_updates_without_text_are_acknowledged_without_a_reply(pipeline: S
         info = await pipeline.redis.xpending(keys.STREAM_TELEGRAM, keys.CONSUMER_GROUP)
         return bool(info["pending"] == 0) and await pipeline.redis.xlen(keys.STREAM_TELEGRAM) == 0
 
-    await eventually(drained, 3)
+    await eventually(drained, "the stream drained", 3)
     assert await pipeline.emulator.sent_messages(pipeline.token) == []
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from messageweave.store import keys
-from tests.integration.pipeline.conftest import eventually
+from tests.helpers import eventually
 from tests.served import ServedApp
 
 WORKER = {"Authorization": "Bearer worker-token-SECRET"}
@@ -28,7 +28,7 @@ async def test_a_delivery_is_logged_and_counted(pipeline: ServedApp) -> None:
                                           headers=pipeline.admin)).json()
         return any(r.get("event_id") == entry for r in body["records"])
 
-    await eventually(logged, 5)
+    await eventually(logged, "the send logged", 5)
     records = (await pipeline.client.get("/api/logs/send",
                                          headers=pipeline.admin)).json()["records"]
     [record] = [r for r in records if r.get("event_id") == entry]
@@ -57,7 +57,7 @@ async def test_the_send_record_holds_the_telegram_call_latency(pipeline: ServedA
     async def logged() -> bool:
         return await record() is not None
 
-    await eventually(logged, 10)
+    await eventually(logged, "the send logged", 10)
     found = await record()
     assert found is not None
     latency = float(found["latency_ms"])  # type: ignore[arg-type]

@@ -20,9 +20,7 @@ from messageweave.mail.reconcile import Budget, Progress, reconcile
 from messageweave.pipeline import routing
 from messageweave.store import keys
 from messageweave.store.mailbox import DIGEST_MAX_IDS, enqueue_digest
-from tests.helpers import ADMIN_KEY, FreshUser
-from tests.integration.ops.test_diagnose_cli import run_cli
-from tests.integration.pipeline.conftest import eventually
+from tests.helpers import ADMIN_KEY, FreshUser, eventually, run_cli
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
 from tests.served import CHAT, ServedApp, served_app
@@ -72,7 +70,7 @@ async def entries(app: ServedApp) -> list[tuple[str, dict[str, str]]]:
 async def finished(app: ServedApp, entry_id: str) -> dict[str, Any]:
     """The entry's terminal record, once the worker wrote it."""
     key = keys.delivery_committed(keys.STREAM_JMAP, entry_id)
-    await eventually(lambda: app.redis.exists(key), 15)
+    await eventually(lambda: app.redis.exists(key), "the digest key written", 15)
     record: dict[str, Any] = json.loads(await app.redis.get(key))
     return record
 

@@ -13,8 +13,8 @@ from messageweave.aio import cancel
 from messageweave.pipeline import worker as worker_module
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
-from tests.helpers import CYRUS_USER, enqueue_mail, running_client, settings_for
-from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
+from tests.helpers import CYRUS_USER, enqueue_mail, eventually, running_client, settings_for
+from tests.integration.pipeline.conftest import subject_of, worker_services
 from tests.served import ServedApp
 
 AUTH = {"Authorization": "Bearer worker-token-SECRET"}
@@ -74,7 +74,7 @@ async def test_cron_beside_two_instances_delivers_every_mail_exactly_once(
                 info = await redis.xpending(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
                 return bool(await redis.exists(*names) == MAILS and info["pending"] == 0)
 
-            await eventually(all_finished, 30)
+            await eventually(all_finished, "every entry finished", 30)
         finally:
             stop.set()
             drains = await asyncio.gather(*crons)
@@ -112,7 +112,7 @@ async def test_a_cron_batch_waiting_its_turn_is_not_reclaimed_as_stalled(
             info = await cron_only.redis.xpending(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
             return bool(info["pending"] == len(subjects))
 
-        await eventually(fetched, 10)
+        await eventually(fetched, "the mail fetched", 10)
         continuous = asyncio.create_task(worker.run())
         try:
             result = await asyncio.wait_for(drain, 30)

@@ -20,11 +20,18 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.redis import EmbeddedRedis
-from tests.helpers import ADMIN_KEY, console_script, running_client, settings_for
-from tests.integration.pipeline.conftest import enqueue_mails, eventually, subject_of
+from tests.helpers import (
+    ADMIN_KEY,
+    configure,
+    console_script,
+    eventually,
+    running_client,
+    settings_for,
+)
+from tests.integration.pipeline.conftest import enqueue_mails, subject_of
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
-from tests.served import ServedApp, configure, lift_limits, peer_wire
+from tests.served import ServedApp, lift_limits, peer_wire
 
 
 async def _dlq(pipeline: ServedApp) -> list[dict[str, object]]:
@@ -56,14 +63,16 @@ async def test_telegram_refusal_goes_to_the_dlq_at_once_without_retry(
     async def dead() -> bool:
         return len(await _dlq(pipeline)) == 1
 
-    await eventually(dead, 5)
+    await eventually(dead, "the entry dead-lettered", 5)
     [row] = await _dlq(pipeline)
     assert row["failure_class"] == failure_class and row["attempts"] == 1
     assert str(row["reason"]).startswith(f"telegram {code}: ")
-    await asyncio.sleep(1.5)  # no retry follows: still one DLQ entry, nothing pending
-    assert len(await _dlq(pipeline)) == 1
+    # No retry follows: a retry keeps the entry pending with a due time (`retry_due`), and the
+    # dead letter acked it in the same script, so nothing is left that could send it again.
     info = await pipeline.redis.xpending(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
     assert info["pending"] == 0
+    assert await pipeline.redis.zcard(keys.retry_due(keys.STREAM_JMAP)) == 0
+    assert len(await _dlq(pipeline)) == 1
 
 
 async def test_a_transient_telegram_error_is_retried_within_seconds(pipeline: ServedApp) -> None:
@@ -89,7 +98,7 @@ async def test_retries_end_in_the_dlq_after_max_attempts(pipeline: ServedApp) ->
     async def dead() -> bool:
         return len(await _dlq(pipeline)) == 1
 
-    await eventually(dead, 8)
+    await eventually(dead, "the entry dead-lettered", 8)
     [row] = await _dlq(pipeline)
     assert row["failure_class"] == "transient" and row["attempts"] == 2
 
@@ -105,7 +114,7 @@ async def configured_redis(
     """A configuration stored in the embedded Redis, with no app (and no worker) left running."""
     wire = peer_wire(cyrus, telegram_emulator)
     async with running_client(settings_for(embedded_redis_url)) as client:
-        await configure(client, wire)
+        await configure(client, wire, applied=True)
     await lift_limits(redis_client)
     yield wire
 
@@ -221,7 +230,7 @@ async def test_redis_restart_mid_run_loses_nothing(
     redis = aioredis.from_url(url, decode_responses=True)
     try:
         async with running_client(settings_for(url)) as client:
-            await configure(client, wire)
+            await configure(client, wire, applied=True)
             await redis.hset(keys.GOVERNOR_LIMITS, mapping={"bot_per_s": 0, "chat_per_s": 10})
             by_subject = await enqueue_mails(redis, cyrus, "restart", 30)
             await telegram_emulator.wait_for_messages(token, chat, 5, 10.0)

@@ -9,28 +9,14 @@ import json
 import secrets
 import time
 import urllib.parse
-from collections.abc import Callable
 from typing import Any
 
 from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
 from messageweave.store.streams import Entry
-from tests.helpers import unknown_records
-from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
-from tests.served import ServedApp, configure
-
-
-class _LaneTurn(asyncio.Future[None]):
-    """A turn in a chat lane that tells when an attempt has started waiting for it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waited_for = asyncio.Event()
-
-    def add_done_callback(self, fn: Callable[[Any], object], *,
-                          context: Any = None) -> None:
-        self.waited_for.set()
-        super().add_done_callback(fn, context=context)
+from tests.helpers import LaneTurn, configure, eventually, unknown_records
+from tests.integration.pipeline.conftest import subject_of, worker_services
+from tests.served import ServedApp
 
 
 async def _read(worker: Worker, pipeline: ServedApp, subject: str) -> Entry:
@@ -65,7 +51,7 @@ async def test_a_lease_that_is_not_ours_blocks_the_telegram_call_after_the_lane_
         await worker.streams.beat(worker.consumer)
         entry = await _read(worker, cron_only, "fenced")
         inflight = keys.delivery_inflight(keys.STREAM_JMAP, entry.id)
-        turn = _LaneTurn()
+        turn = LaneTurn()
         attempt = asyncio.create_task(worker.process(entry, turn))
         await asyncio.wait_for(turn.waited_for.wait(), 10)
 
@@ -129,7 +115,7 @@ async def test_the_lease_is_renewed_while_a_slow_send_is_alive(
         async def sending() -> bool:
             return await cron_only.redis.hget(intent, "state") == "sending"
 
-        await eventually(sending, 10)  # the Telegram call is under way
+        await eventually(sending, "the Telegram call under way", 10)
         lease = await cron_only.redis.get(inflight)
         assert lease is not None
         since = time.monotonic()
@@ -158,7 +144,7 @@ async def test_a_replayed_dead_letter_is_a_new_entry_naming_the_old_one_delivere
         record = await _terminal(pipeline, old)
         return record is not None and record["state"] == "dead_letter"
 
-    await eventually(dead, 10)
+    await eventually(dead, "the entry dead-lettered", 10)
     replay = await pipeline.client.post("/api/dlq/replay", headers=pipeline.admin,
                                         json={"stream": keys.STREAM_JMAP})
     assert replay.json() == {"replayed": 1}
@@ -171,7 +157,7 @@ async def test_a_replayed_dead_letter_is_a_new_entry_naming_the_old_one_delivere
         record = await _terminal(pipeline, new)
         return record is not None and record["state"] == "delivered"
 
-    await eventually(delivered, 10)
+    await eventually(delivered, "the entry delivered", 10)
     sent = await pipeline.emulator.sent_messages(pipeline.token, pipeline.chat)
     assert [subject_of(m.text) for m in sent] == ["replay me"]
     new_record = await _terminal(pipeline, new)
@@ -255,7 +241,7 @@ def _form_or_json(body: bytes) -> dict[str, str]:
 async def _point_at(pipeline: ServedApp, api: _SilentBotApi, policy: str) -> None:
     """Send through `api` with a 300 ms Telegram timeout, under `policy`."""
     wire = {**pipeline.wire, "telegram_api_base_url": api.base_url, "delivery_policy": policy}
-    await configure(pipeline.client, wire, outbound={
+    await configure(pipeline.client, wire, applied=True, outbound={
         "jmap_timeout_ms": 15000, "telegram_timeout_ms": 300, "llm_timeout_ms": 30000,
         "max_retries": 3})
 

@@ -7,9 +7,9 @@ import time
 
 from messageweave.pipeline.worker import Worker
 from messageweave.store import consent, keys
+from tests.helpers import LaneTurn
 from tests.integration.conversation.conftest import llm_wire
 from tests.integration.pipeline.conftest import worker_services
-from tests.integration.pipeline.test_ledger import _LaneTurn
 from tests.peers.fakellm import FakeLlm, fakellm_server
 from tests.served import ServedApp
 
@@ -37,7 +37,7 @@ async def test_a_summary_asked_right_after_a_revoke_never_reaches_the_model(
         await cron_only.redis.xadd(keys.STREAM_TELEGRAM, {
             "update_id": "1", "chat_id": str(cron_only.chat), "text": f"/summary {email_id}"})
         [entry] = await worker.streams.read_new(worker.consumer, 1, None)
-        turn = _LaneTurn()  # the "/ai off" before it has not been sent yet
+        turn = LaneTurn()  # the "/ai off" before it has not been sent yet
         attempt = asyncio.create_task(worker.process(entry, turn))
         await asyncio.wait_for(turn.waited_for.wait(), 10)
         await consent.revoke(cron_only.redis, cron_only.chat)  # what "/ai off" did meanwhile

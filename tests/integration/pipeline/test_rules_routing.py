@@ -18,9 +18,7 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import routing
 from messageweave.pipeline.governor import bot_id
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, FreshUser, sample_wire
-from tests.integration.ops.test_diagnose_cli import run_cli
-from tests.integration.pipeline.conftest import eventually
+from tests.helpers import ADMIN_KEY, FreshUser, eventually, run_cli, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
 from tests.served import CHAT, ServedApp, served_app
@@ -79,7 +77,7 @@ async def terminal(app: ServedApp, email_id: str) -> dict[str, Any]:
         record = json.loads(raw) if raw else {}
         return bool(record)
 
-    await eventually(finished, 10)
+    await eventually(finished, "the entries finished", 10)
     return record
 
 

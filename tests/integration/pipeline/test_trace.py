@@ -9,10 +9,14 @@ from typing import Any
 
 from messageweave.store import keys
 from messageweave.store.mailbox import reconcile_lock
-from tests.helpers import ADMIN_KEY, CYRUS_USER, enqueue_mail
-from tests.integration.ops.test_diagnose_cli import run_cli
-from tests.integration.pipeline.conftest import eventually
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import (
+    ADMIN_KEY,
+    CYRUS_USER,
+    assert_envelope,
+    enqueue_mail,
+    eventually,
+    run_cli,
+)
 from tests.served import ServedApp
 
 # Outbound settings with one retry, so a failing mail is dead-lettered after two attempts.
@@ -45,7 +49,7 @@ async def _until_status(app: ServedApp, q: str, status: str) -> dict[str, Any]:
         latest = await _trace(app, q)
         return bool(latest["mails"]) and latest["mails"][0]["status"] == status
 
-    await eventually(reached, 15)
+    await eventually(reached, "the mail traced as " + status, 15)
     return latest
 
 
@@ -117,7 +121,8 @@ async def test_a_mail_the_system_never_saw_says_so(pipeline: ServedApp) -> None:
     # Held for the rest of the test, so no reconcile pass (the app's periodic one included)
     # can reach the mail before it is traced.
     holder = reconcile_lock(pipeline.redis)
-    await eventually(holder.acquire)  # a pass running now ends within its lease
+    # a pass running now ends within its lease
+    await eventually(holder.acquire, "the reconcile slot free")
     try:
         pipeline.cyrus.append(subject="Still unread by the reconcile")
         await pipeline.redis.set(keys.RECONCILE_BASELINE, 0)

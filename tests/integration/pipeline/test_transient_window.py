@@ -28,8 +28,8 @@ from messageweave.cli.diagnose import run_checks
 from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
 from messageweave.store.waiting import waiting_for_peers
-from tests.helpers import CYRUS_USER, enqueue_mail, settings_for
-from tests.integration.pipeline.conftest import eventually, subject_of, worker_services
+from tests.helpers import CYRUS_USER, enqueue_mail, eventually, settings_for
+from tests.integration.pipeline.conftest import subject_of, worker_services
 from tests.served import ServedApp
 
 STREAM = keys.STREAM_JMAP
@@ -92,7 +92,7 @@ async def test_telegram_unreachable_during_a_burst_of_20_mails_loses_none_of_the
         async def failed_twelve_times() -> bool:
             return await _attempts(app, entries[0]) >= 3 * MAX_ATTEMPTS
 
-        await eventually(failed_twelve_times, 40)
+        await eventually(failed_twelve_times, "twelve failed attempts", 40)
         assert await app.emulator.sent_messages(app.token, app.chat) == []
         assert await app.redis.xlen(keys.dlq(STREAM)) == 0
         assert set(await waiting_for_peers(app.redis)) == {"telegram"}
@@ -103,7 +103,7 @@ async def test_telegram_unreachable_during_a_burst_of_20_mails_loses_none_of_the
             records = [await _record(app, e) for e in entries]
             return all(r is not None and r["state"] == "delivered" for r in records)
 
-        await eventually(all_delivered, 20)
+        await eventually(all_delivered, "every entry delivered", 20)
     sent = await app.emulator.sent_messages(app.token, app.chat)
     assert [subject_of(m.text) for m in sent] == subjects  # each once, in order
     assert await _dlq(app) == []
@@ -130,7 +130,7 @@ async def test_ready_and_diagnose_say_since_when_delivery_waits_for_telegram(
             ready = await app.client.get("/ready")
             return ready.status_code == 200 and "waiting" in ready.json()
 
-        await eventually(ready_says_waiting, 10)
+        await eventually(ready_says_waiting, "/ready saying it waits for Telegram", 10)
         waiting = (await app.client.get("/ready")).json()["waiting"]
         assert set(waiting) == {"telegram"} and waiting["telegram"]["entries"] == 1
         assert started <= waiting["telegram"]["since"] <= time.time()
@@ -147,7 +147,7 @@ async def test_ready_and_diagnose_say_since_when_delivery_waits_for_telegram(
             ready = await app.client.get("/ready")
             return ready.status_code == 200 and "waiting" not in ready.json()
 
-        await eventually(ready_waits_no_more, 10)
+        await eventually(ready_waits_no_more, "/ready no longer waiting", 10)
         record = await _record(app, entry)
         assert record is not None and record["state"] == "delivered"
     checks = await run_checks(settings_for(embedded_redis_url))
@@ -171,7 +171,7 @@ async def test_a_permanent_refusal_is_still_dead_lettered_at_once(
         async def both_finished() -> bool:
             return None not in (await _record(app, refused), await _record(app, after))
 
-        await eventually(both_finished, 10)
+        await eventually(both_finished, "both entries finished", 10)
     record = await _record(app, refused)
     assert record is not None and record["state"] == "dead_letter"
     assert record["failure_class"] == "permission" and record["attempts"] == 1
@@ -198,7 +198,7 @@ async def test_an_entry_whose_retry_window_is_over_is_dead_lettered(
         async def dead() -> bool:
             return await _record(app, entry) is not None
 
-        await eventually(dead, 20)
+        await eventually(dead, "the entry dead-lettered", 20)
     record = await _record(app, entry)
     assert record is not None and record["state"] == "dead_letter", record
     assert record["failure_class"] == "transient"
@@ -232,7 +232,7 @@ async def test_a_restart_while_telegram_is_down_keeps_the_chat_in_order(
         async def waiting_for_telegram() -> bool:
             return set(await waiting_for_peers(app.redis)) == {"telegram"}
 
-        await eventually(waiting_for_telegram, 20)
+        await eventually(waiting_for_telegram, "the worker waiting for Telegram", 20)
     # The first worker is stopped: its waiting entry is due again in about 3 s, those behind
     # it (they gave their leases back) at once.
     assert await app.redis.zscore(keys.retry_due(STREAM), entries[0]) > time.time() * 1000
@@ -244,6 +244,6 @@ async def test_a_restart_while_telegram_is_down_keeps_the_chat_in_order(
             records = [await _record(app, e) for e in entries]
             return all(r is not None and r["state"] == "delivered" for r in records)
 
-        await eventually(all_delivered, 20)
+        await eventually(all_delivered, "every entry delivered", 20)
     sent = await app.emulator.sent_messages(app.token, app.chat)
     assert [subject_of(m.text) for m in sent] == subjects

@@ -14,16 +14,16 @@ from redis.exceptions import ResponseError
 
 from messageweave.store import keys
 from messageweave.store.streams import SwitchedOff, UpdateIngress
-from tests.helpers import enqueue_update, sample_wire
-from tests.integration.security import test_owner_words
-from tests.integration.security.test_input_limits import configured_and_enabled
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import assert_envelope, configured_and_enabled, enqueue_update, sample_wire
 
 FIELDS = {"update_id": "77", "chat_id": "4242", "text": "hi"}
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": str(sample_wire()["telegram_webhook_secret"])}
 
 
-redis = test_owner_words.either_redis  # Redis 6.2 and 7.0, flushed
+@pytest.fixture
+def redis(either_redis: aioredis.Redis) -> aioredis.Redis:
+    """Redis 6.2 and 7.0, flushed."""
+    return either_redis
 
 
 @pytest.mark.parametrize("switch", [None, "0", "yes"])

@@ -13,8 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys, receivers
-from tests.helpers import FreshUser
-from tests.integration.receivers.conftest import until, until_label
+from tests.helpers import FreshUser, eventually, until_label
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, served_app
@@ -35,7 +34,7 @@ async def pushed(
 
         async def baselined() -> bool:
             return await redis_client.exists(keys.RECONCILE_CURSOR) == 1
-        await until(baselined, "the first pass after the connect")
+        await eventually(baselined, "the first pass after the connect")
         yield app
 
 
@@ -58,7 +57,7 @@ async def until_notified(app: ServedApp, *subjects: str) -> None:
     async def all_there() -> bool:
         seen = await notified(app)
         return all(any(s in key for key in seen) for s in subjects)
-    await until(all_there, f"notifications of {subjects}", 30)
+    await eventually(all_there, f"notifications of {subjects}", 30)
 
 
 def once_each(seen: Counter[str], *subjects: str) -> bool:
@@ -106,4 +105,4 @@ async def test_push_mode_off_holds_no_eventsource(pushed: ServedApp) -> None:
         status = await receivers.read_status(pushed.redis, keys.EVENTSOURCE_STATUS)
         return (status is not None and status.state == "off"
                 and not await pushed.redis.exists(keys.EVENTSOURCE_LOCK))
-    await until(released, "the EventSource closed and its lease released")
+    await eventually(released, "the EventSource closed and its lease released")

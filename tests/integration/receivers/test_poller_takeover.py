@@ -19,11 +19,10 @@ from messageweave.pipeline import polling
 from messageweave.store import keys, receivers
 from messageweave.store.mailbox import Lock
 from messageweave.store.streams import StreamStore
-from tests.helpers import ADMIN_KEY, console_script, free_port
-from tests.integration.receivers.conftest import WAIT_S, until
+from tests.helpers import ADMIN_KEY, WAIT_S, configure, console_script, eventually, free_port
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
-from tests.served import ServedApp, configure, lift_limits, peer_wire
+from tests.served import ServedApp, lift_limits, peer_wire
 
 BURST = 50
 
@@ -46,7 +45,7 @@ async def serve(redis_url: str) -> AsyncIterator[tuple[asyncio.subprocess.Proces
                     return (await http.get(url + "/healthz", timeout=1)).status_code == 200
                 except httpx.HTTPError:
                     return False
-            await until(healthy, "serve answering /healthz")
+            await eventually(healthy, "serve answering /healthz")
         yield proc, url
     finally:
         if proc.returncode is None:
@@ -81,12 +80,12 @@ async def test_a_killed_poller_is_replaced_and_nothing_is_lost_or_doubled(
     token, chat = wire["bot_token"], wire["telegram_chat_id"]
     async with serve(embedded_redis_url) as (first, first_url):
         async with httpx.AsyncClient(base_url=first_url, timeout=15) as api:
-            await configure(api, wire)
+            await configure(api, wire, applied=True)
 
         async def polling_now() -> bool:
             status = await receivers.read_status(redis_client, keys.UPDATES_STATUS)
             return status is not None and status.state == "polling"
-        await until(polling_now, "the first instance polling")
+        await eventually(polling_now, "the first instance polling")
         async with serve(embedded_redis_url) as (second, _):
             holder = await redis_client.get(keys.TELEGRAM_POLL_LOCK)
             await _write(telegram_emulator, token, chat, range(BURST // 2))
@@ -96,7 +95,7 @@ async def test_a_killed_poller_is_replaced_and_nothing_is_lost_or_doubled(
                 return (len(_answered(texts)) == BURST // 2
                         and await redis_client.xlen(keys.STREAM_TELEGRAM) == 0
                         and (await telegram_emulator.pending_updates(token)).polling)
-            await until(first_half, "the first half answered")
+            await eventually(first_half, "the first half answered")
             assert await redis_client.get(keys.TELEGRAM_POLL_LOCK) == holder  # still the first
             first.send_signal(signal.SIGKILL)
             await first.wait()
@@ -106,11 +105,11 @@ async def test_a_killed_poller_is_replaced_and_nothing_is_lost_or_doubled(
                 texts = [m.text for m in await telegram_emulator.sent_messages(token, chat)]
                 return len(_answered(texts)) == BURST
             # The dead lease expires (10 s), the survivor takes it within a third of that.
-            await until(all_answered, "every message answered", WAIT_S + 15)
+            await eventually(all_answered, "every message answered", WAIT_S + 15)
 
             async def drained() -> bool:
                 return await redis_client.xlen(keys.STREAM_TELEGRAM) == 0
-            await until(drained, "the stream worked off")
+            await eventually(drained, "the stream worked off")
             texts = [m.text for m in await telegram_emulator.sent_messages(token, chat)]
             counts = _answered(texts)
             assert set(counts) == {f"k{n}" for n in range(BURST)}
@@ -156,7 +155,7 @@ async def test_a_poller_that_dies_mid_batch_loses_and_doubles_nothing(
         texts = [m.text for m in await polled.emulator.sent_messages(polled.token, polled.chat)]
         return (len(_answered(texts)) == 5
                 and await polled.redis.xlen(keys.STREAM_TELEGRAM) == 0)
-    await until(drained, "every message answered")
+    await eventually(drained, "every message answered")
     assert crashes == [dies]
     texts = [m.text for m in await polled.emulator.sent_messages(polled.token, polled.chat)]
     assert sorted(_answered(texts).items()) == [(f"k{n}", 1) for n in range(5)]

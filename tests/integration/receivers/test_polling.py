@@ -11,13 +11,7 @@ import time
 from messageweave.config.model import parse_wire
 from messageweave.pipeline import buttons, polling
 from messageweave.store import keys, receivers
-from tests.integration.receivers.conftest import (
-    WAIT_S,
-    ready_body,
-    until,
-    until_label,
-    until_status,
-)
+from tests.helpers import WAIT_S, eventually, ready_body, until_label, until_status
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp
 
@@ -50,7 +44,7 @@ async def notification(polled: ServedApp, subject: str) -> tuple[str, SentMessag
 
     async def sent() -> bool:
         return bool(await _notified(polled, cfg, email_id))
-    await until(sent, "the notification")
+    await eventually(sent, "the notification")
     return email_id, (await _notified(polled, cfg, email_id))[0]
 
 
@@ -77,7 +71,7 @@ async def test_a_button_press_is_answered_with_no_webhook_set(polled: ServedApp)
     async def answered() -> bool:
         answers = await polled.emulator.callback_answers(polled.token)
         return any(a["callback_query_id"] == pressed.callback_id for a in answers)
-    await until(answered, "the answer to the press")
+    await eventually(answered, "the answer to the press")
 
 
 async def test_the_offset_is_stored_after_the_update_is_queued(polled: ServedApp) -> None:
@@ -89,10 +83,10 @@ async def test_the_offset_is_stored_after_the_update_is_queued(polled: ServedApp
     async def stored() -> bool:
         offset = await receivers.read_offset(polled.redis, polled.token)
         return offset == first.update_id + 1
-    await until(stored, "the offset past the answered update")
+    await eventually(stored, "the offset past the answered update")
     async def confirmed() -> bool:  # with the next long poll
         return (await polled.emulator.pending_updates(polled.token)).pending == []
-    await until(confirmed, "the update confirmed to Telegram")
+    await eventually(confirmed, "the update confirmed to Telegram")
 
     # Telegram delivers at least once: the same update again (the webhook way) is dropped.
     again = {"update_id": first.update_id, "message": {
@@ -106,7 +100,7 @@ async def test_the_offset_is_stored_after_the_update_is_queued(polled: ServedApp
 
     async def drained() -> bool:  # answered entries are deleted from the stream
         return await polled.redis.xlen(keys.STREAM_TELEGRAM) == 0
-    await until(drained, "the stream worked off")
+    await eventually(drained, "the stream worked off")
     replies = await polled.emulator.sent_messages(polled.token, polled.chat)
     assert len(replies) == 2, "the redelivered update was answered again"
 
@@ -121,7 +115,7 @@ async def test_a_stranger_is_recorded_once_and_not_answered(polled: ServedApp) -
 
     async def confirmed() -> bool:
         return (await receivers.read_offset(polled.redis, polled.token)) == mine.update_id + 1
-    await until(confirmed, "both updates confirmed")
+    await eventually(confirmed, "both updates confirmed")
     refused = (await polled.client.get("/api/telegram/refused-chats",
                                        headers=polled.admin)).json()["chats"]
     assert [(c["chat_id"], c["count"]) for c in refused] == [(stranger, 1)]
@@ -129,7 +123,7 @@ async def test_a_stranger_is_recorded_once_and_not_answered(polled: ServedApp) -
 
 
 async def acted_on_revision(polled: ServedApp, **keep: object) -> int:
-    """Save the configuration again (no change) and wait until the receiving instance acted on
+    """Save the configuration again (no change) and wait eventually the receiving instance acted on
     that revision (its status names it): everything it was going to do with the old one is
     done, so a count taken now shows what it does with the new one."""
     await polled.configure(**keep)
@@ -139,7 +133,7 @@ async def acted_on_revision(polled: ServedApp, **keep: object) -> int:
     async def acted() -> bool:
         status = await receivers.read_status(polled.redis, keys.UPDATES_STATUS)
         return status is not None and status.revision >= revision
-    await until(acted, "the receiver acting on the new revision")
+    await eventually(acted, "the receiver acting on the new revision")
     return revision
 
 
@@ -211,7 +205,7 @@ async def test_429_waits_retry_after_and_network_errors_back_off(polled: ServedA
 
     async def called_again() -> bool:
         return (await polled.emulator.api_calls(polled.token, "getUpdates")).count > len(calls)
-    await until(called_again, "a getUpdates after the 429")
+    await eventually(called_again, "a getUpdates after the 429")
     after = (await polled.emulator.api_calls(polled.token, "getUpdates")).times_ms
     assert after[len(calls)] - calls[-1] >= 2900, "called again before retry_after"
     await until_status(polled, "updates", "ok (polling)")

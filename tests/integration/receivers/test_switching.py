@@ -8,21 +8,14 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 import redis.asyncio as aioredis
-import uvicorn
 
-from messageweave.app import create_app
 from messageweave.store import keys
-from tests.helpers import free_port, serving, settings_for
-from tests.integration.conversation.conftest import tls_emulator
-from tests.integration.receivers.conftest import until, until_status
+from tests.helpers import eventually, until_status
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
-from tests.served import ServedApp, served_app
-
-__all__ = ["tls_emulator"]
+from tests.served import ServedApp, served_over_https
 
 MESSAGES = 30
 
@@ -33,16 +26,8 @@ async def https_app(
     tls_emulator: TelegramEmulator, trust_cyrus: None,
 ) -> AsyncIterator[ServedApp]:
     """The app on https://127.0.0.1:{port}, `telegram_updates` auto, no webhook yet."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(settings_for(embedded_redis_url)), host="127.0.0.1", port=port,
-        ssl_certfile=str(cyrus.server_cert), ssl_keyfile=str(cyrus.server_key),
-        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
-    ))
-    api = httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=cyrus.ssl_context(),
-                            timeout=15, trust_env=False)
-    async with serving(server), api, served_app(api, redis_client, cyrus, tls_emulator,
-                                                telegram_updates="auto") as app:
+    async with served_over_https(redis_client, embedded_redis_url, cyrus, tls_emulator,
+                                 telegram_updates="auto") as app:
         await until_status(app, "updates", "ok (polling)")
         yield app
 
@@ -80,11 +65,11 @@ async def test_polling_webhook_polling_loses_and_doubles_nothing(https_app: Serv
     async def all_answered() -> bool:
         texts = [m.text for m in await app.emulator.sent_messages(app.token, app.chat)]
         return len(_answered(texts)) == MESSAGES
-    await until(all_answered, "every message answered", 60)
+    await eventually(all_answered, "every message answered", 60)
 
     async def drained() -> bool:
         return await app.redis.xlen(keys.STREAM_TELEGRAM) == 0
-    await until(drained, "the stream worked off")
+    await eventually(drained, "the stream worked off")
     texts = [m.text for m in await app.emulator.sent_messages(app.token, app.chat)]
     counts = _answered(texts)
     assert set(counts) == {f"w{n}" for n in range(MESSAGES)}

@@ -12,8 +12,15 @@ import redis.asyncio as aioredis
 
 from messageweave.ops.sendlog import record_send
 from messageweave.store import keys, throttle
-from tests.helpers import running_client, settings_for
-from tests.integration.security.test_throttling import WRONG, _configure
+from tests.helpers import (
+    WRONG_BEARER,
+    closed_port,
+    login,
+    running_client,
+    sample_wire,
+    save_wire,
+    settings_for,
+)
 
 ROTATED = ("192.0.2.77", 40000)  # one more address of an attacker who rotates them
 
@@ -36,10 +43,12 @@ async def test_the_audit_log_keeps_its_count_when_rotating_addresses_lock_themse
     bound. The lock of one more address, on a full log, must leave it at its count."""
     await _fill(redis_client, keys.AUDIT_LOG, keys.AUDIT_LOG_MAX_ENTRIES)
     async with running_client(settings_for(embedded_redis_url), client=ROTATED) as attacker:
-        await _configure(attacker)  # a session_created and a config_saved record
+        # a session_created and a config_saved record
+        await save_wire(attacker, await login(attacker), sample_wire(
+            telegram_api_base_url=f"http://127.0.0.1:{closed_port()}"))
         for _ in range(keys.THROTTLE_MAX_FAILURES):
-            await attacker.post("/api/admin/session", headers=WRONG)
-        assert (await attacker.post("/api/admin/session", headers=WRONG)).status_code == 429
+            await attacker.post("/api/admin/session", headers=WRONG_BEARER)
+        assert (await attacker.post("/api/admin/session", headers=WRONG_BEARER)).status_code == 429
     assert await redis_client.xlen(keys.AUDIT_LOG) == keys.AUDIT_LOG_MAX_ENTRIES
     (_, newest), = await redis_client.xrevrange(keys.AUDIT_LOG, count=1)
     assert json.loads(newest["r"])["action"] == "auth_throttled"
@@ -109,7 +118,7 @@ async def test_a_throttle_lock_still_works_beside_the_bound(
         _address(n): 10**13 for n in range(keys.THROTTLE_CLIENTS_MAX)})  # full, all "newer"
     async with running_client(settings_for(embedded_redis_url), client=ROTATED) as attacker:
         for _ in range(keys.THROTTLE_MAX_FAILURES):
-            await attacker.post("/api/admin/session", headers=WRONG)
-        locked = await attacker.post("/api/admin/session", headers=WRONG)
+            await attacker.post("/api/admin/session", headers=WRONG_BEARER)
+        locked = await attacker.post("/api/admin/session", headers=WRONG_BEARER)
     assert locked.status_code == 429, locked.text
     assert await redis_client.zcard(keys.THROTTLE_CLIENTS) == keys.THROTTLE_CLIENTS_MAX

@@ -12,8 +12,7 @@ from starlette.requests import Request
 from messageweave.api.throttle import ClientAddressPolicy, client_of
 from messageweave.settings import Settings, from_env
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, running_client
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import ADMIN_KEY, assert_envelope, running_client
 
 HEADER = "x-mw-client-ip"
 GATEWAY = ("10.20.30.40", 40000)  # the socket peer of every request the gateway forwards

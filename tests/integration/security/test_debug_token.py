@@ -11,8 +11,7 @@ import redis.asyncio as aioredis
 
 from messageweave.settings import from_env
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, admin_headers, running_client, settings_for
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import ADMIN_KEY, admin_headers, assert_envelope, running_client, settings_for
 
 GOOD = "debug-token-of-the-issue-23-tests-0123"  # 38 characters
 MIN_CHARS = 32  # reference §4

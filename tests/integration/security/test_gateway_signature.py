@@ -24,14 +24,14 @@ from messageweave.settings import Settings, from_env
 from messageweave.store import keys
 from tests.helpers import (
     ADMIN_KEY,
+    assert_envelope,
     fastapi_of,
     free_port,
+    run_cli,
     running_client,
     sample_wire,
     serving,
 )
-from tests.integration.ops.test_diagnose_cli import run_cli
-from tests.integration.test_envelope import assert_envelope
 
 SECRET = "messageweave-gateway-test-secret-0123456789"
 CODE = "gateway_signature_invalid"

@@ -16,9 +16,8 @@ import redis.asyncio as aioredis
 
 from messageweave.errors import MAX_JSON_DEPTH
 from messageweave.store import keys
-from tests.helpers import admin_headers, login, sample_wire
+from tests.helpers import admin_headers, assert_envelope, configured_and_enabled, login, sample_wire
 from tests.integration.mailbox.push_server import record_test_registration
-from tests.integration.test_envelope import assert_envelope
 
 WEBHOOK_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
@@ -40,15 +39,6 @@ async def state_of(r: aioredis.Redis) -> dict[str, Any]:
         "streams": [await r.xlen(s) for s in keys.STREAMS if s in names],
         "config": (await r.get(keys.BUSINESS_CONFIG), await r.get(keys.BUSINESS_CONFIG_REVISION)),
     }
-
-
-async def configured_and_enabled(client: httpx.AsyncClient) -> dict[str, str]:
-    session = await login(client)
-    assert (await client.put("/api/business-config", json=sample_wire(),
-                             headers=session)).status_code == 200
-    assert (await client.put("/api/enabled", json={"enabled": True},
-                             headers=session)).status_code == 200
-    return session
 
 
 async def route_headers(client: httpx.AsyncClient,

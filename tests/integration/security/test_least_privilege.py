@@ -14,8 +14,7 @@ from starlette.routing import Route
 
 import messageweave.api
 from messageweave.web import static
-from tests.helpers import ADMIN_KEY, closed_port, login, sample_wire
-from tests.integration.test_envelope import assert_envelope
+from tests.helpers import ADMIN_KEY, assert_envelope, closed_port, login, sample_wire
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 

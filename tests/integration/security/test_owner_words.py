@@ -21,17 +21,13 @@ import redis.asyncio as aioredis
 from messageweave.pipeline.ledger import Ledger, terminal_record
 from messageweave.store import keys
 from messageweave.store.streams import StreamStore
-from tests.helpers import CYRUS_USER, login
-from tests.integration.pipeline.conftest import (
-    eventually,
-    pipeline,  # noqa: F401  (the fixture `owner` builds on)
-)
+from tests.helpers import CYRUS_USER, eventually, login
 from tests.served import ServedApp
 
 
 @pytest.fixture
-def owner(pipeline: ServedApp) -> ServedApp:  # noqa: F811  (the imported fixture)
-    """The pipeline package's configured instance (its `pipeline` fixture, imported above)."""
+def owner(pipeline: ServedApp) -> ServedApp:
+    """The configured instance of `pipeline` (tests/integration/conftest.py)."""
     return pipeline
 
 
@@ -39,15 +35,6 @@ def owner(pipeline: ServedApp) -> ServedApp:  # noqa: F811  (the imported fixtur
 async def raw_redis(embedded_redis_url: str) -> AsyncIterator[aioredis.Redis]:
     """Bytes, not str: for DUMP."""
     client = aioredis.from_url(embedded_redis_url)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def either_redis(any_redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    """Redis 6.2 and 7.0: their stream internals (XAUTOCLAIM, deleted entries) differ."""
-    client = aioredis.from_url(any_redis_url, decode_responses=True)
-    await client.flushdb()
     yield client
     await client.aclose()
 
@@ -78,7 +65,7 @@ async def _finished(owner: ServedApp) -> None:
         info = await owner.redis.xpending(keys.STREAM_TELEGRAM, keys.CONSUMER_GROUP)
         return bool(info["pending"] == 0) and await owner.redis.xlen(keys.STREAM_TELEGRAM) == 0
 
-    await eventually(done, 8)
+    await eventually(done, "the update handled", 8)
 
 
 async def _everything_readable(redis: aioredis.Redis) -> list[str]:
@@ -185,7 +172,7 @@ async def test_a_dead_lettered_reply_keeps_no_text_and_is_not_replayed(
     async def dead() -> bool:
         return await owner.redis.xlen(dlq) == 1
 
-    await eventually(dead, 8)
+    await eventually(dead, "the entry dead-lettered", 8)
     await _finished(owner)
     [(_, fields)] = await owner.redis.xrange(dlq)
     assert json.loads(fields["payload"]) == {"update_id": str(update_id),
@@ -213,7 +200,7 @@ async def test_mail_entries_stay_in_their_stream_and_dlq_as_before(owner: Served
     async def dead() -> bool:
         return await owner.redis.xlen(keys.dlq(keys.STREAM_JMAP)) == 1
 
-    await eventually(dead, 8)
+    await eventually(dead, "the entry dead-lettered", 8)
     rows = dict(await owner.redis.xrange(keys.STREAM_JMAP))
     assert {delivered, missing} <= set(rows)
     assert rows[delivered]["account_id"] == CYRUS_USER

@@ -29,9 +29,8 @@ from messageweave.store import keys
 from messageweave.store.mailbox import take_catchup
 from messageweave.store.push import Registration, record_registration
 from messageweave.store.state import sha256_hex
-from tests.helpers import closed_port, login, sample_wire
+from tests.helpers import assert_envelope, closed_port, login, sample_wire
 from tests.integration.mailbox.push_server import PushServer
-from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 
 CALLBACK = "https://bot.example.org/push/jmap"

@@ -17,11 +17,21 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from fastapi import FastAPI
 
+from messageweave.api import ops
 from messageweave.mail.jmap import JmapClient
-from messageweave.probes import READY_CACHE_TTL_S, READY_FAILURE_TTL_S
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, login, sample_wire
-from tests.integration.test_envelope import assert_envelope
+from messageweave.probes import READY_CACHE_TTL_S, READY_FAILURE_TTL_S, Shared, probe_ttl
+from tests.helpers import (
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    FakeClock,
+    assert_envelope,
+    login,
+    running_client,
+    sample_wire,
+    settings_for,
+)
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 
@@ -99,8 +109,26 @@ async def configure(client: httpx.AsyncClient, wire: dict[str, object]) -> None:
     assert saved.status_code == 200, saved.text
 
 
+@pytest.fixture
+async def clocked(
+    embedded_redis_url: str, redis_client: aioredis.Redis,
+) -> AsyncIterator[tuple[httpx.AsyncClient, FakeClock]]:
+    """The app whose `/ready` keeps its peer probes' windows by a clock the test moves (the
+    checks `api.ops` would make on first use, made here with that clock)."""
+    clock = FakeClock()
+
+    def hand_the_clock(app: FastAPI) -> None:
+        checks = ops._ReadyChecks()
+        checks.jmap = Shared(probe_ttl, clock=clock)
+        checks.telegram = Shared(probe_ttl, clock=clock)
+        app.state.ready_checks = checks
+
+    async with running_client(settings_for(embedded_redis_url), prepare=hand_the_clock) as c:
+        yield c, clock
+
+
 async def test_a_burst_of_ready_costs_one_probe_per_peer_per_window(
-    client: httpx.AsyncClient, redis_client: aioredis.Redis, relay: CountingRelay,
+    clocked: tuple[httpx.AsyncClient, FakeClock], relay: CountingRelay,
     telegram_emulator: TelegramEmulator,
 ) -> None:
     """Bug caught (issue #12): every `/ready` probed both peers itself: 120 requests made 120
@@ -108,6 +136,7 @@ async def test_a_burst_of_ready_costs_one_probe_per_peer_per_window(
     (here also `redis`: each request's own Redis reads ran redis-py's pool of 100 dry). A burst
     now shares one probe per peer and one Redis check; after the window the next request
     probes again, and a failure is reused too, for its shorter window."""
+    client, clock = clocked
     wire = peer_wire_through(relay, telegram_emulator)
     await configure(client, wire)
     token = str(wire["bot_token"])
@@ -121,7 +150,7 @@ async def test_a_burst_of_ready_costs_one_probe_per_peer_per_window(
     assert all(r.json() == READY for r in answers)
     assert relay.connections - before == 1, "more than one JMAP session probe"
 
-    await asyncio.sleep(READY_CACHE_TTL_S + 0.3)  # the window is over: both peers again
+    clock.now += READY_CACHE_TTL_S + 0.3  # the window is over: both peers again
     after = await client.get("/ready")
     assert_envelope(after, 503, "service_unavailable")
     assert after.headers["x-ready-failed"] == "telegram"  # the rule's second getMe
@@ -130,7 +159,7 @@ async def test_a_burst_of_ready_costs_one_probe_per_peer_per_window(
     await telegram_emulator.clear_failures(token)  # getMe works again, but the failure…
     again = await client.get("/ready")
     assert again.status_code == 503 and again.headers["x-ready-failed"] == "telegram"  # …is kept
-    await asyncio.sleep(READY_FAILURE_TTL_S + 0.3)
+    clock.now += READY_FAILURE_TTL_S + 0.3
     recovered = await client.get("/ready")
     assert recovered.status_code == 200, recovered.headers.get("x-ready-failed")
     assert relay.connections - before == 2  # JMAP's pass is still within its window

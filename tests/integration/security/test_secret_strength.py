@@ -25,14 +25,14 @@ from messageweave.store.state import ConfigStore
 from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
+    assert_envelope,
     login,
+    run_cli,
     sample_wire,
     serve_process,
     settings_for,
+    snapshot,
 )
-from tests.integration.ops.test_diagnose_cli import run_cli
-from tests.integration.test_business_config import snapshot
-from tests.integration.test_envelope import assert_envelope
 
 URLSAFE = re.compile(r"[A-Za-z0-9_-]+")
 

@@ -18,12 +18,12 @@ from messageweave.store import keys
 from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
+    assert_envelope,
     login,
     running_client,
     sample_wire,
     settings_for,
 )
-from tests.integration.test_envelope import assert_envelope
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, served_app

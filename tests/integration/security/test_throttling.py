@@ -14,18 +14,20 @@ from messageweave.api.throttle import UNKNOWN_CLIENT, ClientAddressPolicy, clien
 from messageweave.store import keys
 from tests.helpers import (
     ADMIN_KEY,
+    WRONG_BEARER,
     admin_headers,
+    assert_envelope,
     closed_port,
+    login,
     running_client,
     sample_wire,
+    save_wire,
     settings_for,
 )
-from tests.integration.test_envelope import assert_envelope
 
 ATTACKER = ("203.0.113.5", 40000)
 OPERATOR = ("198.51.100.7", 40001)
 WIRE = sample_wire(telegram_api_base_url=f"http://127.0.0.1:{closed_port()}")
-WRONG = {"Authorization": "Bearer not-the-token"}
 
 # (method, path, the right credential) for each route the issue names.
 ROUTES = {
@@ -48,16 +50,14 @@ async def attacker(
 
 
 async def _configure(client: httpx.AsyncClient) -> None:
-    session = (await client.post("/api/admin/session", headers=admin_headers())).json()["session"]
-    saved = await client.put("/api/business-config", json=WIRE,
-                             headers={"Authorization": f"Bearer {session}"})
-    assert saved.status_code == 200, saved.text
+    await save_wire(client, await login(client), WIRE)
 
 
 async def _fail(client: httpx.AsyncClient, times: int, method: str = "POST",
                 path: str = "/api/admin/session") -> None:
     for _ in range(times):
-        assert_envelope(await client.request(method, path, headers=WRONG), 401, "unauthorized")
+        assert_envelope(await client.request(method, path, headers=WRONG_BEARER), 401,
+                        "unauthorized")
 
 
 def _assert_locked(response: httpx.Response, lock_s: int) -> None:
@@ -73,7 +73,7 @@ async def test_the_eleventh_wrong_credential_is_429_and_so_is_the_right_one(
     lock that still lets the right credential through (the guesser would learn it was right)."""
     method, path, token = ROUTES[name]
     await _fail(attacker, 10, method, path)
-    _assert_locked(await attacker.request(method, path, headers=WRONG), 60)
+    _assert_locked(await attacker.request(method, path, headers=WRONG_BEARER), 60)
     right = {"Authorization": f"Bearer {token}"}
     _assert_locked(await attacker.request(method, path, headers=right), 60)
 
@@ -98,7 +98,7 @@ async def test_each_further_lock_doubles(
     client = ATTACKER[0]
     for lock_s in (60, 120, 240):
         await _fail(attacker, 10)
-        _assert_locked(await attacker.post("/api/admin/session", headers=WRONG), lock_s)
+        _assert_locked(await attacker.post("/api/admin/session", headers=WRONG_BEARER), lock_s)
         assert await redis_client.get(keys.throttle_lock(client)) == str(lock_s)
         await redis_client.delete(keys.throttle_lock(client))  # what its EX does in lock_s
     assert await redis_client.get(keys.throttle_strikes(client)) == "3"
@@ -110,7 +110,7 @@ async def test_the_lock_stops_growing_at_an_hour(
     """Catches an unbounded doubling (a lock of days for an operator who mistyped a key)."""
     await redis_client.set(keys.throttle_strikes(ATTACKER[0]), 20)
     await _fail(attacker, 10)
-    _assert_locked(await attacker.post("/api/admin/session", headers=WRONG), 3600)
+    _assert_locked(await attacker.post("/api/admin/session", headers=WRONG_BEARER), 3600)
 
 
 async def test_two_instances_on_one_redis_share_the_count(
@@ -123,8 +123,8 @@ async def test_two_instances_on_one_redis_share_the_count(
             running_client(settings, client=ATTACKER) as b:
         await _fail(a, 5)
         await _fail(b, 5)
-        _assert_locked(await a.post("/api/admin/session", headers=WRONG), 60)
-        _assert_locked(await b.post("/api/admin/session", headers=WRONG), 60)
+        _assert_locked(await a.post("/api/admin/session", headers=WRONG_BEARER), 60)
+        _assert_locked(await b.post("/api/admin/session", headers=WRONG_BEARER), 60)
 
 
 async def test_failures_on_every_bearer_route_add_up(attacker: httpx.AsyncClient) -> None:
@@ -133,7 +133,7 @@ async def test_failures_on_every_bearer_route_add_up(attacker: httpx.AsyncClient
     await _fail(attacker, 4, "GET", "/api/business-config")
     await _fail(attacker, 3, "GET", "/api/enabled")
     await _fail(attacker, 3, "POST", "/worker")
-    _assert_locked(await attacker.get("/api/business-config", headers=WRONG), 60)
+    _assert_locked(await attacker.get("/api/business-config", headers=WRONG_BEARER), 60)
 
 
 async def test_the_lock_is_audited(attacker: httpx.AsyncClient, embedded_redis_url: str) -> None:
@@ -176,12 +176,12 @@ async def test_a_client_header_does_not_move_the_count_unless_trusted(
     """Catches a throttle that believes `X-Forwarded-For` by default: a guesser would send a
     new address with every try and never be locked."""
     for i in range(10):
-        spoofed = {**WRONG, "X-Forwarded-For": f"192.0.2.{i}", "X-Real-IP": f"192.0.2.{i}",
+        spoofed = {**WRONG_BEARER, "X-Forwarded-For": f"192.0.2.{i}", "X-Real-IP": f"192.0.2.{i}",
                    "CF-Connecting-IP": f"192.0.2.{i}"}
         assert_envelope(await attacker.post("/api/admin/session", headers=spoofed), 401,
                         "unauthorized")
     _assert_locked(await attacker.post("/api/admin/session", headers={
-        **WRONG, "X-Forwarded-For": "192.0.2.99"}), 60)
+        **WRONG_BEARER, "X-Forwarded-For": "192.0.2.99"}), 60)
 
 
 # ------------------------------------------------------------ where the client address comes from

@@ -18,11 +18,8 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
 from messageweave.store import keys
 from tests.helpers import FreshUser
-from tests.integration.conversation.conftest import served, tls_emulator
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp
-
-__all__ = ["served", "tls_emulator"]  # the HTTPS app the emulator calls, and that emulator
 
 HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
 WAIT_S = 15.0  # for the worker, Cyrus and the emulator on a busy machine

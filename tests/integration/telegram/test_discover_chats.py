@@ -7,9 +7,8 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import refused
-from tests.helpers import login, sample_wire
+from tests.helpers import assert_envelope, login, sample_wire
 from tests.integration.telegram.conftest import BotChat
-from tests.integration.test_envelope import assert_envelope
 from tests.peers.telegram import TelegramEmulator
 
 ROUTE = "/api/telegram/discover-chats"

@@ -25,12 +25,9 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons, reading
 from messageweave.store import keys
 from tests.helpers import redis_text
-from tests.integration.conversation.conftest import served, tls_emulator
 from tests.integration.telegram.test_buttons import WAIT_S, keyboard, press
 from tests.peers.telegram import SentFile, SentMessage
 from tests.served import ServedApp
-
-__all__ = ["served", "tls_emulator"]
 
 BODY_MARK = "Zebra-quokka-7731"  # in the mail's text: must never reach Redis or a log line
 PDF = (b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n" + os.urandom(3000)
