@@ -41,7 +41,7 @@ export const TEXTS = {
   "biz.nothing": ["Nothing to submit: no field changed.", "没有可提交的内容：没有字段被修改。"],
   "biz.saved": ["Saved and hot-reloaded. Revision {n}.", "已保存并热加载。修订号 {n}。"],
   "biz.savedOnly": ["Saved (revision {n}).", "已保存（修订号 {n}）。"],
-  "biz.notApplied": ["Not hot-reloaded: the previous runtime keeps serving.", "未热加载：原运行时继续服务。"],
+  "biz.notApplied": ["Saved and in force, but the parts below could not connect: each is tried again with the saved settings when next used (the mail server keeps its connection if its settings did not change).", "已保存并生效，但以下部分未能连接：下次使用时会按已保存的设置重试（邮件服务器的设置未变时保持原连接）。"],
   "biz.certSelfSigned": ["The server's certificate is self-signed. Paste it here — openssl s_client -showcerts -connect {host} prints it.", "服务器的证书是自签名的。请把它粘贴到这里——openssl s_client -showcerts -connect {host} 会打印出它。"],
   "biz.certUntrusted": ["The server's certificate could not be verified (expired, or issued for another name?). Check the session URL, or paste the certificate here.", "无法验证服务器的证书（已过期，或签发给了其他名称？）。请检查 Session URL，或把证书粘贴到这里。"],
   "biz.conflict": ["Someone else changed the configuration meanwhile. The form was reloaded with the current values; make your change again.", "其他人同时修改了配置。表单已按当前值重新载入；请重新进行修改。"],
