@@ -52,7 +52,9 @@ Sign = Callable[[int], str | None]
 
 
 @dataclass(frozen=True)
-class Page:
+class ChatMessage:
+    """One message a press or a command answers with: a Read's page, a reply's draft."""
+
     text: str
     keyboard: Keyboard | None = None
 
@@ -63,7 +65,7 @@ def allowed(cfg: BusinessConfig, chat_id: int) -> bool:
 
 
 async def read_pages(client: JmapClient, cfg: BusinessConfig, email_id: str,
-                     sign: Sign) -> list[Page] | None:
+                     sign: Sign) -> list[ChatMessage] | None:
     """The messages of a Read; None when the mailbox does not have the mail."""
     mail = await client.read_email(email_id, text_cap=TEXT_CAP_BYTES)
     if mail is None:
@@ -71,7 +73,7 @@ async def read_pages(client: JmapClient, cfg: BusinessConfig, email_id: str,
     return render(mail, cfg, sign)
 
 
-def render(mail: MailText, cfg: BusinessConfig, sign: Sign) -> list[Page]:
+def render(mail: MailText, cfg: BusinessConfig, sign: Sign) -> list[ChatMessage]:
     table = replies.texts(cfg.bot_language)
     lines = [table["read_from"].format(value=_names(mail.sender))]
     if mail.to:
@@ -96,7 +98,7 @@ def render(mail: MailText, cfg: BusinessConfig, sign: Sign) -> list[Page]:
                                                                 MAX_LABEL_CHARS))
             rows.append(((label, data),))
     keyboard = tuple(rows) or None
-    return [Page(text, keyboard if n == len(texts) - 1 else None)
+    return [ChatMessage(text, keyboard if n == len(texts) - 1 else None)
             for n, text in enumerate(texts)]
 
 

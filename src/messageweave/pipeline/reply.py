@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from messageweave.chat import replies
-from messageweave.chat.telegram import Keyboard
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.jmap import (
@@ -36,6 +35,7 @@ from messageweave.mail.jmap import (
     MailText,
 )
 from messageweave.pipeline import reading
+from messageweave.pipeline.reading import ChatMessage
 from messageweave.store import callbacks, drafts, keys
 from messageweave.store.redis import Redis
 
@@ -51,12 +51,6 @@ _RE = re.compile(r"^\s*((re|aw|sv|回复|答复)\s*(\[\d+\])?\s*[:：]\s*)+", re
 
 Sign = Callable[[str, str], str | None]
 """The signed callback_data of a draft's button: (action, draft id) → data, None: too long."""
-
-
-@dataclass(frozen=True)
-class Preview:
-    text: str
-    keyboard: Keyboard | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +106,7 @@ def draft_of(source: MailText, sender: Address, text: str) -> Draft:
                  text)
 
 
-def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: Sign) -> Preview:
+def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: Sign) -> ChatMessage:
     """The draft as the chat sees it: To, Subject, the first lines; Send and Cancel."""
     table = replies.texts(cfg.bot_language)
     lines = draft.text.strip().splitlines()
@@ -124,26 +118,26 @@ def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: Sign) -> Pre
                       table["read_subject"].format(value=draft.subject), "", shown))
     send, cancel = sign(SEND, draft_id), sign(CANCEL, draft_id)
     if send is None or cancel is None:
-        return Preview(text)
-    return Preview(text, (((table["button_send"], send), (table["button_cancel"], cancel)),))
+        return ChatMessage(text)
+    return ChatMessage(text, (((table["button_send"], send), (table["button_cancel"], cancel)),))
 
 
 async def draft_reply(client: JmapClient, redis: Redis, cfg: BusinessConfig,
-                      request: ReplyRequest, *, now: float, sign: Sign) -> Preview:
+                      request: ReplyRequest, *, now: float, sign: Sign) -> ChatMessage:
     """Make the draft (once per stream entry) and its preview; or the answer that says why
     not (no text, no submission on this server, the mail gone, no identity, refused)."""
     table = replies.texts(cfg.bot_language)
     if not request.text.strip():
-        return Preview(table["reply_empty"])
+        return ChatMessage(table["reply_empty"])
     if not await client.can_submit():
-        return Preview(table["reply_off"])
+        return ChatMessage(table["reply_off"])
     source = await client.reply_source(request.email_id)
     if source is None:
-        return Preview(table["notice_gone"])
+        return ChatMessage(table["notice_gone"])
     chosen = pick_identity(await client.identities(), source,
                            (await client.get_session()).username)
     if chosen is None:
-        return Preview(table["reply_no_identity"])
+        return ChatMessage(table["reply_no_identity"])
     identity, sender = chosen
     draft = draft_of(source, sender, request.text)
     draft_id = await drafts.made_by(redis, request.entry_id) if request.entry_id else None
@@ -152,7 +146,7 @@ async def draft_reply(client: JmapClient, redis: Redis, cfg: BusinessConfig,
             draft_id = await client.create_draft(draft)
         except JmapSetError as exc:
             log.warning("a reply draft was refused: %s", exc.type)
-            return Preview(table["reply_refused"].format(reason=exc.type))
+            return ChatMessage(table["reply_refused"].format(reason=exc.type))
         await drafts.remember(redis, draft_id, entry_id=request.entry_id,
                               chat_id=request.chat_id, identity_id=identity.id, now=now)
         log.info("a reply draft was made")
@@ -212,7 +206,7 @@ async def cancel(client: JmapClient, redis: Redis, cfg: BusinessConfig, draft_id
     return Done(table["notice_cancelled"])
 
 
-async def _settle(redis: Redis, draft_id: str, outcome: drafts.Outcome, now: float,
+async def _settle(redis: Redis, draft_id: str, outcome: drafts.DraftEnd, now: float,
                   at: str | None = None) -> None:
     await drafts.settle(redis, draft_id, outcome, at or _rfc3339(now))
     await callbacks.finish(redis, CLAIM, draft_id)

@@ -14,8 +14,8 @@ from typing import Literal
 from messageweave.store import keys
 from messageweave.store.redis import Redis, text_of
 
-Outcome = Literal["sent", "cancelled", "expired"]
-_OUTCOMES: tuple[Outcome, ...] = ("sent", "cancelled", "expired")
+DraftEnd = Literal["sent", "cancelled", "expired"]
+_ENDS: tuple[DraftEnd, ...] = ("sent", "cancelled", "expired")
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class DraftRecord:
     chat_id: int
     identity_id: str
     created_at: float
-    outcome: Outcome | None = None  # None while it is a draft
+    outcome: DraftEnd | None = None  # None while it is a draft
     at: str | None = None  # when it was sent (the submission's sendAt), cancelled or expired
 
 
@@ -53,11 +53,11 @@ async def record(redis: Redis, draft_id: str) -> DraftRecord | None:
         chat_id, created = int(raw["chat_id"] or ""), float(raw["created_at"] or "")
     except (KeyError, ValueError):
         return None
-    outcome = next((o for o in _OUTCOMES if o == raw.get("outcome")), None)
+    outcome = next((o for o in _ENDS if o == raw.get("outcome")), None)
     return DraftRecord(chat_id, raw.get("identity_id") or "", created, outcome, raw.get("at"))
 
 
-async def settle(redis: Redis, draft_id: str, outcome: Outcome, at: str) -> None:
+async def settle(redis: Redis, draft_id: str, outcome: DraftEnd, at: str) -> None:
     """What became of the draft: it leaves the expiry set, the record says it."""
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hset(keys.reply_draft(draft_id), mapping={"outcome": outcome, "at": at})
