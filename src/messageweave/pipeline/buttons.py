@@ -129,7 +129,7 @@ def replied_mail(cfg: BusinessConfig, data: str | None) -> str | None:
     return None if button is None or button.action in DRAFT_ACTIONS else button.email_id
 
 
-def draft_signer(cfg: BusinessConfig) -> reply.Sign:
+def draft_signer(cfg: BusinessConfig) -> reply.SignDraftButton:
     return lambda action, draft_id: callback_data(cfg, action, draft_id)
 
 

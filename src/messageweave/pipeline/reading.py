@@ -47,7 +47,7 @@ MAX_LABEL_CHARS = 40
 _NOTE_RESERVE_UTF16 = 160  # room kept in the last message for the "… N more" line
 _UNSAFE_NAME = re.compile(r'[\\/:*?"<>|]')
 
-Sign = Callable[[int], str | None]
+SignAttachmentButton = Callable[[int], str | None]
 """The signed callback_data of the attachment button at an index (None: it does not fit)."""
 
 
@@ -65,7 +65,7 @@ def allowed(cfg: BusinessConfig, chat_id: int) -> bool:
 
 
 async def read_pages(client: JmapClient, cfg: BusinessConfig, email_id: str,
-                     sign: Sign) -> list[ChatMessage] | None:
+                     sign: SignAttachmentButton) -> list[ChatMessage] | None:
     """The messages of a Read; None when the mailbox does not have the mail."""
     mail = await client.read_email(email_id, text_cap=TEXT_CAP_BYTES)
     if mail is None:
@@ -73,7 +73,7 @@ async def read_pages(client: JmapClient, cfg: BusinessConfig, email_id: str,
     return render(mail, cfg, sign)
 
 
-def render(mail: MailText, cfg: BusinessConfig, sign: Sign) -> list[ChatMessage]:
+def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> list[ChatMessage]:
     table = replies.texts(cfg.bot_language)
     lines = [table["read_from"].format(value=_names(mail.sender))]
     if mail.to:

@@ -49,7 +49,7 @@ EXPIRY_BATCH = 20
 EXPIRY_OWNER = "expiry"  # who holds a draft's claim while the maintenance pass destroys it
 _RE = re.compile(r"^\s*((re|aw|sv|回复|答复)\s*(\[\d+\])?\s*[:：]\s*)+", re.IGNORECASE)
 
-Sign = Callable[[str, str], str | None]
+SignDraftButton = Callable[[str, str], str | None]
 """The signed callback_data of a draft's button: (action, draft id) → data, None: too long."""
 
 
@@ -106,7 +106,7 @@ def draft_of(source: MailText, sender: Address, text: str) -> Draft:
                  text)
 
 
-def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: Sign) -> ChatMessage:
+def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: SignDraftButton) -> ChatMessage:
     """The draft as the chat sees it: To, Subject, the first lines; Send and Cancel."""
     table = replies.texts(cfg.bot_language)
     lines = draft.text.strip().splitlines()
@@ -123,7 +123,7 @@ def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: Sign) -> Cha
 
 
 async def draft_reply(client: JmapClient, redis: Redis, cfg: BusinessConfig,
-                      request: ReplyRequest, *, now: float, sign: Sign) -> ChatMessage:
+                      request: ReplyRequest, *, now: float, sign: SignDraftButton) -> ChatMessage:
     """Make the draft (once per stream entry) and its preview; or the answer that says why
     not (no text, no submission on this server, the mail gone, no identity, refused)."""
     table = replies.texts(cfg.bot_language)
