@@ -19,16 +19,16 @@ from tests.helpers import (
     CYRUS_USER,
     FreshUser,
     RecordingTransport,
+    flushed_redis,
     running_client,
     settings_for,
 )
 from tests.peers.cyrus import (
     CyrusNotInstalled,
     CyrusServer,
-    new_base_dir,
-    remove_base_dir,
     require_cyrus,
 )
+from tests.peers.cyrus import running as running_cyrus
 from tests.peers.redis7 import RedisNotInstalled, start_debian_redis
 from tests.peers.telegram import telegram_emulator
 
@@ -42,14 +42,8 @@ def cyrus() -> Iterator[CyrusServer]:
         require_cyrus()
     except CyrusNotInstalled as exc:
         pytest.fail(str(exc), pytrace=False)
-    base = new_base_dir()
-    server = CyrusServer(base, users={CYRUS_USER: CYRUS_PASSWORD})
-    try:
-        server.start()
+    with running_cyrus(users={CYRUS_USER: CYRUS_PASSWORD}) as server:
         yield server
-    finally:
-        server.stop()
-        remove_base_dir(base)
 
 
 _users = itertools.count()
@@ -107,10 +101,9 @@ def any_redis_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def redis_client(embedded_redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.from_url(embedded_redis_url, decode_responses=True)
-    await client.flushdb()
-    yield client
-    await client.aclose()
+    """The embedded Redis 6.2, flushed."""
+    async with flushed_redis(embedded_redis_url) as client:
+        yield client
 
 
 @pytest.fixture
@@ -123,8 +116,7 @@ async def client(
 
 @pytest.fixture
 async def either_redis(any_redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    """Redis 6.2 and 7.0: their stream internals (XAUTOCLAIM, deleted entries) differ."""
-    client = aioredis.from_url(any_redis_url, decode_responses=True)
-    await client.flushdb()
-    yield client
-    await client.aclose()
+    """Redis 6.2 and 7.0, flushed: their stream internals (XAUTOCLAIM, deleted entries) and
+    XINFO's fields differ."""
+    async with flushed_redis(any_redis_url) as client:
+        yield client

@@ -171,6 +171,17 @@ async def running_client(
         await task
 
 
+@asynccontextmanager
+async def flushed_redis(url: str) -> AsyncIterator[aioredis.Redis]:
+    """A client of the Redis at `url`, its database flushed first."""
+    client = aioredis.from_url(url, decode_responses=True)
+    await client.flushdb()
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
 def admin_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN_KEY}"}
 

@@ -116,7 +116,8 @@ def test_first_save_sends_the_full_configuration_and_lists_runtime_warnings(
     # first save switched processing on (issue #22).
     expect(page.locator("#biz-msg")).to_have_text(
         "Saved (revision 1). Processing is switched on.")
-    expect(page.locator("#biz-warnings li").first).to_contain_text("the parts below could not connect")
+    expect(page.locator("#biz-warnings li").first).to_contain_text(
+        "the parts below could not connect")
     expect(page.locator("#biz-warnings li").nth(1)).to_contain_text(
         "Mail server (JMAP) · connect:")
     expect(page.locator("#biz-state")).to_contain_text("revision 1")

@@ -81,7 +81,8 @@ def test_a_certificate_failure_points_at_the_field_and_pasting_the_ca_fixes_it(
     expect(page.locator("#biz-msg")).to_have_text("Saved (revision 2).")
     expect(page.locator("#biz-msg")).to_have_class(OK)
     warnings = items(page, "biz-warnings")
-    expect(warnings.first).to_contain_text("Saved and in force, but the parts below could not connect")
+    expect(warnings.first).to_contain_text(
+        "Saved and in force, but the parts below could not connect")
     expect(page.locator("#biz-warnings li a")).to_have_text(hint)
     expect(page.locator("#biz-warnings li.error")).to_have_count(3)
     expect(page.locator("#biz-warnings li:not(.error)")).to_have_count(0)

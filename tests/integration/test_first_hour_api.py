@@ -5,10 +5,8 @@ versions where it matters), the real Cyrus and the Bot API emulator."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
@@ -19,30 +17,22 @@ from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire
 
 
-@pytest.fixture
-async def any_redis(any_redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.from_url(any_redis_url, decode_responses=True)
-    await client.flushdb()
-    yield client
-    await client.aclose()
-
-
-async def test_the_delivery_figures_tell_waiting_from_delivered(any_redis: aioredis.Redis
+async def test_the_delivery_figures_tell_waiting_from_delivered(either_redis: aioredis.Redis
                                                                 ) -> None:
     """Catches the Delivery card's "Queue" counting delivered entries (XLEN keeps them until
     the trim): a stream of three entries, one sent and acknowledged, one being sent, one not
     read yet, has one unread, one pending. Redis 7 answers `lag`; Redis 6.2 is counted."""
     stream = keys.STREAM_JMAP
-    await any_redis.xgroup_create(stream, keys.CONSUMER_GROUP, id="$", mkstream=True)
-    store = StreamStore(any_redis)
+    await either_redis.xgroup_create(stream, keys.CONSUMER_GROUP, id="$", mkstream=True)
+    store = StreamStore(either_redis)
     assert await store.stats(stream) == {"length": 0, "unread": 0, "pending": 0, "dlq": 0}
-    ids = [await any_redis.xadd(stream, {"account_id": "a", "email_id": f"e{n}"})
+    ids = [await either_redis.xadd(stream, {"account_id": "a", "email_id": f"e{n}"})
            for n in range(3)]
     assert (await store.stats(stream))["unread"] == 3
-    await any_redis.xreadgroup(keys.CONSUMER_GROUP, "w1", {stream: ">"}, count=2)
-    await any_redis.xack(stream, keys.CONSUMER_GROUP, ids[0])
+    await either_redis.xreadgroup(keys.CONSUMER_GROUP, "w1", {stream: ">"}, count=2)
+    await either_redis.xack(stream, keys.CONSUMER_GROUP, ids[0])
     assert await store.stats(stream) == {"length": 3, "unread": 1, "pending": 1, "dlq": 0}
-    assert (await StreamStore(any_redis).stats(keys.STREAM_TELEGRAM))["unread"] == 0
+    assert (await StreamStore(either_redis).stats(keys.STREAM_TELEGRAM))["unread"] == 0
 
 
 async def test_push_registration_on_a_server_without_push_subscription_says_so(

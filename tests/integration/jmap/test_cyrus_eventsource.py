@@ -43,6 +43,7 @@ from tests.peers.cyrus import (
     patch_httpd_for_eventsource,
     remove_base_dir,
 )
+from tests.peers.cyrus import running as running_cyrus
 
 DEADLINE_S = 30.0  # per wait; the events come within 1-2 s (ping=1, jmap_pushpoll 1 s)
 CORE = "urn:ietf:params:jmap:core"
@@ -208,14 +209,8 @@ async def account(
 @pytest.fixture(scope="module")
 def own_cyrus() -> Iterator[CyrusServer]:
     """An instance of its own for the restart tests (the session-wide one is not bounced)."""
-    base = new_base_dir()
-    server = CyrusServer(base, users={OWN_USER: OWN_PASSWORD})
-    try:
-        server.start()
+    with running_cyrus(users={OWN_USER: OWN_PASSWORD}) as server:
         yield server
-    finally:
-        server.stop()
-        remove_base_dir(base)
 
 
 # ---------------------------------------------------------------------- the tests

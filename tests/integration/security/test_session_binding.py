@@ -8,10 +8,8 @@ import asyncio
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
@@ -24,9 +22,7 @@ from tests.helpers import (
     sample_wire,
     settings_for,
 )
-from tests.peers.cyrus import CyrusServer
-from tests.peers.telegram import TelegramEmulator
-from tests.served import ServedApp, served_app
+from tests.served import ServedApp
 
 OTHER_KEY = "cd" * 32
 
@@ -83,15 +79,6 @@ async def test_rotating_the_key_ends_every_session(
         assert fresh.status_code == 200
         headers = {"Authorization": f"Bearer {fresh.json()['session']}"}
         assert (await new.get("/api/enabled", headers=headers)).status_code == 200
-
-
-@pytest.fixture
-async def pipeline(
-    client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
-    telegram_emulator: TelegramEmulator, trust_cyrus: None,
-) -> AsyncIterator[ServedApp]:
-    async with served_app(client, redis_client, cyrus, telegram_emulator) as app:
-        yield app
 
 
 async def _finished(redis: aioredis.Redis, entry_ids: list[str], timeout_s: float = 10) -> None:
