@@ -757,3 +757,13 @@ def html_message(html: str, subject: str = "Newsletter", *, charset: str = "utf-
 
 
 WRONG_BEARER = {"Authorization": "Bearer not-the-token"}
+
+
+async def every_entry_finished(redis: aioredis.Redis) -> None:
+    """Until every entry of `stalwart:jmap` has its terminal record: whatever the worker was
+    to send for them is sent, so the chat holds all it ever will."""
+    async def finished() -> bool:
+        entries = await redis.xrange(keys.STREAM_JMAP)
+        return all([await redis.exists(keys.delivery_committed(keys.STREAM_JMAP, entry_id))
+                    for entry_id, _ in entries])
+    await eventually(finished, "every queued mail finished")

@@ -24,6 +24,7 @@ from tests.helpers import (
     closed_port,
     configure,
     eventually,
+    every_entry_finished,
     login,
     running_client,
     settings_for,
@@ -120,7 +121,7 @@ async def test_a_mail_the_cursor_skipped_reaches_telegram_exactly_once(setup: Se
     await eventually(lambda: _count(setup, 1), "the message in the chat")
     again = await post_audit(setup.client)
     assert again.json() == {"checked": 1, "missing": 0, "enqueued": 0}
-    await asyncio.sleep(0.5)
+    await every_entry_finished(setup.redis)
     [text] = await setup.messages()
     assert "Subject: Skipped by the cursor" in text
 
@@ -152,7 +153,7 @@ async def test_a_mail_whose_entry_was_deleted_before_any_worker_read_it_reaches_
         setup = Setup(app, redis_client, cyrus, mailbox, telegram_emulator, wire)
         await eventually(lambda: _count(setup, 1), "the message in the chat")
         assert (await post_audit(app)).json() == {"checked": 1, "missing": 0, "enqueued": 0}
-        await asyncio.sleep(0.5)
+        await every_entry_finished(redis_client)
         [text] = await setup.messages()
     assert "Subject: Entry deleted while down" in text
     [(_, fields)] = await redis_client.xrange(keys.STREAM_JMAP)
@@ -170,7 +171,7 @@ async def test_two_audits_at_once_send_one_message(setup: Setup) -> None:
                                    post_audit(setup.client, headers=admin))
     assert sorted(a.json()["enqueued"] for a in answers) == [0, 1]
     await eventually(lambda: _count(setup, 1), "the message in the chat")
-    await asyncio.sleep(0.5)
+    await every_entry_finished(setup.redis)
     assert len(await setup.messages()) == 1
     rows = await setup.redis.xrange(keys.STREAM_JMAP)
     assert [f["email_id"] for _, f in rows] == [email_id]
@@ -191,7 +192,7 @@ async def test_audits_next_to_a_reconcile_pass_send_each_mail_once(setup: Setup)
     assert answers[2].status_code == 204
     assert sum(a.json()["enqueued"] for a in answers[:2]) == 3
     await eventually(lambda: _count(setup, 6), "six messages in the chat")
-    await asyncio.sleep(0.5)
+    await every_entry_finished(setup.redis)
     texts = await setup.messages()
     assert sorted(t.split("\n")[1] for t in texts) == sorted(
         f"Subject: {kind} {i}" for kind in ("Lost", "Fresh") for i in range(3))

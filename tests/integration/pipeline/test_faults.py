@@ -25,6 +25,7 @@ from tests.helpers import (
     configure,
     console_script,
     eventually,
+    every_entry_finished,
     running_client,
     settings_for,
 )
@@ -168,7 +169,7 @@ async def test_kill_9_during_200_notifications_loses_nothing(
         subjects = Counter(subject_of(m.text) for m in sent)
         assert set(subjects) == set(by_subject), "every mail is delivered"
         assert time.monotonic() - restarted < 30
-        await asyncio.sleep(0.5)
+        await every_entry_finished(redis_client)  # a resend in flight has landed too
         sent = await telegram_emulator.sent_messages(token, chat)
         subjects = Counter(subject_of(m.text) for m in sent)
         duplicates = {s for s, n in subjects.items() if n > 1}
@@ -259,7 +260,7 @@ async def test_two_instances_deliver_each_event_once(
     async with running_client(settings), running_client(settings):
         by_subject = await enqueue_mails(redis_client, cyrus, "twice", 100)
         sent = await telegram_emulator.wait_for_messages(token, chat, 100, 20.0)
-        await asyncio.sleep(0.5)
+        await every_entry_finished(redis_client)  # a second send in flight has landed too
         sent = await telegram_emulator.sent_messages(token, chat)
         assert sorted(subject_of(m.text) for m in sent) == sorted(by_subject)
         consumers = await redis_client.xinfo_consumers(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
