@@ -77,7 +77,9 @@ def _rss_mb(pid: int) -> float:
 
 async def _memory(redis: aioredis.Redis, pid: int) -> dict[str, float]:
     info = await redis.info("memory")
+    clients = await redis.info("clients")
     return {"redis_mb": int(info["used_memory"]) / 2**20, "keys": await redis.dbsize(),
+            "clients": int(clients["connected_clients"]),
             "rss_mb": _rss_mb(pid) if pid else 0.0}
 
 
@@ -161,6 +163,8 @@ def main() -> None:
           f"{r['end_redis_mb']:.1f} → {r['after_redis_mb']:.1f} MB (keys {r['before_keys']:.0f}"
           f" → {r['end_keys']:.0f} → {r['after_keys']:.0f}); serve RSS {r['before_rss_mb']:.1f}"
           f" → {r['end_rss_mb']:.1f} → {r['after_rss_mb']:.1f} MB (before → end → worked off);"
+          f" Redis clients {r['before_clients']:.0f} → {r['end_clients']:.0f} → "
+          f"{r['after_clients']:.0f};"
           f" load average at the start {load[0]:.2f}")
     print("SUMMARY flood: " + json.dumps({k: round(v, 2) for k, v in r.items()}))
     sys.stdout.flush()
