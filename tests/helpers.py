@@ -1,12 +1,17 @@
-"""What the tests share, in one place (like httpx's `tests/common.py`): waiting for a
-condition, the app and its configuration, the answers it gives, the processes and peers tests
-start. Fixtures live in the `conftest.py` of the directory whose tests use them; test modules
-import nothing from each other, only from here (and the peers in `tests/peers/`)."""
+"""What the tests share, in one place (like httpx's `tests/common.py`), by section: waiting for
+a condition (`eventually`), the app and its configuration, the answers it gives, the processes
+tests start, clients of the peers, mail and the pipeline, time, the admin page in a browser.
+
+Fixtures live in the `conftest.py` of the directory whose tests use them (tests/conftest.py for
+every package, tests/integration/conftest.py for the integration packages) and are built from
+these helpers; test modules import nothing from each other or from a conftest, only from here,
+tests/served.py (the app configured against the real peers) and tests/peers/."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import email.utils
 import json
 import os
@@ -14,6 +19,7 @@ import random
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -34,24 +40,40 @@ import uvicorn
 from fastapi import FastAPI
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect
 
+from messageweave import runtime
 from messageweave.app import create_app
 from messageweave.config.crypto import AAD, decrypt
+from messageweave.config.model import BusinessConfig, parse_wire
+from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
+from messageweave.pipeline.conversation import (
+    ConversationContext,
+    IncomingMessage,
+    reply_to_update,
+)
+from messageweave.services import Services
 from messageweave.settings import Settings
 from messageweave.store import keys
 from tests.peers.cyrus import CyrusServer
+from tests.peers.fakellm import FakeLlm
 
 if TYPE_CHECKING:
     from tests.served import ServedApp  # which builds on these helpers
+
 
 ADMIN_KEY = "ab" * 32
 CYRUS_USER = "alice"
 CYRUS_PASSWORD = "secret"
 WAIT_S = 20.0  # for a worker, Cyrus and the emulator on a busy 2-core machine
 DAY = 86_400
+RECONCILE_TOKEN = "reconcile-SECRET"
+RECONCILE_AUTH = {"Authorization": f"Bearer {RECONCILE_TOKEN}"}
+WRONG_BEARER = {"Authorization": "Bearer not-the-token"}
+DEBUG_TOKEN = "debug-token-SECRET-at-least-32-chars"  # 32 or more (issue #23)
+CONFIG_KEY = bytes.fromhex(ADMIN_KEY)
 
 
-# ------------------------------------------------------------------------------ waiting
+# ------------------------------------------------------------------------------------------ waiting
 
 
 Described = str | Callable[[], object]
@@ -81,37 +103,17 @@ def eventually_sync(check: Callable[[], bool], what: Described,
         time.sleep(0.1)
 
 
-# ------------------------------------------------------------------ the app and its peers
+async def every_entry_finished(redis: aioredis.Redis) -> None:
+    """Until every entry of `stalwart:jmap` has its terminal record: whatever the worker was
+    to send for them is sent, so the chat holds all it ever will."""
+    async def finished() -> bool:
+        entries = await redis.xrange(keys.STREAM_JMAP)
+        return all([await redis.exists(keys.delivery_committed(keys.STREAM_JMAP, entry_id))
+                    for entry_id, _ in entries])
+    await eventually(finished, "every queued mail finished")
 
 
-class RecordingTransport(httpx.AsyncBaseTransport):
-    """Wraps the real HTTPS transport and records every request (method, path, JSON body)."""
-
-    def __init__(self, verify: Any) -> None:
-        self._inner = httpx.AsyncHTTPTransport(verify=verify)
-        self.requests: list[tuple[str, str, Any]] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
-        self.requests.append((request.method, request.url.path, body))
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def posts(self) -> list[Any]:
-        return [body for method, _path, body in self.requests if method == "POST"]
-
-    def clear(self) -> None:
-        self.requests.clear()
-
-
-@dataclass
-class FreshUser:
-    user: str
-    password: str
-    client: JmapClient  # its session not fetched yet
-    transport: RecordingTransport  # what `client` sent
+# -------------------------------------------------------------------- the app and its configuration
 
 
 def free_port() -> int:
@@ -192,6 +194,10 @@ async def login(client: httpx.AsyncClient) -> dict[str, str]:
     return {"Authorization": f"Bearer {response.json()['session']}"}
 
 
+def debug_headers(token: str = DEBUG_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 def sample_wire(**overrides: Any) -> dict[str, Any]:
     """A valid full wire whose JMAP server is a closed loopback port (fails fast)."""
     wire: dict[str, Any] = {
@@ -227,6 +233,140 @@ def closed_port() -> int:
     if _CLOSED_PORT is None:
         _CLOSED_PORT = free_port()
     return _CLOSED_PORT
+
+
+async def save_wire(client: httpx.AsyncClient, admin: dict[str, str],
+                    wire: dict[str, Any], *, applied: bool = False) -> None:
+    """Save `wire` with the admin session `admin`; with `applied`, the running app must have
+    been rebuilt on it (not so when its peers are unreachable on purpose)."""
+    saved = await client.put("/api/business-config", headers=admin, json=wire)
+    assert saved.status_code == 200, saved.text
+    assert not applied or saved.json()["runtime_applied"] is True, saved.text
+
+
+async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
+                    outbound: dict[str, int] | None = None, *,
+                    enabled: bool = True, applied: bool = False) -> dict[str, str]:
+    """Save `wire` (and `outbound`, `applied` as in `save_wire`) and switch the service on (or,
+    with `enabled=False`, off); the admin session's headers."""
+    headers = await login(client)
+    if outbound is not None:
+        r = await client.put("/api/config", headers=headers, json=outbound)
+        assert r.status_code == 200, r.text
+    await save_wire(client, headers, wire, applied=applied)
+    switched = await client.put("/api/enabled", headers=headers, json={"enabled": enabled})
+    assert switched.status_code == 200, switched.text
+    return headers
+
+
+async def configured_and_enabled(client: httpx.AsyncClient) -> dict[str, str]:
+    session = await login(client)
+    assert (await client.put("/api/business-config", json=sample_wire(),
+                             headers=session)).status_code == 200
+    assert (await client.put("/api/enabled", json={"enabled": True},
+                             headers=session)).status_code == 200
+    return session
+
+
+def mailbox_wire(cyrus: CyrusServer, mailbox: FreshUser, **overrides: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "jmap_session_url": cyrus.origin + "/",
+        "jmap_username": mailbox.user,
+        "jmap_password": mailbox.password,
+        # nothing here may reach a real Telegram: the worker's sends fail fast on a closed port
+        "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
+        "reconcile_interval_s": 0,
+    }
+    values.update(overrides)
+    return sample_wire(**values)
+
+
+def llm_wire(fakellm: FakeLlm | str, model: str = "summarizer") -> dict[str, Any]:
+    base = fakellm if isinstance(fakellm, str) else fakellm.base_url
+    return {"llm_enabled": True, "llm_allow_net": True, "llm_base_url": base,
+            "llm_api_key": "llm-key-SECRET", "llm_model": model}
+
+
+async def stored_wire(r: aioredis.Redis) -> dict[str, Any]:
+    raw = await r.get(keys.BUSINESS_CONFIG)
+    assert raw is not None
+    result: dict[str, Any] = json.loads(decrypt(CONFIG_KEY, raw, AAD))
+    return result
+
+
+async def snapshot(r: aioredis.Redis) -> tuple[Any, Any]:
+    return await r.get(keys.BUSINESS_CONFIG), await r.get(keys.BUSINESS_CONFIG_REVISION)
+
+
+async def first_save(client: httpx.AsyncClient, **overrides: Any) -> httpx.Response:
+    return await client.put("/api/business-config", json=sample_wire(**overrides),
+                            headers=await login(client))
+
+
+# ------------------------------------------------------------------------------------------ answers
+
+
+HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def assert_envelope(response: httpx.Response, status: int, code: str) -> None:
+    """The error answer is the envelope `{"error", "request_id"}` and nothing else."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "request_id"}
+    assert body["error"] == code
+    assert HEX32.fullmatch(body["request_id"])
+    assert response.headers["x-request-id"] == body["request_id"]
+
+
+def metric(text: str, name: str, labels: str = "") -> float | None:
+    """One sample of a `/metrics` text (None when it is absent)."""
+    pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") + r" (\S+)"
+    found = re.search("^" + pattern + "$", text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def metric_value(text: str, name: str, labels: str = "") -> float:
+    """One sample of a `/metrics` text, 0 when it is absent."""
+    found = metric(text, name, labels)
+    return found if found is not None else 0.0
+
+
+async def ready_body(client: httpx.AsyncClient) -> dict[str, object]:
+    response = await client.get("/ready")
+    return dict(response.json()) if response.status_code == 200 else {}
+
+
+async def until_label(client: httpx.AsyncClient, field: str, label: str,
+                      timeout_s: float = WAIT_S) -> None:
+    """Until `/ready` reports `field` (`updates`, `push`) as `label` (a prefix). `/ready`
+    answers 503 while a peer's probe fails: then use `until_status`."""
+    seen: list[object] = []
+
+    async def reported() -> bool:
+        response = await client.get("/ready")
+        seen[:] = [response.status_code, response.headers.get("x-ready-failed"),
+                   response.json()]
+        return response.status_code == 200 and str(response.json().get(field, "")).startswith(
+            label)
+    await eventually(reported, lambda: f"/ready {field} {label}; /ready last answered {seen}",
+                     timeout_s)
+
+
+async def until_status(app: ServedApp, field: str, label: str,
+                       timeout_s: float = WAIT_S) -> None:
+    """Until the admin page's status (`GET /api/push/status`) reports `field` (`updates`,
+    `in_force`) as `label` (a prefix)."""
+    seen: list[object] = []
+
+    async def reported() -> bool:
+        body = (await app.client.get("/api/push/status", headers=app.admin)).json()
+        seen[:] = [body.get(field)]
+        return str(body.get(field, "")).startswith(label)
+    await eventually(reported, lambda: f"{field} {label}; last seen {seen}", timeout_s)
+
+
+# ---------------------------------------------------------------------------------------- processes
 
 
 def console_script(name: str) -> str:
@@ -305,35 +445,260 @@ async def serving(server: uvicorn.Server) -> AsyncIterator[None]:
         await asyncio.wait_for(task, 15)
 
 
-# ------------------------------------------------------------------------------ answers
-
-HEX32 = re.compile(r"[0-9a-f]{32}")
-
-
-def assert_envelope(response: httpx.Response, status: int, code: str) -> None:
-    """The error answer is the envelope `{"error", "request_id"}` and nothing else."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "request_id"}
-    assert body["error"] == code
-    assert HEX32.fullmatch(body["request_id"])
-    assert response.headers["x-request-id"] == body["request_id"]
+async def run_cli(*args: str, **env: str) -> tuple[int, str]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "DEBUG_ENABLED", "DEBUG_TOKEN")}
+    proc = await asyncio.create_subprocess_exec(
+        console_script("messageweave"), *args, env={**base, "COLUMNS": "200", **env},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
 
 
-def metric(text: str, name: str, labels: str = "") -> float | None:
-    """One sample of a `/metrics` text (None when it is absent)."""
-    pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") + r" (\S+)"
-    found = re.search("^" + pattern + "$", text, re.MULTILINE)
-    return float(found.group(1)) if found else None
+# -------------------------------------------------------------------------------------------- peers
 
 
-def metric_value(text: str, name: str, labels: str = "") -> float:
-    """One sample of a `/metrics` text, 0 when it is absent."""
-    found = metric(text, name, labels)
-    return found if found is not None else 0.0
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Wraps the real HTTPS transport and records every request (method, path, JSON body)."""
+
+    def __init__(self, verify: Any) -> None:
+        self._inner = httpx.AsyncHTTPTransport(verify=verify)
+        self.requests: list[tuple[str, str, Any]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.requests.append((request.method, request.url.path, body))
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def posts(self) -> list[Any]:
+        return [body for method, _path, body in self.requests if method == "POST"]
+
+    def clear(self) -> None:
+        self.requests.clear()
 
 
-# ------------------------------------------------------------------------------ time
+@dataclass
+class FreshUser:
+    user: str
+    password: str
+    client: JmapClient  # its session not fetched yet
+    transport: RecordingTransport  # what `client` sent
+
+
+@dataclass(frozen=True)
+class BotChat:
+    """A bot of its own (token) talking to a chat of its own, so tests never share messages."""
+
+    token: str
+    chat_id: int
+
+
+Reply = tuple[int, dict[str, str], bytes]
+
+
+class TinyServer:
+    """A minimal HTTP(S)/1.1 server on 127.0.0.1 for failure modes Cyrus cannot show
+    (cross-origin redirects, silence). `reply(method, path)` gives (status, headers, body);
+    None means: accept and never answer."""
+
+    def __init__(
+        self, reply: Callable[[str, str], Reply | None], tls: ssl.SSLContext | None
+    ) -> None:
+        self._reply = reply
+        self._tls = tls
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self._server: asyncio.Server | None = None
+        self._hung: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    @property
+    def origin(self) -> str:
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> TinyServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self._tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for w in self._hung:
+            w.close()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            writer.close()
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {
+            k.strip().lower(): v.strip()
+            for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+        }
+        self.requests.append((method, path, headers))
+        reply = self._reply(method, path)
+        if reply is None:
+            self._hung.append(writer)
+            return
+        status, extra, body = reply
+        out = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", "Connection: close"]
+        out += [f"{k}: {v}" for k, v in extra.items()]
+        writer.write(("\r\n".join(out) + "\r\n\r\n").encode() + body)
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.drain()
+        writer.close()
+
+
+# ---------------------------------------------------------------------------- mail and the pipeline
+
+
+NEWSLETTER = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Newsletter title</title>
+<style>body { font-family: sans-serif } .hide { display: none }</style>
+<script>document.write("SCRIPTED " + (1 < 2))</script></head>
+<body>
+<div style="display:none;max-height:0;overflow:hidden">Hidden preheader</div>
+<table role="presentation" width="600"><tr><td>
+<h1>Order &amp; delivery &#8212; &quot;Spring&quot; edition</h1>
+<p>Caf&eacute; cr&egrave;me for &euro;3&nbsp;&lt;today&gt;.</p>
+<ul><li>First item</li><li>Second item</li></ul>
+<ol><li>Step one</li><li>Step two</li></ol>
+<p>Read it <a href="https://tracker.example/c?u=abcdef">on the web</a>.</p>
+</td></tr></table>
+<script>var tracking = "pixel";</script>
+<img src="https://tracker.example/open.gif" width="1" height="1" alt="">
+</body></html>
+"""
+
+
+NEWSLETTER_TEXT = (
+    'Order & delivery — "Spring" edition\n\n'
+    "Café crème for €3 <today>.\n\n"
+    "* First item\n* Second item\n1. Step one\n2. Step two\n\n"
+    "Read it on the web."
+)
+
+
+def html_message(html: str, subject: str = "Newsletter", *, charset: str = "utf-8",
+                 attachment: bytes | None = None) -> bytes:
+    """A mail whose only body is `html` (text/html, no text/plain alternative)."""
+    msg = EmailMessage(policy=SMTP)
+    msg["From"] = "News <news@example.org>"
+    msg["To"] = "alice@localhost"
+    msg["Subject"] = subject
+    msg["Date"] = email.utils.formatdate()
+    msg["Message-ID"] = email.utils.make_msgid(domain="example.org")
+    msg.set_content(html, subtype="html", charset=charset)
+    if attachment is not None:
+        msg.add_attachment(attachment, maintype="text", subtype="plain", filename="notes.txt")
+    return msg.as_bytes()
+
+
+async def enqueued(redis: aioredis.Redis) -> list[str]:
+    """The email ids in `stalwart:jmap`, oldest first (entries must hold exactly the contract's
+    two fields)."""
+    ids = []
+    for _entry_id, fields in await redis.xrange(keys.STREAM_JMAP):
+        assert set(fields) == {"account_id", "email_id"}, fields
+        ids.append(fields["email_id"])
+    return ids
+
+
+async def wait_enqueued(redis: aioredis.Redis, email_id: str, within_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        if email_id in await enqueued(redis):
+            return time.monotonic() - started
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{email_id} not enqueued within {within_s} s")
+
+
+def state_change(account: str, types: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"@type": "StateChange", "changed": {account: types or {"Email": "s2"}}}
+
+
+async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
+                        count: int) -> dict[str, str]:
+    """Append `count` mails to Cyrus and queue them; subject → stream entry id."""
+    by_subject = {}
+    for n in range(count):
+        subject = f"{prefix} {n:03d}"
+        email_id = cyrus.append(subject=subject).email_id
+        # The reconcile's own enqueue (dedup claim + XADD): a pass the app runs by itself
+        # (at start, a catch-up) must not queue these a second time.
+        by_subject[subject] = str(await enqueue_mail(redis, CYRUS_USER, email_id))
+    return by_subject
+
+
+def subject_of(text: str) -> str:
+    """The subject line of a three-line notification."""
+    return text.split("\n")[1].removeprefix("Subject: ")
+
+
+@asynccontextmanager
+async def worker_services(redis_url: str) -> AsyncIterator[Services]:
+    """The stored configuration loaded into services of our own, wired like `messageweave
+    drain`, for tests that drive a `Worker` directly."""
+    async with runtime.running(settings_for(redis_url)) as svc:
+        assert svc.runtime is not None
+        yield svc
+
+
+class LaneTurn(asyncio.Future[None]):
+    """A turn in a chat lane that tells when an attempt has started waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_for = asyncio.Event()
+
+    def add_done_callback(self, fn: Callable[[Any], object], *,
+                          context: Any = None) -> None:
+        self.waited_for.set()
+        super().add_done_callback(fn, context=context)
+
+
+@dataclass
+class Chat:
+    """One owner chat talking to the conversation directly (no webhook, no worker)."""
+
+    chat_id: int
+    redis: aioredis.Redis
+    mailbox: JmapClient
+    config: BusinessConfig
+    outbound: OutboundConfig
+    now: Callable[[], float] = time.time
+
+    async def say(self, text: str) -> list[str]:
+        async def jmap() -> JmapClient:
+            return self.mailbox
+
+        ctx = ConversationContext(self.redis, self.config, self.outbound, jmap=jmap, now=self.now)
+        replies = await reply_to_update(IncomingMessage(self.chat_id, text), ctx)
+        assert all(r.chat_id == self.chat_id for r in replies)
+        return [r.text for r in replies]
+
+    def with_llm(self, fakellm: FakeLlm | str, model: str = "summarizer", **outbound: int) -> Chat:
+        wire = {**self.config.to_wire(), **llm_wire(fakellm, model)}
+        return Chat(self.chat_id, self.redis, self.mailbox, parse_wire(wire),
+                    OutboundConfig(**{**self.outbound.to_json(), **outbound}), self.now)
+
+    def speaking(self, language: str) -> Chat:
+        """The same chat with the bot set to `bot_language`."""
+        wire = {**self.config.to_wire(), "bot_language": language}
+        return Chat(self.chat_id, self.redis, self.mailbox, parse_wire(wire), self.outbound,
+                    self.now)
+
+
+# --------------------------------------------------------------------------------------------- time
 
 
 def utc_date(unix_s: float) -> str:
@@ -354,160 +719,8 @@ class FakeClock:
         return self.now
 
 
-async def run_cli(*args: str, **env: str) -> tuple[int, str]:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("REDIS_URL", "CONFIG_ENCRYPTION_KEY", "DEBUG_ENABLED", "DEBUG_TOKEN")}
-    proc = await asyncio.create_subprocess_exec(
-        console_script("messageweave"), *args, env={**base, "COLUMNS": "200", **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode()
+# ---------------------------------------------------------------------- the admin page in a browser
 
-
-CONFIG_KEY = bytes.fromhex(ADMIN_KEY)
-
-
-async def stored_wire(r: aioredis.Redis) -> dict[str, Any]:
-    raw = await r.get(keys.BUSINESS_CONFIG)
-    assert raw is not None
-    result: dict[str, Any] = json.loads(decrypt(CONFIG_KEY, raw, AAD))
-    return result
-
-
-async def snapshot(r: aioredis.Redis) -> tuple[Any, Any]:
-    return await r.get(keys.BUSINESS_CONFIG), await r.get(keys.BUSINESS_CONFIG_REVISION)
-
-
-async def first_save(client: httpx.AsyncClient, **overrides: Any) -> httpx.Response:
-    return await client.put("/api/business-config", json=sample_wire(**overrides),
-                            headers=await login(client))
-
-
-async def configured_and_enabled(client: httpx.AsyncClient) -> dict[str, str]:
-    session = await login(client)
-    assert (await client.put("/api/business-config", json=sample_wire(),
-                             headers=session)).status_code == 200
-    assert (await client.put("/api/enabled", json={"enabled": True},
-                             headers=session)).status_code == 200
-    return session
-
-
-class LaneTurn(asyncio.Future[None]):
-    """A turn in a chat lane that tells when an attempt has started waiting for it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waited_for = asyncio.Event()
-
-    def add_done_callback(self, fn: Callable[[Any], object], *,
-                          context: Any = None) -> None:
-        self.waited_for.set()
-        super().add_done_callback(fn, context=context)
-
-
-async def save_wire(client: httpx.AsyncClient, admin: dict[str, str],
-                    wire: dict[str, Any], *, applied: bool = False) -> None:
-    """Save `wire` with the admin session `admin`; with `applied`, the running app must have
-    been rebuilt on it (not so when its peers are unreachable on purpose)."""
-    saved = await client.put("/api/business-config", headers=admin, json=wire)
-    assert saved.status_code == 200, saved.text
-    assert not applied or saved.json()["runtime_applied"] is True, saved.text
-
-
-async def configure(client: httpx.AsyncClient, wire: dict[str, Any],
-                    outbound: dict[str, int] | None = None, *,
-                    enabled: bool = True, applied: bool = False) -> dict[str, str]:
-    """Save `wire` (and `outbound`, `applied` as in `save_wire`) and switch the service on (or,
-    with `enabled=False`, off); the admin session's headers."""
-    headers = await login(client)
-    if outbound is not None:
-        r = await client.put("/api/config", headers=headers, json=outbound)
-        assert r.status_code == 200, r.text
-    await save_wire(client, headers, wire, applied=applied)
-    switched = await client.put("/api/enabled", headers=headers, json={"enabled": enabled})
-    assert switched.status_code == 200, switched.text
-    return headers
-
-
-RECONCILE_TOKEN = "reconcile-SECRET"
-
-
-RECONCILE_AUTH = {"Authorization": f"Bearer {RECONCILE_TOKEN}"}
-
-
-def mailbox_wire(cyrus: CyrusServer, mailbox: FreshUser, **overrides: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "jmap_session_url": cyrus.origin + "/",
-        "jmap_username": mailbox.user,
-        "jmap_password": mailbox.password,
-        # nothing here may reach a real Telegram: the worker's sends fail fast on a closed port
-        "telegram_api_base_url": f"http://127.0.0.1:{closed_port()}",
-        "reconcile_interval_s": 0,
-    }
-    values.update(overrides)
-    return sample_wire(**values)
-
-
-async def wait_enqueued(redis: aioredis.Redis, email_id: str, within_s: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < within_s:
-        if email_id in await enqueued(redis):
-            return time.monotonic() - started
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{email_id} not enqueued within {within_s} s")
-
-
-def state_change(account: str, types: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"@type": "StateChange", "changed": {account: types or {"Email": "s2"}}}
-
-
-async def enqueued(redis: aioredis.Redis) -> list[str]:
-    """The email ids in `stalwart:jmap`, oldest first (entries must hold exactly the contract's
-    two fields)."""
-    ids = []
-    for _entry_id, fields in await redis.xrange(keys.STREAM_JMAP):
-        assert set(fields) == {"account_id", "email_id"}, fields
-        ids.append(fields["email_id"])
-    return ids
-
-
-async def ready_body(client: httpx.AsyncClient) -> dict[str, object]:
-    response = await client.get("/ready")
-    return dict(response.json()) if response.status_code == 200 else {}
-
-
-async def until_label(client: httpx.AsyncClient, field: str, label: str,
-                      timeout_s: float = WAIT_S) -> None:
-    """Until `/ready` reports `field` (`updates`, `push`) as `label` (a prefix). `/ready`
-    answers 503 while a peer's probe fails: then use `until_status`."""
-    seen: list[object] = []
-
-    async def reported() -> bool:
-        response = await client.get("/ready")
-        seen[:] = [response.status_code, response.headers.get("x-ready-failed"),
-                   response.json()]
-        return response.status_code == 200 and str(response.json().get(field, "")).startswith(
-            label)
-    await eventually(reported, lambda: f"/ready {field} {label}; /ready last answered {seen}",
-                     timeout_s)
-
-
-async def until_status(app: ServedApp, field: str, label: str,
-                       timeout_s: float = WAIT_S) -> None:
-    """Until the admin page's status (`GET /api/push/status`) reports `field` (`updates`,
-    `in_force`) as `label` (a prefix)."""
-    seen: list[object] = []
-
-    async def reported() -> bool:
-        body = (await app.client.get("/api/push/status", headers=app.admin)).json()
-        seen[:] = [body.get(field)]
-        return str(body.get(field, "")).startswith(label)
-    await eventually(reported, lambda: f"{field} {label}; last seen {seen}", timeout_s)
-
-
-# ------------------------------------------------------------------------------ browser
 
 # Collects `securitypolicyviolation` events before any page script runs (init scripts are
 # injected by the browser itself, so the page's CSP does not apply to this one).
@@ -612,9 +825,6 @@ def session_put(service: LiveService, session: str, patch: dict[str, Any]) -> ht
                      headers={"Authorization": f"Bearer {session}"})
 
 
-RECONCILE_AUTH = {"Authorization": "Bearer reconcile-SECRET"}
-
-
 class BrowserMail:
     """A fresh Cyrus user, configured as the service's mailbox and switched on."""
 
@@ -660,9 +870,7 @@ class BrowserMail:
         return email_id
 
 
-
 # --- what src/ offers only through its real paths (issue #24: no test-only code in src/) ----
-
 
 async def enqueue_mail(redis: aioredis.Redis, account_id: str, email_id: str) -> str | None:
     """Enqueue one mail the reconcile's way (`store.mailbox.enqueue_new_mails`): the new
@@ -712,58 +920,3 @@ async def redis_text(redis: aioredis.Redis) -> str:
             values = []
         dumped.append(f"{key} {values!r}")
     return "\n".join(dumped)
-
-
-NEWSLETTER = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>Newsletter title</title>
-<style>body { font-family: sans-serif } .hide { display: none }</style>
-<script>document.write("SCRIPTED " + (1 < 2))</script></head>
-<body>
-<div style="display:none;max-height:0;overflow:hidden">Hidden preheader</div>
-<table role="presentation" width="600"><tr><td>
-<h1>Order &amp; delivery &#8212; &quot;Spring&quot; edition</h1>
-<p>Caf&eacute; cr&egrave;me for &euro;3&nbsp;&lt;today&gt;.</p>
-<ul><li>First item</li><li>Second item</li></ul>
-<ol><li>Step one</li><li>Step two</li></ol>
-<p>Read it <a href="https://tracker.example/c?u=abcdef">on the web</a>.</p>
-</td></tr></table>
-<script>var tracking = "pixel";</script>
-<img src="https://tracker.example/open.gif" width="1" height="1" alt="">
-</body></html>
-"""
-
-
-NEWSLETTER_TEXT = (
-    'Order & delivery — "Spring" edition\n\n'
-    "Café crème for €3 <today>.\n\n"
-    "* First item\n* Second item\n1. Step one\n2. Step two\n\n"
-    "Read it on the web."
-)
-
-
-def html_message(html: str, subject: str = "Newsletter", *, charset: str = "utf-8",
-                 attachment: bytes | None = None) -> bytes:
-    """A mail whose only body is `html` (text/html, no text/plain alternative)."""
-    msg = EmailMessage(policy=SMTP)
-    msg["From"] = "News <news@example.org>"
-    msg["To"] = "alice@localhost"
-    msg["Subject"] = subject
-    msg["Date"] = email.utils.formatdate()
-    msg["Message-ID"] = email.utils.make_msgid(domain="example.org")
-    msg.set_content(html, subtype="html", charset=charset)
-    if attachment is not None:
-        msg.add_attachment(attachment, maintype="text", subtype="plain", filename="notes.txt")
-    return msg.as_bytes()
-
-
-WRONG_BEARER = {"Authorization": "Bearer not-the-token"}
-
-
-async def every_entry_finished(redis: aioredis.Redis) -> None:
-    """Until every entry of `stalwart:jmap` has its terminal record: whatever the worker was
-    to send for them is sent, so the chat holds all it ever will."""
-    async def finished() -> bool:
-        entries = await redis.xrange(keys.STREAM_JMAP)
-        return all([await redis.exists(keys.delivery_committed(keys.STREAM_JMAP, entry_id))
-                    for entry_id, _ in entries])
-    await eventually(finished, "every queued mail finished")

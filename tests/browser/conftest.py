@@ -17,7 +17,6 @@ from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
 from messageweave.settings import Settings
 from tests.helpers import (
-    ADMIN_KEY,
     LiveService,
     PageRun,
     open_browser_page,
@@ -117,6 +116,3 @@ def shot(tmp_path: Path) -> Any:
         return path
 
     return save
-
-
-__all__ = ["ADMIN_KEY", "LiveService", "PageRun", "save_configuration"]

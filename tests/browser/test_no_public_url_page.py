@@ -401,10 +401,8 @@ def test_the_delivery_card_counts_what_waits_not_what_was_delivered(
     and one still being sent, none waits, one is in progress; the old column said 3."""
     stream = keys.STREAM_JMAP
     ids = [redis_sync.xadd(stream, {"account_id": "a", "email_id": f"e{n}"}) for n in range(3)]
-    deadline = time.monotonic() + 20
-    while int(redis_sync.xpending(stream, keys.CONSUMER_GROUP)["pending"]) < 3:
-        assert time.monotonic() < deadline, "the worker did not read the entries"
-        time.sleep(0.1)
+    eventually_sync(lambda: int(redis_sync.xpending(stream, keys.CONSUMER_GROUP)["pending"]) >= 3,
+                    "the worker reading the three entries")
     redis_sync.xack(stream, keys.CONSUMER_GROUP, ids[0], ids[1])
     assert redis_sync.xlen(stream) == 3
     page = page_run.page

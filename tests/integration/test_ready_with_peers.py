@@ -1,7 +1,5 @@
 """`/ready` and "persist and report" against the real peers: Cyrus JMAP and the Bot API emulator."""
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -9,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from tests.helpers import assert_envelope, login
+from tests.helpers import assert_envelope, eventually, login
 from tests.integration.mailbox.push_server import PushServer, callback_path
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -71,10 +69,7 @@ async def test_ready_reports_the_push_it_finds_off_ok_then_degraded(
         body = (await client.get("/ready")).json()
         return bool(body["push"] == "degraded: subscription lost, re-create failed")
 
-    deadline = time.monotonic() + 5
-    while not await degraded():
-        assert time.monotonic() < deadline, "the loss never showed in /ready"
-        await asyncio.sleep(0.1)
+    await eventually(degraded, "the loss shown in /ready", 5)
     assert (await client.get("/ready")).status_code == 200
 
     await client.post("/api/push/disable", headers=session, json={"callback_url": CALLBACK})

@@ -28,6 +28,7 @@ from messageweave.settings import Settings
 from messageweave.store import keys
 from tests.helpers import (
     ADMIN_KEY,
+    DEBUG_TOKEN,
     admin_headers,
     closed_port,
     free_port,
@@ -36,7 +37,6 @@ from tests.helpers import (
     settings_for,
 )
 
-DEBUG_TOKEN = "debug-token-SECRET-at-least-32-chars"
 EXAMPLES_PER_OPERATION = 12
 WIRE = sample_wire(telegram_api_base_url=f"https://127.0.0.1:{closed_port()}")
 SECRETS = [str(WIRE[name]) for name in ("bot_token", "telegram_webhook_secret", "jmap_password",

@@ -7,8 +7,7 @@ import hashlib
 
 from messageweave.pipeline.summarize import excerpt
 from messageweave.summary import llm
-from tests.helpers import NEWSLETTER, NEWSLETTER_TEXT, html_message
-from tests.integration.conversation.conftest import Chat
+from tests.helpers import NEWSLETTER, NEWSLETTER_TEXT, Chat, html_message
 from tests.peers.cyrus import CyrusServer
 from tests.peers.fakellm import SUMMARY, FakeLlm
 from tests.served import ServedApp

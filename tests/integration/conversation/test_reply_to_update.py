@@ -16,8 +16,7 @@ from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.store import keys
 from messageweave.summary import llm
-from tests.helpers import closed_port, sample_wire
-from tests.integration.conversation.conftest import Chat
+from tests.helpers import Chat, closed_port, sample_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.fakellm import (
     SUMMARY,

@@ -10,8 +10,6 @@ of their own take the `fresh` fixture (tests/conftest.py): a new user.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import random
 import ssl
 import string
@@ -22,7 +20,7 @@ import pytest
 from messageweave.mail.jmap import JmapClient
 from tests.helpers import CYRUS_PASSWORD as PASSWORD
 from tests.helpers import CYRUS_USER as USER
-from tests.helpers import RecordingTransport
+from tests.helpers import RecordingTransport, Reply, TinyServer
 from tests.peers.cyrus import CyrusServer
 
 
@@ -46,66 +44,6 @@ async def recorded(cyrus: CyrusServer) -> AsyncIterator[tuple[JmapClient, Record
 def token() -> str:
     """A word no other message contains (letters only, so the indexer keeps it whole)."""
     return "zq" + "".join(random.choices(string.ascii_lowercase, k=10))
-
-
-Reply = tuple[int, dict[str, str], bytes]
-
-
-class TinyServer:
-    """A minimal HTTP(S)/1.1 server on 127.0.0.1 for failure modes Cyrus cannot show
-    (cross-origin redirects, silence). `reply(method, path)` gives (status, headers, body);
-    None means: accept and never answer."""
-
-    def __init__(
-        self, reply: Callable[[str, str], Reply | None], tls: ssl.SSLContext | None
-    ) -> None:
-        self._reply = reply
-        self._tls = tls
-        self.requests: list[tuple[str, str, dict[str, str]]] = []
-        self._server: asyncio.Server | None = None
-        self._hung: list[asyncio.StreamWriter] = []
-        self.port = 0
-
-    @property
-    def origin(self) -> str:
-        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
-
-    async def __aenter__(self) -> TinyServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self._tls)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for w in self._hung:
-            w.close()
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            writer.close()
-            return
-        lines = head.decode("latin-1").split("\r\n")
-        method, path, _ = lines[0].split(" ", 2)
-        headers = {
-            k.strip().lower(): v.strip()
-            for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
-        }
-        self.requests.append((method, path, headers))
-        reply = self._reply(method, path)
-        if reply is None:
-            self._hung.append(writer)
-            return
-        status, extra, body = reply
-        out = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", "Connection: close"]
-        out += [f"{k}: {v}" for k, v in extra.items()]
-        writer.write(("\r\n".join(out) + "\r\n\r\n").encode() + body)
-        with contextlib.suppress(ConnectionError, ssl.SSLError):
-            await writer.drain()
-        writer.close()
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import pytest
 from messageweave.config.model import BusinessConfig, parse_wire
 from messageweave.mail.jmap import JmapClient, JmapProtocolError
 from messageweave.probes import jmap_session_failure
-from tests.helpers import sample_wire
-from tests.integration.jmap.conftest import PASSWORD, USER, Reply, TinyServer
+from tests.helpers import CYRUS_PASSWORD as PASSWORD
+from tests.helpers import CYRUS_USER as USER
+from tests.helpers import Reply, TinyServer, sample_wire
 from tests.peers.cyrus import CyrusServer
 
 TinyFactory = Callable[[Callable[[str, str], Reply | None]], TinyServer]

@@ -21,7 +21,9 @@ from messageweave.mail.jmap import (
     JmapTransportError,
     session_resource_url,
 )
-from tests.integration.jmap.conftest import PASSWORD, USER, RecordingTransport, Reply, TinyServer
+from tests.helpers import CYRUS_PASSWORD as PASSWORD
+from tests.helpers import CYRUS_USER as USER
+from tests.helpers import RecordingTransport, Reply, TinyServer
 from tests.peers.cyrus import CyrusServer, free_port
 
 TinyFactory = Callable[[Callable[[str, str], Reply | None]], TinyServer]

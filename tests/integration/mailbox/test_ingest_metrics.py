@@ -4,15 +4,13 @@ the updates the webhook queues (`telegram_webhook`). Real app, Redis and Cyrus."
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import httpx
 import redis.asyncio as aioredis
 
 from tests.helpers import (
     RECONCILE_AUTH,
     FreshUser,
+    eventually,
     login,
     metric_value,
     sample_wire,
@@ -28,16 +26,18 @@ SECRET = {"X-Telegram-Bot-Api-Secret-Token": str(sample_wire()["telegram_webhook
 
 async def _ingested(client: httpx.AsyncClient, session: dict[str, str], source: str) -> float:
     return metric_value((await client.get("/metrics", headers=session)).text, METRIC,
-                 f'source="{source}"')
+                        f'source="{source}"')
 
 
 async def _eventually(client: httpx.AsyncClient, session: dict[str, str], source: str,
                       expected: float) -> None:
     """The count reaches `expected` (a push's pass counts once it ends, after its enqueue)."""
-    deadline = time.monotonic() + 10
-    while (got := await _ingested(client, session, source)) != expected:
-        assert time.monotonic() < deadline, f"{source}: {got}, expected {expected}"
-        await asyncio.sleep(0.02)
+    got: list[float] = []
+
+    async def counted() -> bool:
+        got[:] = [await _ingested(client, session, source)]
+        return got[0] == expected
+    await eventually(counted, lambda: f"{source}: {got}, expected {expected}", 10)
 
 
 async def test_every_accepted_event_is_counted_by_its_source(

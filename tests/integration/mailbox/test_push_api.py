@@ -6,7 +6,6 @@ push_server.py (real HTTPS, PushSubscription/set only); Redis is real.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -16,7 +15,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.state import sha256_hex
-from tests.helpers import assert_envelope, unix_of
+from tests.helpers import assert_envelope, eventually, unix_of
 from tests.integration.mailbox.push_server import PushServer, callback_path
 
 CALLBACK = "https://bot.example.org/push/jmap"
@@ -123,10 +122,9 @@ async def test_a_previous_subscription_the_server_will_not_destroy_becomes_an_or
     server.responder.refuse_destroy = False
     await redis_client.delete(keys.ORPHAN_SWEEP_SCHEDULE)
     await enable(client, admin)  # the built-in scheduler sweeps orphans
-    deadline = time.monotonic() + 3
-    while await redis_client.exists(keys.push_orphan("P1")):
-        assert time.monotonic() < deadline, "orphan never swept"
-        await asyncio.sleep(0.05)
+    async def swept() -> bool:
+        return not await redis_client.exists(keys.push_orphan("P1"))
+    await eventually(swept, "the orphan swept", 3)
     assert list(server.responder.subscriptions) == ["P2"]
 
 

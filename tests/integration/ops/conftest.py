@@ -8,13 +8,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from tests.helpers import running_client, settings_for
-
-DEBUG_TOKEN = "debug-token-SECRET-at-least-32-chars"  # 32 or more (issue #23)
-
-
-def debug_headers(token: str = DEBUG_TOKEN) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.helpers import DEBUG_TOKEN, running_client, settings_for
 
 
 @pytest.fixture

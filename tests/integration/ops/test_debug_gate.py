@@ -9,8 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.settings import from_env
-from tests.helpers import ADMIN_KEY, assert_envelope, running_client
-from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
+from tests.helpers import ADMIN_KEY, DEBUG_TOKEN, assert_envelope, debug_headers, running_client
 
 ENV_VALUES = [None, "1", "true", "TRUE", "True", "yes", "YES", "0", "on", "false", "Yes "]
 TRUTHY = {"1", "true", "TRUE", "True", "yes", "YES"}

@@ -12,15 +12,16 @@ import redis.asyncio as aioredis
 from messageweave.store import keys
 from messageweave.store.redis import redis_server_binary
 from tests.helpers import (
+    DEBUG_TOKEN,
     assert_envelope,
     closed_port,
+    debug_headers,
     free_port,
     login,
     running_client,
     sample_wire,
     settings_for,
 )
-from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

@@ -22,6 +22,7 @@ from tests.helpers import (
     ADMIN_KEY,
     closed_port,
     console_script,
+    eventually,
     free_port,
     login,
     run_cli,
@@ -171,10 +172,9 @@ async def test_diagnose_shows_push_ok_then_degraded_with_a_remedy(
     push_server.responder.restart()
     push_server.responder.refuse_creates = True
     await redis_client.delete(keys.PUSH_MAINTENANCE_SCHEDULE)  # the next pass, now
-    deadline = time.monotonic() + 5
-    while await redis_client.hget(keys.PUSH_LIFECYCLE, "failure") is None:
-        assert time.monotonic() < deadline, "the maintenance pass never ran"
-        await asyncio.sleep(0.05)
+    async def failed() -> bool:
+        return await redis_client.hget(keys.PUSH_LIFECYCLE, "failure") is not None
+    await eventually(failed, "the maintenance pass recording its failure", 5)
     code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
     assert code == 0, out  # a warning: mail still arrives by the degraded reconcile
     assert "warn jmap push: degraded: subscription lost, re-create failed" in out, out

@@ -11,9 +11,16 @@ from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
 from messageweave.store.push import Registration, update_lifecycle
 from messageweave.store.state import sha256_hex
-from tests.helpers import assert_envelope, login, metric, metric_value, sample_wire, unix_of
+from tests.helpers import (
+    assert_envelope,
+    debug_headers,
+    login,
+    metric,
+    metric_value,
+    sample_wire,
+    unix_of,
+)
 from tests.integration.mailbox.push_server import PushServer, callback_path
-from tests.integration.ops.conftest import debug_headers
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

@@ -14,8 +14,7 @@ import redis.asyncio as aioredis
 from messageweave.logs import configure_logging, current_secrets, redis_url_password
 from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, admin_headers, closed_port
-from tests.integration.ops.conftest import DEBUG_TOKEN, debug_headers
+from tests.helpers import ADMIN_KEY, DEBUG_TOKEN, admin_headers, closed_port, debug_headers
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire

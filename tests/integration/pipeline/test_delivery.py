@@ -9,8 +9,7 @@ import json
 import os
 
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, assert_envelope, console_script, eventually
-from tests.integration.pipeline.conftest import subject_of
+from tests.helpers import ADMIN_KEY, assert_envelope, console_script, eventually, subject_of
 from tests.served import ServedApp
 
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": "webhook-secret-SECRET"}

@@ -13,8 +13,15 @@ from messageweave.aio import cancel
 from messageweave.pipeline import worker as worker_module
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
-from tests.helpers import CYRUS_USER, enqueue_mail, eventually, running_client, settings_for
-from tests.integration.pipeline.conftest import subject_of, worker_services
+from tests.helpers import (
+    CYRUS_USER,
+    enqueue_mail,
+    eventually,
+    running_client,
+    settings_for,
+    subject_of,
+    worker_services,
+)
 from tests.served import ServedApp
 
 AUTH = {"Authorization": "Bearer worker-token-SECRET"}

@@ -24,12 +24,13 @@ from tests.helpers import (
     ADMIN_KEY,
     configure,
     console_script,
+    enqueue_mails,
     eventually,
     every_entry_finished,
     running_client,
     settings_for,
+    subject_of,
 )
-from tests.integration.pipeline.conftest import enqueue_mails, subject_of
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
 from tests.served import ServedApp, lift_limits, peer_wire

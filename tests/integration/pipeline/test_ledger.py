@@ -14,8 +14,14 @@ from typing import Any
 from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
 from messageweave.store.streams import Entry
-from tests.helpers import LaneTurn, configure, eventually, unknown_records
-from tests.integration.pipeline.conftest import subject_of, worker_services
+from tests.helpers import (
+    LaneTurn,
+    configure,
+    eventually,
+    subject_of,
+    unknown_records,
+    worker_services,
+)
 from tests.served import ServedApp
 
 

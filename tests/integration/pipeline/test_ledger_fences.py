@@ -10,7 +10,7 @@ import json
 from messageweave.pipeline.ledger import LeaseLost, Ledger, SendProgress
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
-from tests.integration.pipeline.conftest import worker_services
+from tests.helpers import worker_services
 from tests.served import ServedApp
 
 

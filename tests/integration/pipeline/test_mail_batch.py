@@ -7,8 +7,13 @@ import json
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
-from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, RecordingTransport
-from tests.integration.pipeline.conftest import subject_of, worker_services
+from tests.helpers import (
+    CYRUS_PASSWORD,
+    CYRUS_USER,
+    RecordingTransport,
+    subject_of,
+    worker_services,
+)
 from tests.served import ServedApp
 
 

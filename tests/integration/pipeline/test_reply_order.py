@@ -7,9 +7,7 @@ import time
 
 from messageweave.pipeline.worker import Worker
 from messageweave.store import consent, keys
-from tests.helpers import LaneTurn
-from tests.integration.conversation.conftest import llm_wire
-from tests.integration.pipeline.conftest import worker_services
+from tests.helpers import LaneTurn, llm_wire, worker_services
 from tests.peers.fakellm import FakeLlm, fakellm_server
 from tests.served import ServedApp
 

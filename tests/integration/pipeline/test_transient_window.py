@@ -28,8 +28,14 @@ from messageweave.cli.diagnose import run_checks
 from messageweave.pipeline.worker import Worker, WorkerOptions
 from messageweave.store import keys
 from messageweave.store.waiting import waiting_for_peers
-from tests.helpers import CYRUS_USER, enqueue_mail, eventually, settings_for
-from tests.integration.pipeline.conftest import subject_of, worker_services
+from tests.helpers import (
+    CYRUS_USER,
+    enqueue_mail,
+    eventually,
+    settings_for,
+    subject_of,
+    worker_services,
+)
 from tests.served import ServedApp
 
 STREAM = keys.STREAM_JMAP

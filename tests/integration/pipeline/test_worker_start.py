@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import pytest
 import redis.asyncio as aioredis
@@ -12,7 +11,7 @@ import redis.asyncio as aioredis
 from messageweave import runtime
 from messageweave.aio import cancel
 from messageweave.pipeline.worker import Worker
-from tests.helpers import settings_for
+from tests.helpers import eventually, settings_for
 
 FAILED = "worker maintenance failed"
 
@@ -27,11 +26,10 @@ async def test_the_first_maintenance_pass_on_an_empty_redis_logs_no_failure(
     svc = runtime.build_services(settings_for(embedded_redis_url))
     worker = Worker(svc)
     task = asyncio.create_task(worker._maintenance_loop())
-    deadline = time.monotonic() + 10
+    async def ended() -> bool:
+        return worker._passes >= 1 or FAILED in caplog.text
     try:
-        while worker._passes < 1 and FAILED not in caplog.text:
-            assert time.monotonic() < deadline, "no maintenance pass ended"
-            await asyncio.sleep(0.01)
+        await eventually(ended, "a maintenance pass ending", 10)
     finally:
         await cancel(task)
         await runtime.close(svc)

@@ -10,10 +10,9 @@ counted here was caused by a request of the test.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,7 +28,7 @@ from messageweave.store import keys
 from messageweave.store.mailbox import take_catchup
 from messageweave.store.push import Registration, record_registration
 from messageweave.store.state import sha256_hex
-from tests.helpers import assert_envelope, closed_port, login, sample_wire
+from tests.helpers import assert_envelope, closed_port, eventually, login, sample_wire
 from tests.integration.mailbox.push_server import PushServer
 from tests.peers.cyrus import CyrusServer
 
@@ -54,6 +53,12 @@ class Passes:
         self.count += 1
         result: Progress = await self._real(svc, **kw)
         return result
+
+    def started(self, n: int) -> Callable[[], Awaitable[bool]]:
+        """A check for `eventually`: `n` passes have started."""
+        async def check() -> bool:
+            return self.count >= n
+        return check
 
 
 @pytest.fixture
@@ -177,10 +182,7 @@ async def test_verified_pushes_start_at_most_one_pass_per_interval(
     for _ in range(POSTS):
         assert (await client.post(path, json=state_change(ACCOUNT))).status_code == 204
     elapsed = time.monotonic() - started
-    deadline = time.monotonic() + 5
-    while passes.count == 0:  # the first push's pass, woken at once
-        assert time.monotonic() < deadline, "the first push started no pass"
-        await asyncio.sleep(0.02)
+    await eventually(passes.started(1), "the first push's pass, woken at once", 5)
     assert passes.count <= 1 + elapsed / keys.PUSH_CATCHUP_INTERVAL_S, (passes.count, elapsed)
     assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is not None
 
@@ -223,14 +225,9 @@ async def test_a_push_within_the_interval_is_not_lost(
     path = await registered(redis_client)
     await connect(client)
     assert (await client.post(path, json=state_change(ACCOUNT))).status_code == 204
-    deadline = time.monotonic() + 5
-    while passes.count < 1:
-        assert time.monotonic() < deadline, "no first pass"
-        await asyncio.sleep(0.02)
+    await eventually(passes.started(1), "the first pass", 5)
     assert (await client.post(path, json=state_change(ACCOUNT))).status_code == 204
-    while passes.count < 2:
-        assert time.monotonic() < deadline, "the deferred push never got its pass"
-        await asyncio.sleep(0.02)
+    await eventually(passes.started(2), "the deferred push's pass", 5)
     assert not await redis_client.exists(keys.PUSH_CATCHUP_DEFERRED)
 
 

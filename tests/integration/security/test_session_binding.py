@@ -4,10 +4,8 @@ the stream tests also the real Cyrus and the Bot API emulator."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
-import time
 
 import httpx
 import redis.asyncio as aioredis
@@ -17,6 +15,7 @@ from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
     assert_envelope,
+    eventually,
     login,
     running_client,
     sample_wire,
@@ -82,11 +81,10 @@ async def test_rotating_the_key_ends_every_session(
 
 
 async def _finished(redis: aioredis.Redis, entry_ids: list[str], timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    for entry_id in entry_ids:
-        while not await redis.exists(keys.delivery_committed(keys.STREAM_TELEGRAM, entry_id)):
-            assert time.monotonic() < deadline, f"entry {entry_id} never finished"
-            await asyncio.sleep(0.05)
+    async def committed() -> bool:
+        return all([await redis.exists(keys.delivery_committed(keys.STREAM_TELEGRAM, entry_id))
+                    for entry_id in entry_ids])
+    await eventually(committed, f"entries {entry_ids} finished", timeout_s)
 
 
 async def test_a_stream_entry_for_a_chat_outside_the_allowlist_is_not_answered(

@@ -5,22 +5,14 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 
 from messageweave.chat.telegram import TelegramClient
+from tests.helpers import BotChat
 from tests.peers.telegram import TelegramEmulator
 
 _bot_ids = itertools.count(7_000_001)
-
-
-@dataclass(frozen=True)
-class BotChat:
-    """A bot of its own (token) talking to a chat of its own, so tests never share messages."""
-
-    token: str
-    chat_id: int
 
 
 @pytest.fixture

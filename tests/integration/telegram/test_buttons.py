@@ -6,7 +6,6 @@ press, the edited keyboard)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +16,7 @@ from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
 from messageweave.store import keys
-from tests.helpers import FreshUser
+from tests.helpers import FreshUser, eventually
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp
 
@@ -42,15 +41,16 @@ async def notified(served: ServedApp, subject: str, chat: int | None = None,
     email_id = served.cyrus.append(subject=subject, user=user).email_id
     await served.enqueue_mail(email_id, account_id=user)
     cfg = parse_wire(served.wire)
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        for message in await served.emulator.sent_messages(served.token):
-            named = [buttons.verify(cfg, data) for _, data in keyboard(message)]
-            if buttons.Button(buttons.READ, email_id) in named:
-                assert chat is None or message.chat_id == chat
-                return email_id, message
-        assert time.monotonic() < deadline, "no notification"
-        await asyncio.sleep(0.05)
+    found: list[SentMessage] = []
+
+    async def sent() -> bool:
+        found[:] = [m for m in await served.emulator.sent_messages(served.token)
+                    if buttons.Button(buttons.READ, email_id)
+                    in [buttons.verify(cfg, data) for _, data in keyboard(m)]]
+        return bool(found)
+    await eventually(sent, f"the notification of {subject!r}", WAIT_S)
+    assert chat is None or found[0].chat_id == chat
+    return email_id, found[0]
 
 
 def keyboard(message: SentMessage) -> list[tuple[str, str]]:
@@ -69,38 +69,40 @@ async def press(served: ServedApp, message: SentMessage, data: str) -> dict[str,
     pressed = await served.emulator.press_button(served.token, message.chat_id,
                                                  message.message_id, data)
     assert pressed.status == 204, pressed
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        answers = await served.emulator.callback_answers(served.token)
-        mine = [a for a in answers if a["callback_query_id"] == pressed.callback_id]
-        if mine:
-            return mine[0]
-        assert time.monotonic() < deadline, "the press was not answered"
-        await asyncio.sleep(0.05)
+    mine: list[dict[str, Any]] = []
+
+    async def answered() -> bool:
+        mine[:] = [a for a in await served.emulator.callback_answers(served.token)
+                   if a["callback_query_id"] == pressed.callback_id]
+        return bool(mine)
+    await eventually(answered, "the answer to the press", WAIT_S)
+    return mine[0]
 
 
 async def replied(served: ServedApp, chat: int) -> SentMessage:
     """The bot's reply in `chat` that ends with the consent hint."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        for message in await served.emulator.sent_messages(served.token, chat):
-            if message.text.endswith(HINT):
-                return message
-        assert time.monotonic() < deadline, "no reply"
-        await asyncio.sleep(0.05)
+    found: list[SentMessage] = []
+
+    async def sent() -> bool:
+        found[:] = [m for m in await served.emulator.sent_messages(served.token, chat)
+                    if m.text.endswith(HINT)]
+        return bool(found)
+    await eventually(sent, "the reply ending with the consent hint", WAIT_S)
+    return found[0]
 
 
 async def edited(served: ServedApp, message: SentMessage,
                  texts: list[str]) -> list[tuple[str, str]]:
     """Wait until the keyboard under `message` reads `texts`."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    shown: list[tuple[str, str]] = []
+
+    async def reads() -> bool:
         [now] = [m for m in await served.emulator.sent_messages(served.token, message.chat_id)
                  if m.message_id == message.message_id]
-        if [text for text, _ in keyboard(now)] == texts:
-            return keyboard(now)
-        assert time.monotonic() < deadline, f"keyboard is {keyboard(now)}"
-        await asyncio.sleep(0.05)
+        shown[:] = keyboard(now)
+        return [text for text, _ in shown] == texts
+    await eventually(reads, lambda: f"the keyboard reading {texts} (it reads {shown})", WAIT_S)
+    return shown
 
 
 async def test_every_notification_has_the_three_buttons(served: ServedApp) -> None:

@@ -7,8 +7,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import refused
-from tests.helpers import assert_envelope, login, sample_wire
-from tests.integration.telegram.conftest import BotChat
+from tests.helpers import BotChat, assert_envelope, login, sample_wire
 from tests.peers.telegram import TelegramEmulator
 
 ROUTE = "/api/telegram/discover-chats"

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.telegram.conftest import BotChat
+from tests.helpers import BotChat
 from tests.peers.telegram import TelegramEmulator
 
 WEBHOOK_ACTIVE = ("Conflict: can't use getUpdates method while webhook is active; "

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
-from tests.integration.telegram.conftest import BotChat
+from tests.helpers import BotChat
 from tests.peers.telegram import TelegramEmulator
 
 # Run in a fresh interpreter: this test process has imported `telegram` long ago.

@@ -30,8 +30,7 @@ from messageweave.chat.telegram import (
     split_text,
 )
 from messageweave.chat.telegram import client as telegram
-from tests.helpers import closed_port
-from tests.integration.telegram.conftest import BotChat
+from tests.helpers import BotChat, closed_port
 from tests.peers.telegram import TelegramEmulator
 
 # The answer the package behind the emulator once gave: request parameters echoed as strings.

@@ -16,7 +16,7 @@ from messageweave.chat.telegram import (
     split_text,
     utf16_len,
 )
-from tests.integration.telegram.conftest import BotChat
+from tests.helpers import BotChat
 from tests.peers.telegram import TelegramEmulator
 
 NOTIFICATION = (

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from messageweave.chat.telegram import BotIdentity, TelegramClient
-from tests.integration.telegram.conftest import BotChat
+from tests.helpers import BotChat
 from tests.peers.telegram import TelegramEmulator
 
 SECRET = "webhook-Secret_42"
