@@ -56,6 +56,7 @@ from messageweave.settings import Settings
 from messageweave.store import keys
 from tests.peers.cyrus import CyrusServer
 from tests.peers.fakellm import FakeLlm
+from tests.peers.telegram import SentMessage
 
 if TYPE_CHECKING:
     from tests.served import ServedApp  # which builds on these helpers
@@ -696,6 +697,28 @@ class Chat:
         wire = {**self.config.to_wire(), "bot_language": language}
         return Chat(self.chat_id, self.redis, self.mailbox, parse_wire(wire), self.outbound,
                     self.now)
+
+
+def keyboard(message: SentMessage) -> list[tuple[str, str]]:
+    """The (text, callback_data) of the message's buttons, as Telegram shows them now."""
+    markup: dict[str, Any] = message.params.get("reply_markup") or {}
+    return [(b["text"], b["callback_data"]) for row in markup.get("inline_keyboard", [])
+            for b in row]
+
+
+async def press(served: ServedApp, message: SentMessage, data: str) -> dict[str, Any]:
+    """Press a button under `message`; the bot's answer to that press (answerCallbackQuery)."""
+    pressed = await served.emulator.press_button(served.token, message.chat_id,
+                                                 message.message_id, data)
+    assert pressed.status == 204, pressed
+    mine: list[dict[str, Any]] = []
+
+    async def answered() -> bool:
+        mine[:] = [a for a in await served.emulator.callback_answers(served.token)
+                   if a["callback_query_id"] == pressed.callback_id]
+        return bool(mine)
+    await eventually(answered, "the answer to the press", WAIT_S)
+    return mine[0]
 
 
 # --------------------------------------------------------------------------------------------- time

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -16,12 +15,11 @@ from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
 from messageweave.store import keys
-from tests.helpers import FreshUser, eventually
+from tests.helpers import WAIT_S, FreshUser, eventually, keyboard, press
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp
 
 HINT = "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。"
-WAIT_S = 15.0  # for the worker, Cyrus and the emulator on a busy machine
 
 
 @pytest.fixture
@@ -53,30 +51,8 @@ async def notified(served: ServedApp, subject: str, chat: int | None = None,
     return email_id, found[0]
 
 
-def keyboard(message: SentMessage) -> list[tuple[str, str]]:
-    """The (text, callback_data) of the message's buttons, as Telegram shows them now."""
-    markup: dict[str, Any] = message.params.get("reply_markup") or {}
-    return [(b["text"], b["callback_data"]) for row in markup.get("inline_keyboard", [])
-            for b in row]
-
-
 def data_of(message: SentMessage, action: str) -> str:
     return keyboard(message)[buttons.ACTIONS.index(action)][1]
-
-
-async def press(served: ServedApp, message: SentMessage, data: str) -> dict[str, Any]:
-    """Press a button under `message`; the bot's answer to that press (answerCallbackQuery)."""
-    pressed = await served.emulator.press_button(served.token, message.chat_id,
-                                                 message.message_id, data)
-    assert pressed.status == 204, pressed
-    mine: list[dict[str, Any]] = []
-
-    async def answered() -> bool:
-        mine[:] = [a for a in await served.emulator.callback_answers(served.token)
-                   if a["callback_query_id"] == pressed.callback_id]
-        return bool(mine)
-    await eventually(answered, "the answer to the press", WAIT_S)
-    return mine[0]
 
 
 async def replied(served: ServedApp, chat: int) -> SentMessage:

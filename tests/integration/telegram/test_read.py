@@ -24,8 +24,7 @@ from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons, reading
 from messageweave.store import keys
-from tests.helpers import redis_text
-from tests.integration.telegram.test_buttons import WAIT_S, keyboard, press
+from tests.helpers import WAIT_S, keyboard, press, redis_text
 from tests.peers.telegram import SentFile, SentMessage
 from tests.served import ServedApp
 
