@@ -171,6 +171,12 @@ async def run(mails: int, spacing_s: float, chats: int) -> None:
             to_phone = [(s - d) * 1000 for s, d in zip(ours, delivered, strict=True)]
             floor_ms = [(s - d) * 1000 for s, d in zip(floor, delivered, strict=True)]
             print(line("delivery → phone (EventSource)", to_phone, floor_ms))
+            # Cyrus looks for changes once a second for each EventSource connection, on each
+            # connection's own timer: the per-mail difference shows that phase apart from ours.
+            diff = sorted(o - f for o, f in zip(to_phone, floor_ms, strict=True))
+            print(f"per mail, ours − floor: p50 {statistics.median(diff):.0f} / min "
+                  f"{diff[0]:.0f} / max {diff[-1]:.0f} ms; the state event of ours after the "
+                  f"floor's: {sum(1 for d in diff if d > 0)} of {len(diff)}")
 
             echo_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
             echo = asyncio.create_task(floor_echo(emulator, echo_token, stop := asyncio.Event()))
