@@ -31,16 +31,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from messageweave.ops.sendlog import Outcome
 from messageweave.pipeline.governor import GCRA, LANE_KEYS, Lanes
 from messageweave.store import keys, waiting
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
 from messageweave.store.streams import forgotten_when_finished
-
-DELIVERED = "delivered"
-DEAD_LETTER = "dead_letter"
-UNKNOWN = "unknown"
-SKIPPED = "skipped"  # a deliberate skip: a `mute` rule matched (`rule` names it), nothing sent
 
 # KEYS: committed, inflight, intent, retry_due, stream
 # ARGV: lease, lease_ttl, entry_id, heartbeat_prefix, group, busy_due (ms: a busy entry is due
@@ -257,7 +253,9 @@ class Begin:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RetryVerdict:
+    """What `RETRY_OR_DLQ` made of a failed attempt: dead-lettered, a retry, or fenced."""
+
     dead_lettered: bool
     attempts: int
     fenced: bool = False
@@ -275,7 +273,9 @@ def _fence_keys(lease: Lease) -> dict[str, str]:
             "intent": keys.delivery_intent(lease.stream, lease.entry_id)}
 
 
-def terminal_record(state: str, **details: Any) -> dict[str, Any]:
+def terminal_record(state: Outcome, **details: Any) -> dict[str, Any]:
+    """The record `COMMIT` leaves: `state` is one of the terminal states (`delivered`,
+    `unknown`, `skipped`; `RETRY_OR_DLQ` writes `dead_letter`'s itself)."""
     return {"state": state, **details, "at": int(time.time())}
 
 
@@ -365,7 +365,7 @@ class Ledger:
         self, lease: Lease, *, payload: str, failure_class: str, reason: str,
         max_attempts: int, permanent: bool, delay_s: float, peer: str | None = None,
         window_s: int = 0,
-    ) -> Outcome:
+    ) -> RetryVerdict:
         """Count a failed attempt: a retry due in `delay_s`, or the dead letter. `peer` names
         the peer a failure found out of reach (`store.waiting.PEERS`): with `window_s` > 0 it
         waits until the window from the entry's first failure is over, whatever
@@ -392,7 +392,7 @@ class Ledger:
             "now": int(now * 1000), "member": waiting.member(stream, entry_id),
         })
         code = int(reply[0])
-        return Outcome(code == 1, int(reply[1]), fenced=code == -1, due_ms=int(reply[2]))
+        return RetryVerdict(code == 1, int(reply[1]), fenced=code == -1, due_ms=int(reply[2]))
 
     async def release(self, lease: Lease) -> None:
         """Give the entry back (shutdown): due again at once, if the lease is still ours."""

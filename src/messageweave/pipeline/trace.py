@@ -43,8 +43,8 @@ from messageweave.mail.auditor import GAP_AUDIT
 from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import EmailMeta, JmapClient, JmapError
 from messageweave.mail.reconcile import mailbox_sets
+from messageweave.ops.sendlog import Outcome
 from messageweave.pipeline.digest import load_plan
-from messageweave.pipeline.ledger import DEAD_LETTER, DELIVERED, SKIPPED, UNKNOWN
 from messageweave.store import keys
 from messageweave.store.mailbox import NOT_NOTIFIED
 from messageweave.store.oplog import audit_log, send_log, valid_stream_id
@@ -163,8 +163,8 @@ async def _mail(redis: Redis, account: str, email_id: str, meta: EmailMeta | Non
         via = "gap_audit" if healed == claim else await _via(redis, _entry_ms(claim))
         steps.append(_step("seen", _entry_ms(claim), via=via, notified=True))
         status = await _entry_steps(redis, claim, steps, 0)
-        if status == DELIVERED:
-            last = [s for s in steps if s["step"] == DELIVERED][-1]
+        if status == Outcome.DELIVERED:
+            last = [s for s in steps if s["step"] == Outcome.DELIVERED][-1]
             status = await _digest_place(redis, email_id, last)
     steps.sort(key=lambda s: (s["at_ms"] is None, s["at_ms"] or 0))
     return {"email_id": email_id, "subject": meta.subject if meta is not None else None,
@@ -232,13 +232,13 @@ async def _digest_place(redis: Redis, email_id: str, step: dict[str, Any]) -> st
     out in, or its being left out (muted, gone). Another entry's step is left as it is."""
     plan = await load_plan(redis, str(step["entry_id"]))
     if plan is None:
-        return DELIVERED
+        return Outcome.DELIVERED
     place = plan.place_of(email_id)
     if place is None:
         step.pop("message_ids", None)
         if email_id in plan.muted:
-            step.update(step=SKIPPED, rule=plan.muted[email_id])
-            return SKIPPED
+            step.update(step=Outcome.SKIPPED, rule=plan.muted[email_id])
+            return Outcome.SKIPPED
         step["step"] = LEFT_OUT
         return LEFT_OUT
     part = plan.parts[place]
@@ -247,7 +247,7 @@ async def _digest_place(redis: Redis, email_id: str, step: dict[str, Any]) -> st
     ids = step.get("message_ids") or []
     if len(ids) == len(plan.parts):  # one Telegram message per part, all in this record
         step["message_ids"] = [ids[place]]
-    return DELIVERED
+    return Outcome.DELIVERED
 
 
 # ----------------------------------------------------------------------------- one entry
@@ -259,7 +259,7 @@ def _terminal(raw: str) -> dict[str, Any]:
     except ValueError:
         value = None
     record = value if isinstance(value, dict) else {}
-    return {"state": DELIVERED, **record}
+    return {"state": Outcome.DELIVERED, **record}
 
 
 def _terminal_ms(record: dict[str, Any], steps: list[dict[str, Any]]) -> float | None:
@@ -296,11 +296,12 @@ async def _entry_steps(redis: Redis, entry_id: str, steps: list[dict[str, Any]],
     record = _terminal(raw)
     state = str(record["state"])
     at_ms = _terminal_ms(record, steps)
-    if state == DEAD_LETTER:
+    if state == Outcome.DEAD_LETTER:
         return await _dead_letter(redis, streams, entry_id, record, at_ms, steps, depth)
-    if state in (DELIVERED, UNKNOWN, SKIPPED):
-        details = {"message_ids": record.get("message_ids", [])} if state == DELIVERED else {}
-        if state == SKIPPED:
+    if state in (Outcome.DELIVERED, Outcome.UNKNOWN, Outcome.SKIPPED):
+        delivered = state == Outcome.DELIVERED
+        details = {"message_ids": record.get("message_ids", [])} if delivered else {}
+        if state == Outcome.SKIPPED:
             details = {"rule": record.get("rule")}  # the `mute` rule that matched
         steps.append(_step(state, at_ms, entry_id=entry_id, **details))
     return state
@@ -311,16 +312,16 @@ async def _dead_letter(redis: Redis, streams: StreamStore, entry_id: str,
                        steps: list[dict[str, Any]], depth: int) -> str:
     dlq_id = str(record.get("dlq_id") or "")
     held = await streams.dlq_entry(_STREAM, dlq_id) if valid_stream_id(dlq_id) else None
-    steps.append(_step(DEAD_LETTER, at_ms, entry_id=entry_id, dlq_id=dlq_id or None,
+    steps.append(_step(Outcome.DEAD_LETTER, at_ms, entry_id=entry_id, dlq_id=dlq_id or None,
                        failure_class=record.get("failure_class"),
                        attempts=record.get("attempts"), in_dlq=held is not None,
                        reason=held.reason if held is not None else None))
     if held is not None or depth >= MAX_REPLAYS:
-        return DEAD_LETTER
+        return Outcome.DEAD_LETTER
     since = int(at_ms) if at_ms is not None else _entry_ms(entry_id)
     replay = await streams.replay_of(_STREAM, entry_id, since)
     if replay is None:
-        return DEAD_LETTER
+        return Outcome.DEAD_LETTER
     steps.append(_step("replayed", _entry_ms(replay), entry_id=entry_id, new_entry_id=replay))
     return await _entry_steps(redis, replay, steps, depth + 1)
 
