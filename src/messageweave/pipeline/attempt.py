@@ -36,7 +36,7 @@ from messageweave.pipeline.events import (
     lane_of,
     outgoing_for,
 )
-from messageweave.pipeline.governor import Governor, bot_id, lanes_of, wait_before
+from messageweave.pipeline.governor import Governor, bot_id, lanes_of
 from messageweave.pipeline.ledger import (
     Begin,
     Lease,
@@ -316,8 +316,7 @@ class Deliverer:
         ids: list[int] = []
         for number in range(start, len(chunks)):
             lanes = lanes_of(bot, message.chat_id)
-            while wait := await self.ledger.gate(attempt.lease, SendProgress(index, number), lanes):
-                await wait_before(wait)
+            await self.ledger.gate(attempt.lease, SendProgress(index, number), lanes)
             runtime = self.svc.runtime
             if runtime is None:
                 raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")

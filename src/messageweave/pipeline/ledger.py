@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from messageweave.ops.sendlog import Outcome
-from messageweave.pipeline.governor import GCRA, LANE_KEYS, Lanes
+from messageweave.pipeline.governor import GCRA, LANE_KEYS, Lanes, wait_before
 from messageweave.store import keys, waiting
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
@@ -324,16 +324,22 @@ class Ledger:
         if not int(written):
             raise LeaseLost
 
-    async def gate(self, lease: Lease, progress: SendProgress, lanes: Lanes) -> int:
-        """The fence with the governor's charge, in one script: 0 when the Telegram call may
-        go now (the intent is `sending`), else the milliseconds to wait before asking again;
-        `LeaseLost` when the lease is not ours."""
-        reply = int(await GATE(
-            self.redis, keys={**_fence_keys(lease), **lanes.named},
-            args={**self._intent_args(lease, progress, "sending"), "is_group": lanes.is_group}))
-        if reply < 0:
-            raise LeaseLost
-        return reply
+    async def gate(self, lease: Lease, progress: SendProgress, lanes: Lanes) -> None:
+        """Right before a Telegram call: wait for the governor's slot on `lanes`, then fence
+        the call. Returns once the call may go (the lanes charged, the intent `sending`, the
+        lease extended, all in one `GATE`); raises `LeaseLost` as soon as the lease is not
+        ours, before anything is written or charged. A wait asks again after at most
+        `governor.MAX_WAIT_S`, the lease checked each time."""
+        while True:
+            reply = int(await GATE(
+                self.redis, keys={**_fence_keys(lease), **lanes.named},
+                args={**self._intent_args(lease, progress, "sending"),
+                      "is_group": lanes.is_group}))
+            if reply < 0:
+                raise LeaseLost
+            if reply == 0:
+                return
+            await wait_before(reply)
 
     async def resolve(self, lease: Lease, resolution: str) -> None:
         await RESOLVE(self.redis, keys=_fence_keys(lease),
