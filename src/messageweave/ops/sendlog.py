@@ -10,7 +10,7 @@ the delivery: a Redis error is logged and swallowed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -63,6 +63,32 @@ async def record_send(
     attempt's duration, `end_to_end_s` (when known) the time since the event entered its
     stream; `rule` names the rule that muted a `skipped` mail (the record has the field only
     then)."""
+    record = _noted(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
+                    outcome=outcome, failure_class=failure_class, latency_ms=latency_ms,
+                    message_ids=message_ids, end_to_end_s=end_to_end_s, rule=rule)
+    try:
+        await send_log(redis).append(record)
+    except RedisError as exc:
+        log.warning("send record not written: %s", type(exc).__name__)
+
+
+async def record_sends(redis: Redis, sends: Sequence[Mapping[str, Any]]) -> None:
+    """`record_send` for many attempts (each mapping holds its keyword arguments), their
+    records appended in one round trip (`OpLog.append_many`, issue #26)."""
+    if not sends:
+        return
+    records = [_noted(**send) for send in sends]
+    try:
+        await send_log(redis).append_many(records)
+    except RedisError as exc:
+        log.warning("send records not written: %s", type(exc).__name__)
+
+
+def _noted(*, stream: str, event_id: str, kind: str, chat_id: int | None, outcome: Outcome,
+           failure_class: str | None = None, latency_ms: float = 0.0,
+           message_ids: Sequence[int] = (), end_to_end_s: float | None = None,
+           rule: str | None = None) -> dict[str, Any]:
+    """One attempt's record, counted in the metrics and written as a log line."""
     record: dict[str, Any] = {
         "stream": stream, "event_id": event_id, "kind": kind, "chat_id": chat_id,
         "outcome": outcome, "failure_class": failure_class,
@@ -74,7 +100,4 @@ async def record_send(
                      end_to_end_s if end_to_end_s is not None else latency_ms / 1000)
     log.info("delivery %s %s %s", stream, event_id, outcome,
              extra={"fields": {"event": "delivery", **record}})
-    try:
-        await send_log(redis).append(record)
-    except RedisError as exc:
-        log.warning("send record not written: %s", type(exc).__name__)
+    return record

@@ -57,8 +57,17 @@ class ConversationContext:
     now: Callable[[], float] = field(default=time.time)
 
 
+def needs_no_reply(text: str, reply_to: str | None) -> bool:
+    """Text the bot answers with nothing, known without any I/O: no command or phrase
+    (`intents.Unknown`), not a Telegram reply to one of our messages. `reply_to_update` starts
+    with it, and the worker finishes such updates in batches (`pipeline.replyless`)."""
+    return reply_to is None and isinstance(intents.parse_intent(text), intents.Unknown)
+
+
 async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[Reply]:
     """The replies to one message; an empty list when the bot should stay silent."""
+    if needs_no_reply(message.text, message.reply_to):
+        return []
     intent = _replying(message, ctx.config) or intents.parse_intent(message.text)
     if isinstance(intent, intents.Read):
         return await _read(intent.email_id, message.chat_id, ctx)

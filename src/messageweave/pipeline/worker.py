@@ -52,6 +52,7 @@ from messageweave.pipeline.events import MailPrefetch, lane_of
 from messageweave.pipeline.governor import Governor
 from messageweave.pipeline.ledger import Ledger
 from messageweave.pipeline.reply import expire_drafts
+from messageweave.pipeline.replyless import finish_replyless
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.streams import Entry, StreamStore
@@ -176,6 +177,12 @@ class Worker:
                 continue
             raise_if_cancelling()
             self.failures.recovered(READ)
+            try:  # those that need no reply, together (issue #26)
+                entries = await finish_replyless(self.svc, entries)
+            except RedisError as exc:  # still pending: the maintenance pass takes them again
+                raise_if_cancelling()
+                self.failures.failed(READ, exc)
+                continue
             taken = self._take(entries)
             try:
                 while taken:

@@ -59,6 +59,17 @@ class OpLog:
             entry_id, _trimmed = await pipe.execute()
         return str(entry_id)
 
+    async def append_many(self, records: list[dict[str, Any]]) -> None:
+        """`append` of several records in one transaction, trimmed once after them."""
+        now = int(time.time() * 1000)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for record in records:
+                payload = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+                pipe.xadd(self.key, {_FIELD: payload})
+            pipe.xtrim(self.key, maxlen=self.max_entries, approximate=False)
+            pipe.xtrim(self.key, minid=max(now - self.retention_s * 1000, 0), approximate=False)
+            await pipe.execute()
+
     async def page(
         self,
         before: str | None,

@@ -1,0 +1,111 @@
+"""Updates that need no reply, finished together (issue #26).
+
+Much of what a chat sends the bot needs no answer: a sticker, a photo, text that is no command
+(`conversation.needs_no_reply`). The continuous worker finishes those of each read in one
+script (`FINISH`) and writes their send records in one round trip (`ops.sendlog.record_sends`),
+instead of one attempt each (BEGIN, the conversation, COMMIT and a send record: four round
+trips and two tasks per update, in turn with the webhook's requests on one event loop). So a
+flood of them is worked off as fast as the webhook takes it, and the stream holds no backlog.
+
+No duplicate: nothing is sent, so there is no Telegram call to fence and no lease to take.
+What keeps an entry from being finished twice is BEGIN's rule, checked and applied in the same
+script: an entry with a terminal record is only acked (and deleted); one that a live attempt
+holds (another path took it) is left to that attempt. The rest get BEGIN's and COMMIT's writes
+at once: the terminal record, the ack and the delete (`stalwart:telegram` forgets finished
+entries). Such an entry never failed on a peer, so it is in no waiting set (COMMIT's ZREMs).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from messageweave.config.model import BusinessConfig
+from messageweave.ops.sendlog import Outcome, record_sends
+from messageweave.pipeline.conversation import needs_no_reply
+from messageweave.pipeline.events import kind_of
+from messageweave.pipeline.ledger import terminal_record
+from messageweave.services import Services
+from messageweave.store import keys
+from messageweave.store.scripts import Script
+from messageweave.store.streams import Entry
+
+# KEYS: stream, retry_due, entries* (per entry: committed, inflight, intent, retry_counter,
+#       retry_window)
+# ARGV: group, committed_ttl, record (the terminal record, JSON), heartbeat_prefix, ids* (the
+#       entry ids, in the order of `entries`)
+# → per entry: 1 finished here, 0 finished already (acked and deleted here), -1 held by a live
+#   attempt (nothing done). BEGIN's rule (`ledger.BEGIN`), then COMMIT's writes.
+FINISH = Script("""
+local out = {}
+for i = 1, #ARGV - 4 do
+  local k, id = 2 + (i - 1) * 5, ARGV[4 + i]
+  out[i] = 1
+  if redis.call('EXISTS', KEYS[k + 1]) == 1 then
+    out[i] = 0
+  else
+    local held = redis.call('GET', KEYS[k + 2])
+    local holder = held and (string.match(held, '^%x+ (.+)$') or held)
+    if holder and redis.call('EXISTS', ARGV[4] .. holder) == 1 then out[i] = -1 end
+  end
+  if out[i] == 1 then
+    redis.call('SET', KEYS[k + 1], ARGV[3], 'EX', ARGV[2])
+    redis.call('DEL', KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5])
+  end
+  if out[i] >= 0 then
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+    redis.call('XDEL', KEYS[1], id)
+  end
+end
+return out
+""", keys=("stream", "retry_due", "entries*"),
+    args=("group", "committed_ttl", "record", "heartbeat_prefix", "ids*"))
+
+
+def replyless(entry: Entry, cfg: BusinessConfig) -> bool:
+    """An update `events` would answer with nothing, and find out without any I/O: not a
+    button press, from an allowed chat (or none), with no text or text that needs no reply.
+    A refused chat, a malformed one and a button press go the whole way (they end otherwise)."""
+    if entry.stream != keys.STREAM_TELEGRAM or "callback_id" in entry.fields:
+        return False
+    chat = entry.fields.get("chat_id")
+    if not chat:
+        return True
+    if not chat.lstrip("-").isdigit():
+        return False
+    if cfg.chat_allowlist and int(chat) not in cfg.chat_allowlist:
+        return False
+    text = entry.fields.get("text")
+    return text is None or needs_no_reply(text, entry.fields.get("reply_to_data"))
+
+
+async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
+    """Finish the entries among `entries` that need no reply (`replyless`), together; the
+    others are returned, in order, to be attempted one by one. A Redis error leaves them all
+    pending (the maintenance pass takes its own idle entries again)."""
+    cfg = svc.config.config
+    silent = [e for e in entries if cfg is not None and replyless(e, cfg)]
+    if not silent:
+        return entries
+    stream, ids = keys.STREAM_TELEGRAM, [e.id for e in silent]
+    per_entry = [key for i in ids for key in (
+        keys.delivery_committed(stream, i), keys.delivery_inflight(stream, i),
+        keys.delivery_intent(stream, i), keys.retry_counter(stream, i),
+        keys.retry_window(stream, i))]
+    record = json.dumps(terminal_record(Outcome.DELIVERED, message_ids=[]),
+                        separators=(",", ":"))
+    done = await FINISH(svc.redis, keys={
+        "stream": stream, "retry_due": keys.retry_due(stream), "entries": per_entry,
+    }, args={"group": keys.CONSUMER_GROUP, "committed_ttl": keys.COMMITTED_TTL_S,
+             "record": record, "heartbeat_prefix": keys.WORKER_HEARTBEAT_PREFIX,
+             "ids": ids})
+    now = time.time()
+    await record_sends(svc.redis, [{
+        "stream": stream, "event_id": e.id, "kind": kind_of(stream),
+        "chat_id": int(e.fields["chat_id"]) if e.fields.get("chat_id") else None,
+        "outcome": Outcome.DELIVERED, "end_to_end_s": max(0.0, now - e.enqueued_ms / 1000),
+    } for e, finished in zip(silent, done, strict=True) if int(finished) == 1])
+    held = {e.id for e, finished in zip(silent, done, strict=True) if int(finished) < 0}
+    return [e for e in entries if e not in silent or e.id in held]
+
