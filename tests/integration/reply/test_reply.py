@@ -19,18 +19,13 @@ from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import SUBMISSION, JmapClient, JmapSession, JmapTransportError
 from messageweave.pipeline import buttons, reply
 from messageweave.store import drafts, keys
-from tests.helpers import WAIT_S, eventually, redis_text
+from tests.helpers import WAIT_S, eventually, keyboard, redis_text
+from tests.helpers import press as press_data
 from tests.peers.smtp import Received, SmtpSink
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp
 
 BODY_MARK = "Walrus-lantern-4471"  # in the owner's answer: must never stay in Redis or a log
-
-
-def keyboard(message: SentMessage) -> list[tuple[str, str]]:
-    markup: dict[str, Any] = message.params.get("reply_markup") or {}
-    return [(b["text"], b["callback_data"]) for row in markup.get("inline_keyboard", [])
-            for b in row]
 
 
 async def notified(served: ServedApp, subject: str) -> tuple[str, str, SentMessage]:
@@ -82,18 +77,7 @@ async def draft_preview(served: ServedApp, notification: SentMessage) -> SentMes
 async def press(served: ServedApp, message: SentMessage, label: str) -> dict[str, Any]:
     """Press the button `label` under `message`; the bot's answer to that press."""
     [data] = [d for t, d in keyboard(message) if t == label]
-    pressed = await served.emulator.press_button(served.token, message.chat_id,
-                                                 message.message_id, data)
-    assert pressed.status == 204, pressed
-    mine: list[dict[str, Any]] = []
-
-    async def answered() -> bool:
-        mine[:] = [a for a in await served.emulator.callback_answers(served.token)
-                   if a["callback_query_id"] == pressed.callback_id]
-        return bool(mine)
-
-    await eventually(answered, "the press was not answered")
-    return mine[0]
+    return await press_data(served, message, data)
 
 
 def to_bob(subject: str) -> Any:
