@@ -12,6 +12,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from messageweave.mail.jmap import JmapClient
+from tests.helpers import CYRUS_PASSWORD, CYRUS_USER
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, served_app, served_over_https
@@ -26,6 +28,14 @@ async def pipeline(
 ) -> AsyncIterator[ServedApp]:
     async with served_app(client, redis_client, cyrus, telegram_emulator) as app:
         yield app
+
+
+@pytest.fixture
+async def mailbox(cyrus: CyrusServer, trust_cyrus: None) -> AsyncIterator[JmapClient]:
+    """A JMAP client of the test user's mailbox (the directories whose `mailbox` is another
+    thing override it: mailbox/, telegram/test_buttons.py)."""
+    async with JmapClient(cyrus.origin + "/", CYRUS_USER, CYRUS_PASSWORD, timeout=10) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers import CYRUS_PASSWORD, CYRUS_USER
-from tests.integration.conversation.conftest import mailbox, served, tls_emulator
 from tests.peers.cyrus import CyrusNotInstalled, CyrusServer, running
 from tests.peers.smtp import SmtpSink, smtp_sink
 
-__all__ = ["mailbox", "served", "smtp_sink", "tls_emulator"]
+__all__ = ["smtp_sink"]
 
 
 @pytest.fixture(scope="session")
