@@ -1,4 +1,4 @@
-"""The ledger's fences against stale attempts (issue #24: three mutants a mutation audit put
+"""The ledger's fences against stale attempts (issue #24: mutants a mutation audit put
 back by hand survived the suite). Driven against the real Redis, Cyrus and the Bot API
 emulator: `cron_only` runs no worker of its own, so every send comes from a `Worker` the test
 drives."""
@@ -34,6 +34,28 @@ async def test_a_stale_copy_of_a_delivered_entry_is_not_sent_again(
     assert len(await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)) == 1
     info = await cron_only.redis.xpending(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
     assert int(info["pending"]) == 0  # the stale copy was acked, not left pending
+
+
+async def test_a_stale_copy_of_a_skipped_entry_is_not_sent_again(
+    cron_only: ServedApp, embedded_redis_url: str,
+) -> None:
+    """Catches: `BEGIN` not skipping an entry whose terminal record is `skipped` (a mail a
+    mute rule silenced), so a stale copy read again after the rule changed notifies a mail
+    the owner had muted when it came."""
+    await cron_only.configure(notify_rules=[
+        {"name": "quiet", "subject": "Muted once", "action": "mute"}])
+    entry_id = await cron_only.enqueue_mail(cron_only.append("Muted once"))
+    async with worker_services(embedded_redis_url) as svc:
+        await Worker(svc, consumer="fence-e").drain_once()
+    record = await cron_only.redis.get(keys.delivery_committed(keys.STREAM_JMAP, entry_id))
+    assert record is not None and json.loads(record)["state"] == "skipped"
+    await cron_only.configure(notify_rules=[])  # the rule is gone: the mail itself would go
+    await cron_only.redis.xgroup_setid(keys.STREAM_JMAP, keys.CONSUMER_GROUP, id="0")
+    async with worker_services(embedded_redis_url) as svc:  # one that reads the new rules
+        await Worker(svc, consumer="fence-f").drain_once()
+    assert await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat) == []
+    info = await cron_only.redis.xpending(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
+    assert int(info["pending"]) == 0
 
 
 async def _two_attempts(app: ServedApp, consumer_a: str, consumer_b: str
