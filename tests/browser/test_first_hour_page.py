@@ -154,9 +154,10 @@ def test_every_field_has_a_help_line_that_explains_it(
                 .find(h => h && h.classList.contains('hint'));
             return [el.id.replace(/^(f|rt)-/, ''), help ? help.textContent.trim() : ''];
         })""")
-    assert len(helps) == 31  # bot language, how messages and mail arrive: issue #22
+    assert len(helps) == 32  # bot language, how messages and mail arrive: issue #22; Read: #25
     assert [name for name, text in helps if not text] == []
     text = dict(helps)
+    assert "Telegram's servers" in text["read_in_chat"]  # what switching Read on means
     for name in MADE_UP:
         assert text[name].startswith("A value you make up (use Generate)"), name
     assert "Chats that wrote to the bot" in text["telegram_chat_id"]
@@ -315,4 +316,4 @@ def test_help_lines_exist_in_both_languages_with_no_missing_key(
         return {count: helps.length, missing: mw.missing,
                 wrong: helps.filter(h => h.textContent !== table[h.dataset.i18n]).length};
     }""")
-    assert report == {"count": 34, "missing": [], "wrong": 0}  # 30 + the rules card's 4
+    assert report == {"count": 35, "missing": [], "wrong": 0}  # 31 + the rules card's 4
