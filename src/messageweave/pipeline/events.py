@@ -208,7 +208,7 @@ def _allowed_chat(entry: Entry, allowlist: tuple[int, ...]) -> int | None:
     """The entry's chat, checked against the allowlist again before any reply or JMAP call
     (issue #23): the ingress checked it, but an entry may come from anywhere that can write
     the stream, or from before the chat left the list. The ingress's rule
-    (`service.parse_update`): an empty allowlist (a configuration older than the rule that
+    (`ingress.parse_update`): an empty allowlist (a configuration older than the rule that
     one is needed) allows every chat. None when the entry names no chat."""
     chat = entry.fields.get("chat_id")
     if not chat:
