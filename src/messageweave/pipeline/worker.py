@@ -40,6 +40,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
@@ -285,16 +286,23 @@ class Worker:
 
     async def _keep_beating(self) -> None:
         """The heartbeat has its own loop: a maintenance pass can wait for a slot for long."""
+        await self._repeat(HEARTBEAT, HEARTBEAT_INTERVAL_S,
+                           lambda: self.streams.beat(self.consumer))
+
+    async def _repeat(self, what: str, interval_s: float,
+                      step: Callable[[], Awaitable[object]]) -> None:
+        """Run `step` every `interval_s` until cancelled; a Redis error is counted against
+        `what` (`self.failures`) and never stops the loop, a success clears it."""
         while True:
             try:
-                await self.streams.beat(self.consumer)
+                await step()
             except RedisError as exc:
                 raise_if_cancelling()
-                self.failures.failed(HEARTBEAT, exc)
+                self.failures.failed(what, exc)
             else:
-                self.failures.recovered(HEARTBEAT)
+                self.failures.recovered(what)
             raise_if_cancelling()
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            await asyncio.sleep(interval_s)
 
     # --- cron mode ----------------------------------------------------------------------
     async def drain_once(self, batch: int = MAX_BATCH) -> DrainResult:
@@ -344,40 +352,27 @@ class Worker:
 
     # --- maintenance --------------------------------------------------------------------
     async def _maintenance_loop(self) -> None:
-        ready = False
-        while True:
-            try:
-                if not ready:  # the read loop may not have made the groups yet (fresh Redis)
-                    await self.streams.ensure_groups()
-                    ready = True
-                await self.deliverer.release_orphans()
-                for entry in await self._recoverable(50, hold=True):
-                    await self.spawn(entry)
-                self._passes += 1
-                if self._passes % TRIM_EVERY == 1:
-                    for stream in keys.STREAMS:
-                        await self.streams.trim(stream)
-            except RedisError as exc:
-                raise_if_cancelling()
-                self.failures.failed(MAINTENANCE, exc)
-            else:
-                self.failures.recovered(MAINTENANCE)
-            finally:
-                self._first_pass.set()
-            raise_if_cancelling()
-            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+        self._groups_made = False  # each run makes them once (a fresh Redis has none)
+        await self._repeat(MAINTENANCE, MAINTENANCE_INTERVAL_S, self._maintenance_pass)
+
+    async def _maintenance_pass(self) -> None:
+        try:
+            if not self._groups_made:  # the read loop may not have made them yet
+                await self.streams.ensure_groups()
+                self._groups_made = True
+            await self.deliverer.release_orphans()
+            for entry in await self._recoverable(50, hold=True):
+                await self.spawn(entry)
+            self._passes += 1
+            if self._passes % TRIM_EVERY == 1:
+                for stream in keys.STREAMS:
+                    await self.streams.trim(stream)
+        finally:
+            self._first_pass.set()
 
     async def _draft_expiry_loop(self) -> None:
-        while True:
-            try:
-                await expire_drafts(self.svc.redis, self.svc.jmap, now=time.time())
-            except RedisError as exc:
-                raise_if_cancelling()
-                self.failures.failed(DRAFT_EXPIRY, exc)
-            else:
-                self.failures.recovered(DRAFT_EXPIRY)
-            raise_if_cancelling()
-            await asyncio.sleep(DRAFT_EXPIRY_INTERVAL_S)
+        await self._repeat(DRAFT_EXPIRY, DRAFT_EXPIRY_INTERVAL_S,
+                           lambda: expire_drafts(self.svc.redis, self.svc.jmap, now=time.time()))
 
     async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,
