@@ -89,6 +89,14 @@ class MethodResponses(Sequence[Invocation]):
         raise JmapProtocolError(f"no {name or 'method'} response for call id {call_id!r}")
 
 
+def created_item(res: Mapping[str, Any], object_id: str) -> dict[str, Any] | None:
+    """The object a /set answer says it created under the creation id `object_id` (RFC 8620
+    §5.3 `created`: the server-set properties, `id` among them), None when it did not."""
+    created = res.get("created")
+    item = created.get(object_id) if isinstance(created, dict) else None
+    return item if isinstance(item, dict) else None
+
+
 def set_failure(method: str, res: Mapping[str, Any], key: str, object_id: str,
                 action: str) -> JmapError:
     """What a /set answer says about one object it did not `action` (RFC 8620 §5.3): the

@@ -15,6 +15,7 @@ from messageweave.mail.jmap.calls import (
     MethodCall,
     MethodCaller,
     MethodResponses,
+    created_item,
     result_ref,
     set_failure,
 )
@@ -323,9 +324,8 @@ class MailMethods(MethodCaller):
         new = {"name": ARCHIVE_NAME, "role": ARCHIVE, "isSubscribed": True}
         res = await self._call_one("Mailbox/set", {"accountId": self.account_id,
                                                    "create": {"archive": new}})
-        created = res.get("created")
-        item = created.get("archive") if isinstance(created, dict) else None
-        if isinstance(item, dict) and isinstance(item.get("id"), str):
+        item = created_item(res, "archive")
+        if item is not None and isinstance(item.get("id"), str):
             return str(item["id"])
         found = _archive_of(await self.mailboxes())  # created meanwhile by another call
         if found is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from messageweave.mail.jmap.calls import CORE, MethodCaller
+from messageweave.mail.jmap.calls import CORE, MethodCaller, created_item
 from messageweave.mail.jmap.errors import JmapError, JmapProtocolError, JmapSetError
 from messageweave.mail.jmap.models import PushSubscription, PushSubscriptionLookup
 from messageweave.mail.jmap.parse import dicts, opt_str, strs
@@ -33,14 +33,12 @@ class PushMethods(MethodCaller):
         if keys is not None:
             sub["keys"] = dict(keys)
         res = await self._push_set({"create": {"sub": sub}})
-        created = res.get("created")
-        if isinstance(created, dict) and isinstance(created.get("sub"), dict):
-            item = created["sub"]
-            if isinstance(item.get("id"), str):
-                expiry = item.get("expires", expires)
-                return PushSubscription(
-                    id=item["id"], expires=expiry if isinstance(expiry, str) else None
-                )
+        item = created_item(res, "sub")
+        if item is not None and isinstance(item.get("id"), str):
+            expiry = item.get("expires", expires)
+            return PushSubscription(
+                id=item["id"], expires=expiry if isinstance(expiry, str) else None
+            )
         raise self._set_failure(res, "notCreated", "sub", "create")
 
     async def push_subscription_verify(self, subscription_id: str, verification_code: str) -> None:

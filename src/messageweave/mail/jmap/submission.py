@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from messageweave.mail.jmap.calls import CORE, MAIL, MethodCaller, set_failure
+from messageweave.mail.jmap.calls import CORE, MAIL, MethodCaller, created_item, set_failure
 from messageweave.mail.jmap.errors import JmapProtocolError
 from messageweave.mail.jmap.models import Mailbox
 from messageweave.mail.jmap.parse import dicts, opt_str
@@ -98,9 +98,8 @@ class SubmitMethods(MethodCaller):
             create["references"] = list(draft.references)
         res = await self._call_one("Email/set", {"accountId": self.account_id,
                                                  "create": {"draft": create}})
-        created = res.get("created")
-        item = created.get("draft") if isinstance(created, dict) else None
-        if isinstance(item, dict) and isinstance(item.get("id"), str):
+        item = created_item(res, "draft")
+        if item is not None and isinstance(item.get("id"), str):
             return str(item["id"])
         raise set_failure("Email/set", res, "notCreated", "draft", "create")
 
@@ -128,9 +127,8 @@ class SubmitMethods(MethodCaller):
             "create": {"send": {"identityId": identity_id, "emailId": email_id}},
             "onSuccessUpdateEmail": {"#send": move},
         }, using=_USING)
-        created = res.get("created")
-        item = created.get("send") if isinstance(created, dict) else None
-        if isinstance(item, dict):
+        item = created_item(res, "send")
+        if item is not None:
             return opt_str(item.get("sendAt"))
         raise set_failure("EmailSubmission/set", res, "notCreated", "send", "create")
 
