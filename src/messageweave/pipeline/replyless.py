@@ -13,6 +13,9 @@ script: an entry with a terminal record is only acked (and deleted); one that a 
 holds (another path took it) is left to that attempt. The rest get BEGIN's and COMMIT's writes
 at once: the terminal record, the ack and the delete (`stalwart:telegram` forgets finished
 entries). Such an entry never failed on a peer, so it is in no waiting set (COMMIT's ZREMs).
+Its terminal record lives `REPLYLESS_COMMITTED_TTL_S` (an hour), not COMMIT's 7 days: run again
+after that, it would send nothing either (one found by an attempt one by one, a drain's or a
+reclaim's, keeps COMMIT's 7 days).
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
                         separators=(",", ":"))
     done = await FINISH(svc.redis, keys={
         "stream": stream, "retry_due": keys.retry_due(stream), "entries": per_entry,
-    }, args={"group": keys.CONSUMER_GROUP, "committed_ttl": keys.COMMITTED_TTL_S,
+    }, args={"group": keys.CONSUMER_GROUP, "committed_ttl": keys.REPLYLESS_COMMITTED_TTL_S,
              "record": record, "heartbeat_prefix": keys.WORKER_HEARTBEAT_PREFIX,
              "ids": ids})
     now = time.time()
