@@ -1,6 +1,6 @@
 """Benchmark (not a test): the home setup of issue #22, timed where the user's clock starts.
 
-    .venv/bin/python -m bench.delivery --mails 50 --spacing-ms 1000 --chats 20
+    .venv/bin/python -m bench.delivery --mails 50 --spacing-ms 1618 --chats 20
 
 `messageweave run` (what `scripts/run.sh` runs: embedded Redis, a generated admin key) is
 started in its own data directory and configured the way a new user does it from the page: a
@@ -21,6 +21,19 @@ changes by the session's EventSource (the test Cyrus runs the harness's patched 
    `getUpdates` → `sendMessage` echo loop (httpx, its own bot token), timed the same way.
 
 Prints p50 / p99 / max for each, beside its floor.
+
+**The spacing, and why 1,618 ms.** Cyrus looks for changes once a second for each EventSource
+connection, each connection on its own timer (opened at another moment, so at another phase).
+A mail's wait for the server's event is its delivery's distance to that connection's next tick:
+anywhere in [0, 1 s). Mails a whole or half number of seconds apart land at one or two phases
+of the timer, so a run samples one or two points of that wait, and a different one for ours and
+for the floor's connection: the difference of the two medians is then the phase between the two
+connections, not our path (issue #26's first runs: +206 ms at 1,500 ms). 1,618 ms is 1 s plus
+the golden ratio's fraction: the k-th mail lands at phase frac(0.618·k + c) of any 1 s timer,
+which spreads 50 mails evenly over the whole second (the most even spread of any fixed stride),
+for our connection and for the floor's alike. Each side's p50 and p99 then estimate the same
+quantile of the server's wait plus that side's own path, and their difference is our path's
+share to within about 1 s / mails. `--spacing-ms` takes any other stride.
 """
 
 from __future__ import annotations
@@ -158,12 +171,15 @@ async def run(mails: int, spacing_s: float, chats: int) -> None:
             bare = asyncio.create_task(floor_eventsource(cyrus, emulator, floor_token, stop))
             await asyncio.sleep(1.0)  # the bare client connected
             delivered: list[float] = []
+            start = time.time()
             for n in range(mails):
+                # On an absolute schedule, so that the stride (and the phases it spreads) does
+                # not drift by each delivery's own time.
+                await asyncio.sleep(max(0.0, start + n * spacing_s - time.time()))
                 t0 = time.time()
                 raw = make_message(subject=f"delivery {n}")
                 await asyncio.to_thread(cyrus.deliver, raw)
                 delivered.append(t0)
-                await asyncio.sleep(max(0.0, spacing_s - (time.time() - t0)))
             ours = await stored_after(emulator, token, CHAT, mails)
             floor = await stored_after(emulator, floor_token, FLOOR_CHAT, mails)
             stop.set()
@@ -211,7 +227,7 @@ async def run(mails: int, spacing_s: float, chats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mails", type=int, default=50)
-    parser.add_argument("--spacing-ms", type=int, default=1000)
+    parser.add_argument("--spacing-ms", type=int, default=1618)
     parser.add_argument("--chats", type=int, default=20)
     args = parser.parse_args()
     asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats))
