@@ -10,7 +10,7 @@ the delivery: a Redis error is logged and swallowed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -72,12 +72,25 @@ async def record_send(
         log.warning("send record not written: %s", type(exc).__name__)
 
 
-async def record_sends(redis: Redis, sends: Sequence[Mapping[str, Any]]) -> None:
-    """`record_send` for many attempts (each mapping holds its keyword arguments), their
-    records appended in one round trip (`OpLog.append_many`, issue #26)."""
-    if not sends:
+async def record_replyless(redis: Redis, stream: str, kind: str,
+                           finished: Sequence[tuple[str, int | None, float]]) -> None:
+    """The send records of updates finished together because they needed no reply
+    (`pipeline.replyless`, issue #26; `finished` = (event id, chat id, seconds since it
+    entered its stream) each): one `delivered` record each in the send log, appended in one
+    round trip (`OpLog.append_many`), each counted in the metrics, and **one** log line for
+    them all (`event:"delivery"`, `count`, `event_ids`). Nothing was sent, so there was no
+    attempt to log one by one: a line per sticker cost as much CPU as taking the sticker."""
+    if not finished:
         return
-    records = [_noted(**send) for send in sends]
+    outcome = Outcome.DELIVERED
+    records = [_record(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
+                       outcome=outcome) for event_id, chat_id, _ in finished]
+    for _, _, end_to_end_s in finished:
+        observe_delivery(outcome, None, end_to_end_s)
+    log.info("delivery %s: %d update(s) needed no reply", stream, len(records),
+             extra={"fields": {"event": "delivery", "stream": stream, "kind": kind,
+                               "outcome": outcome, "count": len(records),
+                               "event_ids": [r["event_id"] for r in records]}})
     try:
         await send_log(redis).append_many(records)
     except RedisError as exc:
@@ -89,6 +102,20 @@ def _noted(*, stream: str, event_id: str, kind: str, chat_id: int | None, outcom
            message_ids: Sequence[int] = (), end_to_end_s: float | None = None,
            rule: str | None = None) -> dict[str, Any]:
     """One attempt's record, counted in the metrics and written as a log line."""
+    record = _record(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
+                     outcome=outcome, failure_class=failure_class, latency_ms=latency_ms,
+                     message_ids=message_ids, rule=rule)
+    observe_delivery(outcome, failure_class,
+                     end_to_end_s if end_to_end_s is not None else latency_ms / 1000)
+    log.info("delivery %s %s %s", stream, event_id, outcome,
+             extra={"fields": {"event": "delivery", **record}})
+    return record
+
+
+def _record(*, stream: str, event_id: str, kind: str, chat_id: int | None, outcome: Outcome,
+            failure_class: str | None = None, latency_ms: float = 0.0,
+            message_ids: Sequence[int] = (), rule: str | None = None) -> dict[str, Any]:
+    """A send-log record (reference §1.7): ids, classes and timings only."""
     record: dict[str, Any] = {
         "stream": stream, "event_id": event_id, "kind": kind, "chat_id": chat_id,
         "outcome": outcome, "failure_class": failure_class,
@@ -96,8 +123,4 @@ def _noted(*, stream: str, event_id: str, kind: str, chat_id: int | None, outcom
     }
     if rule is not None:
         record["rule"] = rule
-    observe_delivery(outcome, failure_class,
-                     end_to_end_s if end_to_end_s is not None else latency_ms / 1000)
-    log.info("delivery %s %s %s", stream, event_id, outcome,
-             extra={"fields": {"event": "delivery", **record}})
     return record

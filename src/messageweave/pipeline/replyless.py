@@ -2,10 +2,11 @@
 
 Much of what a chat sends the bot needs no answer: a sticker, a photo, text that is no command
 (`conversation.needs_no_reply`). The continuous worker finishes those of each read in one
-script (`FINISH`) and writes their send records in one round trip (`ops.sendlog.record_sends`),
-instead of one attempt each (BEGIN, the conversation, COMMIT and a send record: four round
-trips and two tasks per update, in turn with the webhook's requests on one event loop). So a
-flood of them is worked off as fast as the webhook takes it, and the stream holds no backlog.
+script (`FINISH`) and writes their send records in one round trip with one log line
+(`ops.sendlog.record_replyless`), instead of one attempt each (BEGIN, the conversation, COMMIT
+and a send record: four round trips, two tasks and a log line per update, in turn with the
+webhook's requests on one event loop). So a flood of them is worked off as fast as the webhook
+takes it, and the stream holds no backlog.
 
 No duplicate: nothing is sent, so there is no Telegram call to fence and no lease to take.
 What keeps an entry from being finished twice is BEGIN's rule, checked and applied in the same
@@ -24,7 +25,7 @@ import json
 import time
 
 from messageweave.config.model import BusinessConfig
-from messageweave.ops.sendlog import Outcome, record_sends
+from messageweave.ops.sendlog import Outcome, record_replyless
 from messageweave.pipeline.conversation import needs_no_reply
 from messageweave.pipeline.events import kind_of
 from messageweave.pipeline.ledger import terminal_record
@@ -104,11 +105,10 @@ async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
              "record": record, "heartbeat_prefix": keys.WORKER_HEARTBEAT_PREFIX,
              "ids": ids})
     now = time.time()
-    await record_sends(svc.redis, [{
-        "stream": stream, "event_id": e.id, "kind": kind_of(stream),
-        "chat_id": int(e.fields["chat_id"]) if e.fields.get("chat_id") else None,
-        "outcome": Outcome.DELIVERED, "end_to_end_s": max(0.0, now - e.enqueued_ms / 1000),
-    } for e, finished in zip(silent, done, strict=True) if int(finished) == 1])
+    await record_replyless(svc.redis, stream, kind_of(stream), [
+        (e.id, int(e.fields["chat_id"]) if e.fields.get("chat_id") else None,
+         max(0.0, now - e.enqueued_ms / 1000))
+        for e, finished in zip(silent, done, strict=True) if int(finished) == 1])
     held = {e.id for e, finished in zip(silent, done, strict=True) if int(finished) < 0}
     return [e for e in entries if e not in silent or e.id in held]
 
