@@ -7,9 +7,9 @@ the real worker → the Telegram emulator, end to end.
 Starts an embedded Redis, a real Cyrus and the Bot API emulator (the test harness's peers), runs
 the real app in-process (lifespan: worker + scheduler), stores a configuration with no periodic
 reconcile schedule, lifts the rate governor's limits and runs the first (baseline) reconcile.
-The push's catch-up throttle (`keys.PUSH_CATCHUP_INTERVAL_S`, 5 s: issue #23) is set to
+The push's catch-up throttle (`keys.PUSH_CATCHUP_INTERVAL_S`, 1 s: issues #23, #26) is set to
 `--catchup-interval-s` (default 0, as the governor's limits are lifted): with it, every mail
-pushed less than 5 s after the last pass waits for the interval's end.
+pushed less than that after the last pass waits for the interval's end.
 The configuration is stored by a first run of the app, and the measured run starts with it
 (a restarted instance: what its start-up opens is in place, issue #26); `--configure-live`
 configures the measured run itself, as this bench did before.
@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--configure-live", action="store_true",
                         help="configure the running app (default: start it configured)")
     parser.add_argument("--catchup-interval-s", type=int, default=0,
-                        help="PUSH_CATCHUP_INTERVAL_S for the run (the app's default: 5)")
+                        help="PUSH_CATCHUP_INTERVAL_S for the run (the app's default: 1)")
     args = parser.parse_args()
     asyncio.run(run(args.mails, args.spacing_ms / 1000, args.poll_ms / 1000,
                     not args.configure_live, args.catchup_interval_s))
