@@ -5,10 +5,12 @@ One pass, under `lock:reconcile`:
 - **First run** (no cursor): record the current Email state and the watermark (now). Nothing that
   is already in the mailbox is notified. The instant right after the state was read is kept as
   the baseline (`state:jmap:baseline_at`): the gap auditor never looks at mail before it.
-- **Replay** (cursor = a bare Email state): `Email/changes` from it, the window growing 100 →
-  4096 while the server says `hasMoreChanges`. Only `created` ids notify, and only when the email
-  sits in a notify mailbox (roles from `notify_mailbox_roles`, default inbox) and in no Drafts /
-  Sent / Junk / Trash mailbox. `updated` and `destroyed` never notify.
+- **Replay** (cursor = a bare Email state): `Email/changes` from it, 4096 changes a page from
+  the first (each Cyrus request costs in proportion to the mail after its state, so fewer, fuller
+  pages are faster; a lower `Budget.initial_window` doubles while `hasMoreChanges`). Only
+  `created` ids notify, and only when the email sits in a notify mailbox (roles from
+  `notify_mailbox_roles`, default inbox) and in no Drafts / Sent / Junk / Trash mailbox.
+  `updated` and `destroyed` never notify.
 - **Re-baseline** (the server cannot calculate changes, or rejects the state): take the current
   state and walk only mail received after the watermark (`Email/query {after}`, oldest first,
   paged). The cursor `baseline:{hex(state)}:{position}` lets a walk cut by a budget resume; when
@@ -29,9 +31,12 @@ mail as without the digest; then the cursor is saved. A pass holds at most
 by splitting what it holds in two, so every entry of a split pass holds more than
 `DIGEST_THRESHOLD_MAX` mails. The worker then groups each entry's mails by chat (`pipeline.digest`).
 
-A pass holds one page at a time (one request: Email/changes with the Email/get of its `created`
-ids, only `mailboxIds`), never a list of the whole mailbox, so a catch-up over 100,000 mails
-runs in the memory of one page.
+A replay page is one request: Email/changes with the Email/get of its `created` ids (only
+`mailboxIds`). The next page's request goes out as soon as a page has arrived (it needs only its
+new state): the server works on it while Redis takes the page. The cursor still moves page by
+page, after each page's mails are enqueued; a failing pass cancels the request in flight. A pass
+holds at most two pages, never a list of the whole mailbox: a catch-up over 100,000 mails runs in
+the memory of two pages.
 
 Which mailboxes notify is checked in that same request, not by a round trip of its own: the
 mailbox list is remembered per client with the Mailbox state it was read at, and each page ends
@@ -53,6 +58,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from messageweave.aio import cancel
 from messageweave.config.model import EXCLUDED_ROLES
 from messageweave.mail.jmap import (
     CannotCalculateChanges,
@@ -87,6 +93,7 @@ BASELINE_PREFIX = "baseline:"
 WATERMARK_SKEW_S = 60
 OLDEST_FIRST = ({"property": "receivedAt", "isAscending": True},)
 WALK_PROPERTIES = ("mailboxIds",)  # all `_notifies` looks at
+NEXT_PAGE_TASK = "reconcile-next-page"
 
 # The mailbox list each client last read, with its Mailbox state: a hint that every page checks
 # against the server (Mailbox/changes in the page's own request), never trusted unchecked. It
@@ -104,7 +111,7 @@ class Budget:
     max_walk_emails: int = 10_000  # BASELINE_MAX_EMAILS
     max_change_pages: int = 100  # RECONCILE_MAX_PAGES
     seconds: float = 20.0  # RECONCILE_BUDGET
-    initial_window: int = 100
+    initial_window: int = 4096  # CHANGE_WINDOW_CAP from the first page (module docstring)
     window_cap: int = 4096  # CHANGE_WINDOW_CAP
 
 
@@ -282,41 +289,57 @@ class Reconciler:
     # -------------------------------------------------------------- replay
 
     async def _replay(self, state: str, watermark: int, done_watermark: int) -> bool:
-        """Email/changes from `state`; True when caught up (the last page's cursor is saved
-        with `done_watermark`), False when a budget cut it."""
-        window = max(1, self.budget.initial_window)
-        pages = 0
-        while True:
-            if pages >= self.budget.max_change_pages or self._out_of_time():
-                return False
-            self._check_lease()
-            try:
-                known = _known_mailboxes.get(self.client)
-                page = await self.client.changes_page(
-                    state, window, properties=WALK_PROPERTIES,
-                    mailboxes_since=known.state if known is not None else None)
-            except (CannotCalculateChanges, InvalidArguments) as exc:
-                if self.progress.rebaselined:
-                    raise ReconcileError(f"Email/changes failed right after a re-baseline: "
-                                         f"{exc.type}") from exc
-                log.warning("reconcile: %s from the stored state, re-baselining", exc.type)
-                self.progress.rebaselined = True
-                walked = await self._walk(Walk(await self.client.email_state(), 0), watermark)
-                if walked is None:
-                    return False
-                state = walked
-                window, pages = max(1, self.budget.initial_window), 0
-                continue
-            await self._check_mailboxes(page, known)
-            await self._enqueue(page.created)
-            changes = page.changes
-            state = changes.new_state
-            pages += 1
-            await self._save(state, None if changes.has_more else done_watermark)
-            self._report("replay")
-            if not changes.has_more:
-                return True
-            window = min(window * 2, self.budget.window_cap)
+        """Email/changes from `state`, each page requested while the one before is enqueued;
+        True when caught up (the last page's cursor is saved with `done_watermark`), False
+        when a budget cut it."""
+        window, pages = max(1, self.budget.initial_window), 0
+        upcoming = self._next_page(state, window, pages)
+        try:
+            while upcoming is not None:
+                try:
+                    page, known = await upcoming
+                except (CannotCalculateChanges, InvalidArguments) as exc:
+                    if self.progress.rebaselined:
+                        raise ReconcileError(f"Email/changes failed right after a re-baseline: "
+                                             f"{exc.type}") from exc
+                    log.warning("reconcile: %s from the stored state, re-baselining", exc.type)
+                    self.progress.rebaselined = True
+                    walked = await self._walk(Walk(await self.client.email_state(), 0), watermark)
+                    if walked is None:
+                        return False
+                    window, pages = max(1, self.budget.initial_window), 0
+                    upcoming = self._next_page(walked, window, pages)
+                    continue
+                await self._check_mailboxes(page, known)
+                changes, pages = page.changes, pages + 1
+                window = min(window * 2, self.budget.window_cap)
+                upcoming = (self._next_page(changes.new_state, window, pages)
+                            if changes.has_more else None)
+                await self._enqueue(page.created)
+                await self._save(changes.new_state, None if changes.has_more else done_watermark)
+                self._report("replay")
+                if not changes.has_more:
+                    return True
+            return False
+        finally:
+            with contextlib.suppress(Exception):  # the pass fails for its own reason
+                await cancel(upcoming)
+
+    def _next_page(self, state: str, window: int, pages: int
+                   ) -> asyncio.Task[tuple[ChangesPage, MailboxList | None]] | None:
+        """The request of the page after `state`, sent now; None when the budget is spent."""
+        if pages >= self.budget.max_change_pages or self._out_of_time():
+            return None
+        self._check_lease()
+        known = _known_mailboxes.get(self.client)
+
+        async def fetch() -> tuple[ChangesPage, MailboxList | None]:
+            page = await self.client.changes_page(
+                state, window, properties=WALK_PROPERTIES,
+                mailboxes_since=known.state if known is not None else None)
+            return page, known
+
+        return asyncio.create_task(fetch(), name=NEXT_PAGE_TASK)
 
     # -------------------------------------------------------------- walk
 
