@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import certifi
 import pytest
@@ -147,6 +148,28 @@ async def test_untrusted_certificate_is_a_transport_error(
     async with JmapClient(cyrus.session_url, USER, PASSWORD) as client:
         with pytest.raises(JmapTransportError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.get_session()
+
+
+def _copy(source: str | Path, target: Path) -> None:
+    target.write_text(Path(source).read_text())
+
+
+async def test_a_rewritten_ssl_cert_file_is_read_again(
+    cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`build_ssl_context` keeps the contexts it made: one kept for a bundle that has changed
+    since (same path) would go on refusing, or trusting, what the file no longer says."""
+    bundle = tmp_path / "bundle.pem"
+    _copy(certifi.where(), bundle)  # public CAs only
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    async with JmapClient(cyrus.session_url, USER, PASSWORD) as client:
+        with pytest.raises(JmapTransportError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.get_session()
+    _copy(cyrus.ca_file, bundle)
+    async with JmapClient(cyrus.session_url, USER, PASSWORD) as client:
+        session = await client.get_session()
+    assert session.api_url.startswith("https://")
 
 
 async def test_plain_http_works_only_when_explicitly_allowed(cyrus: CyrusServer) -> None:

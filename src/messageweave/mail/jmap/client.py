@@ -50,6 +50,10 @@ from messageweave.mail.jmap.submission import SubmitMethods
 WELL_KNOWN = "/.well-known/jmap"
 MAX_REDIRECTS = 5
 _REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+# Loading a trust store (certifi's: 40 ms) is the costliest step of applying a configuration;
+# the contexts last made, by what they were made from (the store file's identity included).
+_SSL_CONTEXTS_KEPT = 8
+_ssl_contexts: dict[tuple[object, ...], ssl.SSLContext] = {}
 
 
 def session_resource_url(configured: str) -> str:
@@ -83,7 +87,9 @@ def build_ssl_context(
     """TLS trust: `ca_file` if given, else SSL_CERT_FILE / SSL_CERT_DIR, else certifi; and
     `ca_pem` (PEM certificates, e.g. a self-signed server's) trusted in addition.
 
-    The environment is read on every call, not once: a new runtime sees the current trust."""
+    The environment is read on every call, not once: a new runtime sees the current trust. A
+    context made from the same store file (same path, size and modification time), directory
+    and `ca_pem` before is used again."""
     cafile: str | None
     capath: str | None
     if ca_file is not None:
@@ -95,6 +101,27 @@ def build_ssl_context(
         import certifi
 
         cafile = certifi.where()
+    key = (cafile, _identity(cafile), capath, _identity(capath), ca_pem)
+    context = _ssl_contexts.get(key)
+    if context is None:
+        context = _new_ssl_context(cafile, capath, ca_pem)
+        if len(_ssl_contexts) >= _SSL_CONTEXTS_KEPT:
+            _ssl_contexts.pop(next(iter(_ssl_contexts)))
+        _ssl_contexts[key] = context
+    return context
+
+
+def _identity(path: str | None) -> tuple[int, int, int] | None:
+    """What tells a changed file or directory apart: inode, size, modification time."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _new_ssl_context(cafile: str | None, capath: str | None, ca_pem: str | None
+                     ) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(cafile=cafile, capath=capath)
     except (OSError, ssl.SSLError) as exc:
