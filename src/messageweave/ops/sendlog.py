@@ -63,9 +63,13 @@ async def record_send(
     attempt's duration, `end_to_end_s` (when known) the time since the event entered its
     stream; `rule` names the rule that muted a `skipped` mail (the record has the field only
     then)."""
-    record = _noted(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
-                    outcome=outcome, failure_class=failure_class, latency_ms=latency_ms,
-                    message_ids=message_ids, end_to_end_s=end_to_end_s, rule=rule)
+    record = _record(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
+                     outcome=outcome, failure_class=failure_class, latency_ms=latency_ms,
+                     message_ids=message_ids, rule=rule)
+    observe_delivery(outcome, failure_class,
+                     end_to_end_s if end_to_end_s is not None else latency_ms / 1000)
+    log.info("delivery %s %s %s", stream, event_id, outcome,
+             extra={"fields": {"event": "delivery", **record}})
     try:
         await send_log(redis).append(record)
     except RedisError as exc:
@@ -95,21 +99,6 @@ async def record_replyless(redis: Redis, stream: str, kind: str,
         await send_log(redis).append_many(records)
     except RedisError as exc:
         log.warning("send records not written: %s", type(exc).__name__)
-
-
-def _noted(*, stream: str, event_id: str, kind: str, chat_id: int | None, outcome: Outcome,
-           failure_class: str | None = None, latency_ms: float = 0.0,
-           message_ids: Sequence[int] = (), end_to_end_s: float | None = None,
-           rule: str | None = None) -> dict[str, Any]:
-    """One attempt's record, counted in the metrics and written as a log line."""
-    record = _record(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
-                     outcome=outcome, failure_class=failure_class, latency_ms=latency_ms,
-                     message_ids=message_ids, rule=rule)
-    observe_delivery(outcome, failure_class,
-                     end_to_end_s if end_to_end_s is not None else latency_ms / 1000)
-    log.info("delivery %s %s %s", stream, event_id, outcome,
-             extra={"fields": {"event": "delivery", **record}})
-    return record
 
 
 def _record(*, stream: str, event_id: str, kind: str, chat_id: int | None, outcome: Outcome,
