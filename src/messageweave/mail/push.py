@@ -302,7 +302,8 @@ async def state_changed(
     """Record the StateChange's arrival and ask for a catch-up when it concerns our account's
     mail, at most one per `PUSH_CATCHUP_INTERVAL_S` (`store.push.claim_push_catchup`: one
     inside the interval is deferred to its end). A newly scheduled one wakes the schedulers
-    (`store.mailbox.announce_catchup`) rather than waiting for their poll. True when one was
+    (`store.mailbox.announce_catchup`) rather than waiting for their poll; a newly deferred one
+    wakes this instance's at the interval's end (its tick releases it). True when one was
     newly scheduled (False: nothing to do, one is pending or deferred, or it names only other
     accounts: then nothing is recorded)."""
     types = push.changed.get(account_id)
@@ -314,10 +315,11 @@ async def state_changed(
         return False
     claimed = await store.claim_push_catchup(redis, account_id, now=now,
                                              interval=keys.PUSH_CATCHUP_INTERVAL_S)
-    if claimed != 1:
-        return False  # pending or deferred: the scheduler takes it (at the interval's end)
-    await mailbox.announce_catchup(redis, account_id)
-    return True
+    if claimed is True:
+        await mailbox.announce_catchup(redis, account_id)
+    elif claimed is not False:  # newly deferred: released by the first tick after its due time
+        mailbox.wake_local_schedulers(redis, after=claimed - now)
+    return claimed is True
 
 
 async def release_deferred(redis: Redis, account_id: str, *, now: float) -> bool:

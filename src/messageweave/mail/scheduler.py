@@ -14,7 +14,8 @@ Every instance runs this loop; Redis decides which one acts:
   pending flag → one pass; a push during a pass → exactly one pass after it (the wake is
   cleared before the flag is taken). Push-triggered catch-ups start at most once per
   `PUSH_CATCHUP_INTERVAL_S` (issue #23): a push inside the interval is deferred, and the
-  first tick after the interval (`push.release_deferred`, at `clock()`) flags it. If another
+  first tick after the interval (`push.release_deferred`, at `clock()`) flags it; the instance
+  that deferred it wakes its scheduler at the interval's end, not at the next poll. If another
   pass holds `lock:reconcile`, the flag is set again (no signal) and retried at the next poll;
 - while a push registration exists, `push.maintain` runs once per
   `PUSH_MAINTENANCE_INTERVAL_S` (slot `schedule:push-maintenance`; the first pass within a

@@ -355,6 +355,15 @@ def watch_catchups(redis: Redis, wake: asyncio.Event) -> None:
     _local_wakes.setdefault(redis, weakref.WeakSet()).add(wake)
 
 
+def wake_local_schedulers(redis: Redis, *, after: float) -> None:
+    """Wake this instance's schedulers (`watch_catchups`) `after` seconds from now: a push
+    deferred to the end of its interval is released by the first tick after that end, which
+    must not be the next poll's (up to `scheduler.POLL_S` later). Only a hint, like a wake."""
+    loop = asyncio.get_running_loop()
+    for wake in list(_local_wakes.get(redis, ())):
+        loop.call_later(max(0.0, after), wake.set)
+
+
 async def announce_catchup(redis: Redis, account_id: str) -> None:
     """Wake the schedulers for a new catch-up flag: this instance's at once (`watch_catchups`),
     every instance's through `PUBLISH reconcile:catchup-wake`. Only a hint: the flag is the

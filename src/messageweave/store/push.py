@@ -316,8 +316,8 @@ async def record_state_change(redis: Redis, now: float) -> None:
 #       catchup (reconcile:catchup:{account})
 # ARGV: now (Unix s), interval, ttl (of the three keys)
 # → 1: a catch-up newly flagged (announce it); 0: one was already pending, or the push is
-#   deferred (already deferred, or newly: -1). A `due` more than one interval ahead is a clock
-#   that went back: it does not hold pushes off.
+#   already deferred; `due` (a string of Unix seconds): the push is newly deferred to then.
+#   A `due` more than one interval ahead is a clock that went back: it does not hold pushes off.
 CLAIM_PUSH_CATCHUP = Script("""
 local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
 local due = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
@@ -330,7 +330,7 @@ if now >= due or due - now > interval then
   return 0
 end
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then
-  return -1
+  return redis.call('GET', KEYS[1])
 end
 return 0
 """, keys=("due", "deferred", "catchup"), args=("now", "interval", "ttl"))
@@ -354,11 +354,15 @@ return 1
 
 
 async def claim_push_catchup(redis: Redis, account_id: str, *, now: float, interval: float
-                             ) -> int:
+                             ) -> bool | float:
     """Ask for a push-triggered catch-up, at most one per `interval` (`CLAIM_PUSH_CATCHUP`):
-    1 = newly flagged, 0 = already pending or deferred, -1 = newly deferred."""
-    return int(await CLAIM_PUSH_CATCHUP(redis, keys=_catchup_keys(account_id),
-                                        args=_catchup_args(now, interval)))
+    True = newly flagged, False = already pending or deferred, a float = newly deferred to that
+    Unix time (the interval's end)."""
+    answer = await CLAIM_PUSH_CATCHUP(redis, keys=_catchup_keys(account_id),
+                                      args=_catchup_args(now, interval))
+    if isinstance(answer, bytes | str):
+        return float(answer)
+    return bool(answer == 1)
 
 
 async def release_deferred_catchup(redis: Redis, account_id: str, *, now: float,

@@ -231,6 +231,35 @@ async def test_a_push_within_the_interval_is_not_lost(
     assert not await redis_client.exists(keys.PUSH_CATCHUP_DEFERRED)
 
 
+@pytest.fixture
+def poll_an_hour_away(monkeypatch: pytest.MonkeyPatch) -> float:
+    """The scheduler's poll of the catch-up flags an hour away, and a 2 s interval: a second
+    push right after a first one is deferred for sure. Requested before the app starts."""
+    monkeypatch.setattr(scheduler, "POLL_S", 3600.0)
+    monkeypatch.setattr(keys, "PUSH_CATCHUP_INTERVAL_S", 2)
+    return 2.0
+
+
+async def test_a_deferred_push_starts_its_pass_at_the_interval_s_end_not_at_the_next_poll(
+    poll_an_hour_away: float, client: httpx.AsyncClient, admin: dict[str, str],
+    redis_client: aioredis.Redis, passes: Passes,
+) -> None:
+    """Bug caught (issue #26): a push deferred to the end of its interval waited for the first
+    poll of the scheduler after that end (up to `POLL_S`, 200 ms, on top of the interval). Here
+    the poll is an hour away, so the deferred push's pass runs only if the instance that
+    deferred it wakes its scheduler when the interval ends; no sooner than that end."""
+    path = await registered(redis_client)
+    await connect(client)
+    pushed = time.monotonic()
+    assert (await client.post(path, json=state_change(ACCOUNT))).status_code == 204
+    assert (await client.post(path, json=state_change(ACCOUNT))).status_code == 204
+    assert await redis_client.exists(keys.PUSH_CATCHUP_DEFERRED)  # the second one deferred
+    await eventually(passes.started(1), "the first pass", 5)
+    await eventually(passes.started(2), "the deferred push's pass", poll_an_hour_away + 10)
+    assert time.monotonic() - pushed >= poll_an_hour_away - 0.1  # the interval still held
+    assert not await redis_client.exists(keys.PUSH_CATCHUP_DEFERRED)
+
+
 @pytest.mark.parametrize("content_type", [
     "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None,
 ])
