@@ -631,12 +631,12 @@ async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
                         count: int) -> dict[str, str]:
     """Append `count` mails to Cyrus and queue them; subject → stream entry id."""
     by_subject = {}
-    for n in range(count):
-        subject = f"{prefix} {n:03d}"
-        email_id = cyrus.append(subject=subject).email_id
+    appended = cyrus.append_many([f"{prefix} {n:03d}" for n in range(count)])
+    for n, mail in enumerate(appended):
         # The reconcile's own enqueue (dedup claim + XADD): a pass the app runs by itself
         # (at start, a catch-up) must not queue these a second time.
-        by_subject[subject] = str(await enqueue_mail(redis, CYRUS_USER, email_id))
+        by_subject[f"{prefix} {n:03d}"] = str(await enqueue_mail(redis, CYRUS_USER,
+                                                                  mail.email_id))
     return by_subject
 
 
