@@ -22,6 +22,20 @@ changes by the session's EventSource (the test Cyrus runs the harness's patched 
 
 Prints p50 / p99 / max for each, beside its floor.
 
+**`--marks FILE`: where our share goes.** The two medians above each carry their own
+connection's sampling of the server's wait (see below), so their difference is our path's share
+only to within a few tens of ms. With `--marks` the bench appends the time of each delivery and
+of each `state` event the floor reads to FILE, and gives the app `MW_TIMING=FILE`; an app tree
+patched with `bench/marks.patch` appends its own marks there (its `state` event, the pass, the
+JMAP answer, the enqueue, the worker's read, sendMessage sent and answered):
+
+    git worktree add /tmp/mw-marks HEAD && git -C /tmp/mw-marks apply "$PWD/bench/marks.patch"
+    PYTHONPATH=/tmp/mw-marks/src .venv/bin/python -m bench.delivery --marks /tmp/marks.log
+
+Then it prints, per mail, the server's wait on each connection (delivery → its `state` event)
+and our path from our event to our sendMessage's answer, step by step: our path minus the
+floor's (one bare send, ~2 ms) is our share without the phases' noise.
+
 **The spacing, and why 1,618 ms.** Cyrus looks for changes once a second for each EventSource
 connection, each connection on its own timer (opened at another moment, so at another phase).
 A mail's wait for the server's event is its delivery's distance to that connection's next tick:
@@ -70,11 +84,14 @@ def line(name: str, values: list[float], floor: list[float]) -> str:
     return f"{name}: ours {part(values)}; floor {part(floor)} ({len(values)} samples)"
 
 
-async def start_run(data: Path) -> tuple[asyncio.subprocess.Process, str, str]:
+async def start_run(data: Path, marks: Path | None
+                    ) -> tuple[asyncio.subprocess.Process, str, str]:
     """`messageweave run` on a free port; (process, URL, admin key)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("SSL_CERT_FILE", "REDIS_URL", "CONFIG_ENCRYPTION_KEY")}
+    if marks is not None:
+        env["MW_TIMING"] = str(marks)
     proc = await asyncio.create_subprocess_exec(
         console_script("messageweave"), "run", "--data-dir", str(data), "--port", str(port),
         env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
@@ -118,8 +135,15 @@ async def configure(url: str, key: str, cyrus: CyrusServer, emulator: TelegramEm
         raise SystemExit(f"the service never got ready: {ready.text}")
 
 
+def mark(marks: Path | None, label: str, at: float | None = None) -> None:
+    """A line `<unix time> <label>` appended to the marks file (the patched app's format)."""
+    if marks is not None:
+        with marks.open("a") as f:
+            f.write(f"{time.time() if at is None else at:.6f} {label}\n")
+
+
 async def floor_eventsource(cyrus: CyrusServer, emulator: TelegramEmulator, token: str,
-                            stop: asyncio.Event) -> None:
+                            stop: asyncio.Event, marks: Path | None) -> None:
     """The bare client: on each `state` event, one bare sendMessage."""
     session = await asyncio.to_thread(cyrus.session)
     url = expand(session["eventSourceUrl"], types="Email", closeafter="no", ping="30")
@@ -132,6 +156,7 @@ async def floor_eventsource(cyrus: CyrusServer, emulator: TelegramEmulator, toke
             async for raw in resp.aiter_lines():
                 event = parser.feed(raw.rstrip("\r"))
                 if event is not None and event.type == "state":
+                    mark(marks, "floor_event")
                     await http.post(send, json={"chat_id": FLOOR_CHAT, "text": f"floor {n}"})
                     n += 1
                 if stop.is_set():
@@ -158,17 +183,58 @@ async def stored_after(emulator: TelegramEmulator, token: str, chat: int, count:
     return [m.stored_ms / 1000 for m in messages]
 
 
-async def run(mails: int, spacing_s: float, chats: int) -> None:
+STEPS = ("event", "pass_start", "jmap_done", "enqueued", "read", "send_start", "send_done")
+
+
+def print_marks(marks: Path, delivered: list[float]) -> None:
+    """Per mail: each connection's wait for its `state` event, and our path step by step."""
+    rows = [line.split(None, 1) for line in marks.read_text().splitlines()]
+    at: dict[str, list[float]] = {}
+    for t, label in rows:
+        at.setdefault(label.split()[0], []).append(float(t))
+    if "event" not in at:
+        print("marks: the app wrote none (is its tree patched with bench/marks.patch?)")
+        return
+
+    def first_after(label: str, t: float) -> float | None:
+        return min((x for x in at.get(label, []) if x > t), default=None)
+
+    waits_f: list[float] = []
+    waits_o: list[float] = []
+    steps: dict[str, list[float]] = {s: [] for s in STEPS[1:]}
+    for d in delivered:
+        floor, ours = first_after("floor_event", d), first_after("event", d)
+        if floor is None or ours is None:
+            continue
+        waits_f.append((floor - d) * 1000)
+        waits_o.append((ours - d) * 1000)
+        found = {step: first_after(step, ours) for step in STEPS[1:]}
+        # A pass that was running anyway may have sent the mail before our event came: then
+        # the steps after the event are the next mail's, not this one's path.
+        times = [t for t in found.values() if t is not None and t - ours < 0.5]
+        if len(times) == len(found):
+            for step, t in zip(found, times, strict=True):
+                steps[step].append((t - ours) * 1000)
+    print(f"marks: the server's wait p50, floor {statistics.median(waits_f):.1f} / ours "
+          f"{statistics.median(waits_o):.1f} ms (the phases' share of the difference: "
+          f"{statistics.median(waits_o) - statistics.median(waits_f):+.1f} ms)")
+    print("marks: our path from our state event, p50 / p99 ms: " + ", ".join(
+        f"{step} {statistics.median(v):.1f} / {pct(v, 0.99):.1f}"
+        for step, v in steps.items() if v))
+
+
+async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> None:
     with started_peers("mwd") as peers:
         cyrus, emulator = peers.cyrus, peers.emulator
         data = Path(tempfile.mkdtemp(prefix="mwd-run", dir="/tmp"))
         token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
         floor_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
-        proc, url, key = await start_run(data)
+        proc, url, key = await start_run(data, marks)
         try:
             await configure(url, key, cyrus, emulator, token)
             stop = asyncio.Event()
-            bare = asyncio.create_task(floor_eventsource(cyrus, emulator, floor_token, stop))
+            bare = asyncio.create_task(floor_eventsource(cyrus, emulator, floor_token, stop,
+                                                         marks))
             await asyncio.sleep(1.0)  # the bare client connected
             delivered: list[float] = []
             start = time.time()
@@ -180,6 +246,7 @@ async def run(mails: int, spacing_s: float, chats: int) -> None:
                 raw = make_message(subject=f"delivery {n}")
                 await asyncio.to_thread(cyrus.deliver, raw)
                 delivered.append(t0)
+                mark(marks, "delivered", t0)
             ours = await stored_after(emulator, token, CHAT, mails)
             floor = await stored_after(emulator, floor_token, FLOOR_CHAT, mails)
             stop.set()
@@ -193,6 +260,8 @@ async def run(mails: int, spacing_s: float, chats: int) -> None:
             print(f"per mail, ours − floor: p50 {statistics.median(diff):.0f} / min "
                   f"{diff[0]:.0f} / max {diff[-1]:.0f} ms; the state event of ours after the "
                   f"floor's: {sum(1 for d in diff if d > 0)} of {len(diff)}")
+            if marks is not None:
+                print_marks(marks, delivered)
 
             echo_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
             echo = asyncio.create_task(floor_echo(emulator, echo_token, stop := asyncio.Event()))
@@ -229,8 +298,10 @@ def main() -> None:
     parser.add_argument("--mails", type=int, default=50)
     parser.add_argument("--spacing-ms", type=int, default=1618)
     parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument("--marks", type=Path, default=None,
+                        help="append delivery and event times here (and the patched app's)")
     args = parser.parse_args()
-    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats))
+    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats, args.marks))
 
 
 if __name__ == "__main__":
