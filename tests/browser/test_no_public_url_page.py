@@ -21,6 +21,7 @@ import redis
 from playwright.sync_api import Browser, Page, expect
 
 from messageweave.config import features
+from messageweave.pipeline import polling
 from messageweave.store import keys
 from tests.helpers import (
     CYRUS_PASSWORD,
@@ -338,12 +339,16 @@ def test_test_connection_says_when_telegram_refuses_the_token(
 
 def test_the_callbacks_card_offers_no_dead_end(
     service: LiveService, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
-    trust_cyrus: None, page_run: PageRun,
+    trust_cyrus: None, page_run: PageRun, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Catches the callbacks card offering what cannot work (issue #22): registering a webhook
     while messages must be fetched by long polling (the poller deletes it again), a push
     subscription a mail server does not have, told as a bare 502 instead of why; and no way
     back to long polling once a webhook was set elsewhere."""
+    # The service runs in this process: its poller, standing by while a webhook is registered,
+    # asks getWebhookInfo again every `WEBHOOK_CHECK_S` (10 s) and then takes over by itself.
+    # Asked every second here, the takeover below is the same path without its 10 s wait.
+    monkeypatch.setattr(polling, "WEBHOOK_CHECK_S", 1.0)
     wire = peer_wire(cyrus, telegram_emulator, telegram_updates="polling",
                      push_mode="eventsource")
     save_configuration(service, wire)
