@@ -34,9 +34,12 @@ CHROMIUM_ARGS = [
 SCREENSHOT_DIR_ENV = "MW_SCREENSHOT_DIR"
 
 
-# Module scope, not session: while the sync API is active its event loop counts as running in
-# this thread, which would stop pytest-asyncio from running the async tests of other packages.
-@pytest.fixture(scope="module")
+# Package scope (tests/browser), not session: while the sync API is active its event loop counts
+# as running in this thread, which would stop pytest-asyncio from running the async tests of
+# other packages; pytest tears a package's fixtures down after its last test, before any test of
+# tests/integration or tests/unit runs. One driver and one browser for every module (each
+# started one costs about a second); each test still gets its own context (`open_browser_page`).
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     if not os.path.exists(CHROMIUM):
         pytest.fail(
@@ -48,7 +51,7 @@ def playwright() -> Iterator[Playwright]:
         yield pw
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     instance = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
                                           args=CHROMIUM_ARGS)
