@@ -630,13 +630,12 @@ def state_change(account: str, types: dict[str, str] | None = None) -> dict[str,
 async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
                         count: int) -> dict[str, str]:
     """Append `count` mails to Cyrus and queue them; subject → stream entry id."""
+    subjects = [f"{prefix} {n:03d}" for n in range(count)]
     by_subject = {}
-    appended = cyrus.append_many([f"{prefix} {n:03d}" for n in range(count)])
-    for n, mail in enumerate(appended):
+    for subject, mail in zip(subjects, cyrus.append_many(subjects), strict=True):
         # The reconcile's own enqueue (dedup claim + XADD): a pass the app runs by itself
         # (at start, a catch-up) must not queue these a second time.
-        by_subject[f"{prefix} {n:03d}"] = str(await enqueue_mail(redis, CYRUS_USER,
-                                                                  mail.email_id))
+        by_subject[subject] = str(await enqueue_mail(redis, CYRUS_USER, mail.email_id))
     return by_subject
 
 

@@ -794,15 +794,9 @@ class CyrusServer:
         date = imaplib.Time2Internaldate(received_at if received_at is not None else time.time())
         flag_list = "(" + " ".join(flags) + ")" if flags else None
         with self.imap(user) as m:
-            typ, data = m.append(_quote(mailbox), flag_list, date, raw)
-            if typ != "OK":
-                raise CyrusError(f"APPEND to {mailbox} failed: {data!r}")
-            found = re.search(rb"APPENDUID \d+ (\d+)", data[0] or b"")
-            if not found:
-                raise CyrusError(f"no APPENDUID in {data!r}")
-            uid = int(found.group(1))
+            uid = _appended_uid(m.append(_quote(mailbox), flag_list, date, raw), mailbox)
             m.select(_quote(mailbox), readonly=True)
-            email_id = self._emailid(m, uid)
+            [email_id] = self._emailids(m, [uid])
         return Appended(user=user, mailbox=mailbox, uid=uid, message_id=mid, email_id=email_id)
 
     def append_many(self, subjects: Sequence[str], *, user: str = "alice") -> list[Appended]:
@@ -814,36 +808,29 @@ class CyrusServer:
         with self.imap(user) as m:
             for subject in subjects:
                 raw = make_message(subject=subject)
-                typ, data = m.append("INBOX", None, now, raw)
-                found = re.search(rb"APPENDUID \d+ (\d+)", data[0] or b"")
-                if typ != "OK" or not found:
-                    raise CyrusError(f"APPEND to INBOX failed: {data!r}")
-                sent.append((int(found.group(1)), _message_id(raw)))
+                sent.append((_appended_uid(m.append("INBOX", None, now, raw), "INBOX"),
+                             _message_id(raw)))
             if not sent:
                 return []
             m.select("INBOX", readonly=True)
-            typ, data = m.uid("FETCH", f"{sent[0][0]}:{sent[-1][0]}", "(EMAILID)")
-            ids: dict[int, str] = {}
-            for item in data:
-                line = item if isinstance(item, bytes) else b" ".join(item or ())
-                uid, eid = re.search(rb"UID (\d+)", line), re.search(
-                    rb"EMAILID \(([^)\s]+)\)", line)
-                if uid and eid:
-                    ids[int(uid.group(1))] = eid.group(1).decode()
-        missing = [uid for uid, _ in sent if uid not in ids]
-        if typ != "OK" or missing:
-            raise CyrusError(f"FETCH EMAILID failed for {missing!r}: {data[:3]!r}")
-        return [Appended(user=user, mailbox="INBOX", uid=uid, message_id=mid,
-                         email_id=ids[uid]) for uid, mid in sent]
+            email_ids = self._emailids(m, [uid for uid, _ in sent])
+        return [Appended(user=user, mailbox="INBOX", uid=uid, message_id=mid, email_id=email_id)
+                for (uid, mid), email_id in zip(sent, email_ids, strict=True)]
 
     @staticmethod
-    def _emailid(m: imaplib.IMAP4, uid: int) -> str:
-        typ, data = m.uid("FETCH", str(uid), "(EMAILID)")
-        blob = b" ".join(x if isinstance(x, bytes) else b" ".join(x) for x in data if x)
-        found = re.search(rb"EMAILID \(([^)\s]+)\)", blob)
-        if typ != "OK" or not found:
-            raise CyrusError(f"FETCH EMAILID failed: {data!r}")
-        return found.group(1).decode()
+    def _emailids(m: imaplib.IMAP4, uids: Sequence[int]) -> list[str]:
+        """The EMAILIDs of `uids` (ascending, of the selected mailbox), in one FETCH."""
+        typ, data = m.uid("FETCH", f"{uids[0]}:{uids[-1]}", "(EMAILID)")
+        ids: dict[int, str] = {}
+        for item in data:
+            line = item if isinstance(item, bytes) else b" ".join(item or ())
+            uid, eid = re.search(rb"UID (\d+)", line), re.search(rb"EMAILID \(([^)\s]+)\)", line)
+            if uid and eid:
+                ids[int(uid.group(1))] = eid.group(1).decode()
+        missing = [uid for uid in uids if uid not in ids]
+        if typ != "OK" or missing:
+            raise CyrusError(f"FETCH EMAILID failed for {missing!r}: {data[:3]!r}")
+        return [ids[uid] for uid in uids]
 
     def deliver(self, raw: bytes, user: str = "alice", sender: str = "bob@example.org") -> None:
         """Deliver over LMTP (like an MTA would), to `user`'s INBOX."""
@@ -958,6 +945,17 @@ for pid, _exe in ours():
 
 def _basic(user: str, password: str) -> str:
     return "Basic " + b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _appended_uid(answer: tuple[str, list[Any]], mailbox: str) -> int:
+    """The UID of an APPEND's `APPENDUID` answer (RFC 4315)."""
+    typ, data = answer
+    if typ != "OK":
+        raise CyrusError(f"APPEND to {mailbox} failed: {data!r}")
+    found = re.search(rb"APPENDUID \d+ (\d+)", data[0] or b"")
+    if not found:
+        raise CyrusError(f"no APPENDUID in {data!r}")
+    return int(found.group(1))
 
 
 def _quote(mailbox: str) -> str:
