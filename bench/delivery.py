@@ -32,9 +32,10 @@ JMAP answer, the enqueue, the worker's read, sendMessage sent and answered):
     git worktree add /tmp/mw-marks HEAD && git -C /tmp/mw-marks apply "$PWD/bench/marks.patch"
     PYTHONPATH=/tmp/mw-marks/src .venv/bin/python -m bench.delivery --marks /tmp/marks.log
 
-Then it prints, per mail, the server's wait on each connection (delivery → its `state` event)
-and our path from our event to our sendMessage's answer, step by step: our path minus the
-floor's (one bare send, ~2 ms) is our share without the phases' noise.
+Then it prints the p50 of the server's wait on each connection (delivery → its `state`
+event), and the p50 / p99 of our path from our event to each step up to our sendMessage's
+answer: our path minus the floor's (one bare send, ~2 ms) is our share without the phases'
+noise.
 
 **The spacing, and why 1,618 ms.** Cyrus looks for changes once a second for each EventSource
 connection, each connection on its own timer (opened at another moment, so at another phase).
