@@ -238,6 +238,15 @@ async def test_diagnose_with_no_arguments_is_all_ok_next_to_the_instance_run_sta
                 "@type": "PushVerification", "pushSubscriptionId": sub_id,
                 "verificationCode": push_server.responder.codes[sub_id]})
             assert verified.status_code == 204, verified.text
+
+            # What the page shows once the receiving instance has looked at Telegram (it
+            # wakes within `polling.IDLE_S` of the switch): diagnose run before that rightly
+            # says "no instance is receiving Telegram updates yet" (stop 30's local run did).
+            async def receiving() -> bool:
+                status = await client.get("/api/push/status", headers=session)
+                return status.status_code == 200 and status.json()["updates"] == "ok (webhook)"
+
+            await eventually(receiving, "the instance reporting the registered webhook", 15)
         done = await asyncio.create_subprocess_exec(
             console_script("messageweave"), "diagnose", cwd=tmp_path,
             env={**env, "COLUMNS": "200"}, stdout=asyncio.subprocess.PIPE,
