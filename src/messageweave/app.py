@@ -22,6 +22,7 @@ from messageweave.api.gateway import GatewaySignature
 from messageweave.api.headers import SecurityHeaders
 from messageweave.api.throttle import ClientAddressPolicy
 from messageweave.errors import (
+    DirectRoutes,
     RequestContext,
     install_handlers,
     route_methods,
@@ -39,7 +40,7 @@ for _noisy in ("httpx", "httpcore"):
     logging.getLogger(_noisy).setLevel(logging.WARNING)
 
 
-def _fastapi(settings: Settings, lifespan: object = None) -> FastAPI:
+def _fastapi(lifespan: object = None) -> FastAPI:
     app = FastAPI(
         title="MessageWeave",
         docs_url=None,
@@ -48,10 +49,16 @@ def _fastapi(settings: Settings, lifespan: object = None) -> FastAPI:
         lifespan=lifespan,  # type: ignore[arg-type]
     )
     install_handlers(app)
-    if settings.gateway_secret:  # inside RequestLog, so a refused request is logged too
-        app.add_middleware(GatewaySignature, secret=settings.gateway_secret)
-    app.add_middleware(RequestLog)
     return app
+
+
+def _layers(settings: Settings, app: ASGIApp) -> ASGIApp:
+    """The pure ASGI layers around the app, outermost first: the security headers, the
+    request id and body limit with the last-resort 500, the request log, then the gateway's
+    signature (inside the log, so a refused request is logged too)."""
+    if settings.gateway_secret:
+        app = GatewaySignature(app, secret=settings.gateway_secret)
+    return SecurityHeaders(RequestContext(RequestLog(app)), hsts=bool(settings.gateway_secret))
 
 
 def _include(app: FastAPI, routers: list[APIRouter]) -> None:
@@ -63,7 +70,7 @@ def _include(app: FastAPI, routers: list[APIRouter]) -> None:
 def create_setup_app(settings: Settings) -> ASGIApp:
     """Setup mode: `/healthz`, `/ready` (always 503), `/api/status` and the page; else 404."""
     version = build_version()
-    app = _fastapi(settings)
+    app = _fastapi()
     router = APIRouter()
 
     @router.get("/healthz")
@@ -79,7 +86,7 @@ def create_setup_app(settings: Settings) -> ASGIApp:
         return JSONResponse(ops.status_body(settings, version))
 
     _include(app, [router, static.router])
-    return SecurityHeaders(RequestContext(app), hsts=bool(settings.gateway_secret))
+    return _layers(settings, app)
 
 
 def create_app(settings: Settings) -> ASGIApp:
@@ -95,12 +102,13 @@ def create_app(settings: Settings) -> ASGIApp:
             app.state.worker = worker
             yield
 
-    app = _fastapi(settings, lifespan)
+    app = _fastapi(lifespan)
     app.state.services = svc
     app.state.client_address = ClientAddressPolicy.parse(settings.trusted_proxy_header,
                                                          settings.trusted_proxies)
-    # Delivery first: Starlette tries routes in order, and `/webhook/tg` (its first route) is
-    # the one Telegram calls for every message (issue #14).
+    # `/webhook/tg`, the route Telegram calls for every message, is served ahead of the
+    # framework (`DirectRoutes`, issue #26); its router stays first among the routers for the
+    # 405 of its other methods.
     routers = [delivery.router, ops.router, admin.router, mailbox.router, telegram_admin.router,
                logs_api.router, metrics_api.router, auditor_api.router, openapi_api.router,
                trace_api.router, rules_api.router, static.router]
@@ -109,4 +117,4 @@ def create_app(settings: Settings) -> ASGIApp:
     elif settings.debug_refusal:
         log.warning("%s", settings.debug_refusal)
     _include(app, routers)
-    return SecurityHeaders(RequestContext(app), hsts=bool(settings.gateway_secret))
+    return _layers(settings, DirectRoutes(app, [delivery.WEBHOOK]))

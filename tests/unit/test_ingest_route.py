@@ -1,29 +1,47 @@
-"""`/webhook/tg` is the first route the router tries (issue #14: Telegram calls it for every
-message, and each route tried before it costs a pattern match per request)."""
+"""`/webhook/tg` is served ahead of the framework (issue #26; Telegram calls it for every
+message, and FastAPI's own layers and router cost it a fifth of its time), yet answers like any
+route: the envelope for its errors, the request id and security headers, 405 for other methods."""
 
 from __future__ import annotations
 
-from starlette.routing import Route
+import httpx
+from fastapi import FastAPI
 
 from messageweave.api import delivery
 from messageweave.app import create_app
-from tests.helpers import fastapi_of, settings_for
+from messageweave.errors import DirectRoutes
+from tests.helpers import assert_envelope, settings_for
 
 
-def test_the_webhook_is_the_first_route_tried() -> None:
-    """Catches the router order losing the webhook's place (it was behind about twenty routes,
-    a sixth of the request's time in the framework)."""
-    app = fastapi_of(create_app(settings_for("redis://127.0.0.1:1/0")))
-    assert getattr(app.router.routes[0], "original_router", None) is delivery.router
-    first = delivery.router.routes[0]
-    assert isinstance(first, Route)
-    assert (first.path, first.methods) == ("/webhook/tg", {"POST"})
+def _direct_layer(asgi: object) -> DirectRoutes:
+    while not isinstance(asgi, DirectRoutes):
+        asgi = asgi.app  # type: ignore[attr-defined]
+    return asgi
 
 
-def test_the_webhook_is_served_without_the_request_wrapper() -> None:
-    """Catches the webhook going back through FastAPI's request/response wrapper (a `Request`,
-    dependency solving and a `Response` object: a fifth of the request's time, issue #14): the
-    route's ASGI app must be the plain endpoint itself."""
-    first = delivery.router.routes[0]
-    assert isinstance(first, Route)
-    assert isinstance(first.app, delivery.TelegramWebhook)
+def test_the_webhook_goes_straight_to_its_plain_endpoint() -> None:
+    """Catches the webhook going back through FastAPI's layers and router (issue #26), or
+    through its request/response wrapper (a `Request`, dependency solving and a `Response`
+    object, issue #14): the layer just outside the FastAPI app must hand a POST to
+    `/webhook/tg`, and nothing else, to the plain endpoint."""
+    direct = _direct_layer(create_app(settings_for("redis://127.0.0.1:1/0")))
+    assert isinstance(direct.app, FastAPI)
+    assert list(direct.direct) == [("POST", "/webhook/tg")]
+    assert isinstance(direct.direct[("POST", "/webhook/tg")], delivery.TelegramWebhook)
+
+
+async def test_the_direct_webhook_answers_like_a_route() -> None:
+    """Catches the direct path losing what the framework gave it: a wrong secret must still
+    be the 401 envelope with its request id and the security headers, and a GET the 405 that
+    names POST (the router keeps the route for it)."""
+    asgi = create_app(settings_for("redis://127.0.0.1:1/0"))
+    transport = httpx.ASGITransport(app=asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://mw.test") as client:
+        refused = await client.post("/webhook/tg", json={"update_id": 1},
+                                    headers={delivery.SECRET_HEADER: "wrong"})
+        other = await client.get("/webhook/tg")
+    assert_envelope(refused, 401, "unauthorized")
+    assert refused.headers["x-request-id"] == refused.json()["request_id"]
+    assert refused.headers["x-content-type-options"] == "nosniff"
+    assert_envelope(other, 405, "method_not_allowed")
+    assert other.headers["allow"] == "POST"

@@ -36,8 +36,6 @@ from messageweave.store.oplog import valid_stream_id
 
 log = logging.getLogger(__name__)
 
-# `app.create_app` includes this router first and `/webhook/tg` is its first route, so the
-# busiest route is the first one tried (no other route's pattern matches these paths).
 router = APIRouter()
 
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
@@ -46,9 +44,10 @@ DEFAULT_DLQ_LIMIT = 50
 
 class TelegramWebhook:
     """`POST /webhook/tg`, the route Telegram calls for every message, as a plain ASGI endpoint
-    (issue #14): no `Request`, no dependency solving, no `Response` object. It sits in the
-    router like any route, so the middleware, the error handlers (an `ApiError` raised here is
-    answered by `errors._api_error`) and the request log stay the same.
+    (issue #14): no `Request`, no dependency solving, no `Response` object, and served ahead
+    of the framework's layers (`errors.DirectRoutes`, issue #26). The request log, the
+    gateway's signature, the request id and body limit stay the same (they are outside both),
+    and an `ApiError` raised here is answered with its envelope as any route's is.
 
     401 for a wrong secret before anything else; then 503 while switched off, whatever the body;
     then 400/413 for the body; else 204: a redelivered update, and a chat outside the allowlist
@@ -109,7 +108,10 @@ async def _body(receive: Receive) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-router.routes.append(Route("/webhook/tg", TelegramWebhook(), methods=["POST"]))
+# Served ahead of the framework (`errors.DirectRoutes`, issue #26); in the router for the 405 of
+# its other methods and the route tables.
+WEBHOOK = Route("/webhook/tg", TelegramWebhook(), methods=["POST"])
+router.routes.append(WEBHOOK)
 
 
 async def _remember(svc: Services, refusal: ingress.ChatNotAllowed) -> None:
