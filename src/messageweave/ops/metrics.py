@@ -10,6 +10,10 @@ state the same way.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from messageweave.store.opstats import StreamStats
@@ -58,15 +62,30 @@ for _reason in GAP_AUDIT_REASONS:
     GAP_AUDIT_MISSING.labels(reason=_reason)  # every series exists from the start, at 0
 
 
+@functools.cache
+def _series(metric: Counter | Histogram, *values: str) -> Any:
+    """`metric.labels(*values)`, looked up once per label set (each set is one of a few fixed
+    names): `labels()` takes a lock and builds its key on every call, and the webhook and the
+    worker count every update (issue #26)."""
+    return metric.labels(*values)
+
+
 def observe_ingest(source: str, count: int = 1) -> None:
     """Events accepted into a stream (`jmap_push`, `reconcile`, `telegram_webhook`,
     `telegram_polling`)."""
-    EVENTS_INGESTED.labels(source=source).inc(count)
+    _series(EVENTS_INGESTED, source).inc(count)
 
 
-def observe_delivery(outcome: str, failure_class: str | None, latency_s: float) -> None:
-    DELIVERIES.labels(outcome=outcome, failure_class=failure_class or "").inc()
-    DELIVERY_LATENCY.labels(outcome=outcome).observe(max(latency_s, 0.0))
+def observe_delivery(outcome: str, failure_class: str | None,
+                     latencies_s: Iterable[float]) -> None:
+    """Deliveries of one outcome and failure class, one latency each (the attempt's, or the
+    time since the event entered its stream)."""
+    latency = _series(DELIVERY_LATENCY, outcome)
+    count = 0
+    for latency_s in latencies_s:
+        latency.observe(max(latency_s, 0.0))
+        count += 1
+    _series(DELIVERIES, outcome, failure_class or "").inc(count)
 
 
 def observe_call(peer: str, latency_s: float, ok: bool) -> None:

@@ -67,7 +67,7 @@ async def record_send(
                      outcome=outcome, failure_class=failure_class, latency_ms=latency_ms,
                      message_ids=message_ids, rule=rule)
     observe_delivery(outcome, failure_class,
-                     end_to_end_s if end_to_end_s is not None else latency_ms / 1000)
+                     [end_to_end_s if end_to_end_s is not None else latency_ms / 1000])
     log.info("delivery %s %s %s", stream, event_id, outcome,
              extra={"fields": {"event": "delivery", **record}})
     try:
@@ -89,8 +89,7 @@ async def record_replyless(redis: Redis, stream: str, kind: str,
     outcome = Outcome.DELIVERED
     records = [_record(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
                        outcome=outcome) for event_id, chat_id, _ in finished]
-    for _, _, end_to_end_s in finished:
-        observe_delivery(outcome, None, end_to_end_s)
+    observe_delivery(outcome, None, [end_to_end_s for _, _, end_to_end_s in finished])
     log.info("delivery %s: %d update(s) needed no reply", stream, len(records),
              extra={"fields": {"event": "delivery", "stream": stream, "kind": kind,
                                "outcome": outcome, "count": len(records),

@@ -109,6 +109,7 @@ async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
         (e.id, int(e.fields["chat_id"]) if e.fields.get("chat_id") else None,
          max(0.0, now - e.enqueued_ms / 1000))
         for e, finished in zip(silent, done, strict=True) if int(finished) == 1])
-    held = {e.id for e, finished in zip(silent, done, strict=True) if int(finished) < 0}
-    return [e for e in entries if e not in silent or e.id in held]
+    # by id: `e not in silent` compared whole entries, a field dict each, per pair
+    gone = {e.id for e, finished in zip(silent, done, strict=True) if int(finished) >= 0}
+    return [e for e in entries if e.id not in gone]
 
