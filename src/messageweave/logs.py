@@ -44,11 +44,10 @@ from functools import lru_cache
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-import orjson
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from messageweave.errors import HttpMiddleware, request_id_of
+from messageweave.errors import HttpMiddleware, dump_json, request_id_of
 
 _URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _BOT_PATH = re.compile(r"/bot[^/\s]+")
@@ -232,11 +231,7 @@ class JsonFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             line["exception"] = scrubber.scrub(record.exc_text)
-        try:  # orjson writes what json.dumps would, compact; the rare value it refuses (an
-            # integer past 64 bits, a key that is not a string) takes the stdlib's way
-            return orjson.dumps(line, default=str).decode()
-        except (TypeError, orjson.JSONEncodeError):
-            return json.dumps(line, ensure_ascii=False, default=str)
+        return dump_json(line, default=str)
 
 
 def configure_logging(stream: IO[str] | None = None, level: int = logging.INFO) -> logging.Handler:

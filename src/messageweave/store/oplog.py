@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from messageweave.errors import dump_json
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 
@@ -52,7 +53,7 @@ class OpLog:
     async def append(self, record: dict[str, Any], *, now_ms: int | None = None) -> str:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         min_id = max(now - self.retention_s * 1000, 0)
-        payload = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        payload = dump_json(record)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xadd(self.key, {_FIELD: payload}, maxlen=self.max_entries, approximate=False)
             pipe.xtrim(self.key, minid=min_id, approximate=False)
@@ -64,7 +65,7 @@ class OpLog:
         now = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=True) as pipe:
             for record in records:
-                payload = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+                payload = dump_json(record)
                 pipe.xadd(self.key, {_FIELD: payload})
             pipe.xtrim(self.key, maxlen=self.max_entries, approximate=False)
             pipe.xtrim(self.key, minid=max(now - self.retention_s * 1000, 0), approximate=False)
