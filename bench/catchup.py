@@ -42,7 +42,7 @@ from tests.helpers import CYRUS_PASSWORD, CYRUS_USER
 from tests.peers.cyrus import HOST, CyrusServer, new_base_dir, remove_base_dir
 
 from messageweave.mail.jmap import JmapClient
-from messageweave.mail.reconcile import reconcile
+from messageweave.mail.reconcile import WALK_PROPERTIES, Budget, reconcile
 from messageweave.store import keys
 from messageweave.store.redis import EmbeddedRedis
 
@@ -133,6 +133,25 @@ async def count_claims(redis: aioredis.Redis, account: str) -> int:
     return found
 
 
+async def walk_alone(client: JmapClient, state: str, window: int) -> tuple[float, int]:
+    """The floor: the pass's own requests (`changes_page` from the baseline's Email state,
+    `window` changes a page, the Mailbox/changes beside each) one after the other, with
+    nothing done with a page; (seconds, mails seen). What Cyrus and our JMAP client cost
+    alone, so `pass - floor` is what enqueuing adds beyond what the pass overlaps."""
+    seen = 0
+    mailboxes = (await client.changes_page(state, 1, properties=WALK_PROPERTIES,
+                                           mailboxes_since=None)).mailboxes
+    mailbox_state = mailboxes.state if mailboxes is not None else None
+    started = time.perf_counter()  # the first look at the mailboxes is the pass's too: untimed
+    while True:
+        page = await client.changes_page(state, window, properties=WALK_PROPERTIES,
+                                         mailboxes_since=mailbox_state)
+        seen += len(page.created)
+        if not page.changes.has_more:
+            return time.perf_counter() - started, seen
+        state = page.changes.new_state
+
+
 async def run(mails: int, connections: int, batch: int, data_dir: Path | None) -> None:
     scratch = Path(new_base_dir("mw-catchup-"))
     base = data_dir / "cyrus" if data_dir else scratch / "cyrus"
@@ -167,6 +186,7 @@ async def run(mails: int, connections: int, batch: int, data_dir: Path | None) -
                     saved.write_text(json.dumps({"mails": mails, "cursor": cursor,
                                                  "watermark": watermark}))
             await client.get_session()
+            baseline_state = str(await redis.get(keys.RECONCILE_CURSOR))  # a bare Email state
             gc.collect()
             idle = rss_kib()
             sampler = RssSampler()
@@ -175,6 +195,8 @@ async def run(mails: int, connections: int, batch: int, data_dir: Path | None) -
             result = await reconcile(redis, client, ("inbox",))
             seconds = time.perf_counter() - started
             peak = sampler.stop()
+            floor_s, floor_seen = await walk_alone(client, baseline_state,
+                                                   Budget().window_cap)
         entries = await redis.xlen(keys.STREAM_JMAP)
         claims = await count_claims(redis, client.account_id)
         ok = result.complete and result.enqueued == entries == claims == mails
@@ -184,6 +206,9 @@ async def run(mails: int, connections: int, batch: int, data_dir: Path | None) -
         print(f"catch-up: {mails} mails in {seconds:.2f} s = {mails / seconds:.0f} mails/s; "
               f"RSS idle {idle / 1024:.1f} MB, peak {peak / 1024:.1f} MB, "
               f"delta {(peak - idle) / 1024:.1f} MB")
+        print(f"floor, the same JMAP requests one after the other with nothing done: "
+              f"{floor_seen} mails in {floor_s:.2f} s = {floor_seen / floor_s:.0f} mails/s "
+              f"(the pass / floor: {seconds / floor_s:.2f})")
     finally:
         await redis.aclose()
         cyrus.stop()
