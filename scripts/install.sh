@@ -21,7 +21,11 @@ if [ -x .venv/bin/messageweave ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ];
 fi
 echo "installing the locked versions of $lock into .venv" >&2
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-"${pip[@]}" --require-hashes -r "$lock"
+# --no-deps: the lock holds every package already. Without it pip resolves each package's own
+# ranges again, and a new release on PyPI breaks the install (uvicorn 0.55.0, asked for as
+# fakellm's `uvicorn[standard]>=0.27`, failed --require-hashes on 2026-12-02); `pip check`
+# below still proves the set consistent.
+"${pip[@]}" --no-deps --require-hashes -r "$lock"
 # --no-build-isolation: the build backend (setuptools) is the locked one just installed.
 "${pip[@]}" --no-deps --no-build-isolation -e .
 # --no-deps hides a dependency that pyproject.toml names and the lock lacks: say so.
