@@ -206,7 +206,6 @@ class DirectRoutes(HttpMiddleware):
 
     def __init__(self, app: FastAPI, routes: list[Route]) -> None:
         super().__init__(app)
-        self.framework = app
         self.direct = {(method, route.path): route.app
                        for route in routes for method in route.methods or ()}
 
@@ -215,7 +214,7 @@ class DirectRoutes(HttpMiddleware):
         if endpoint is None:
             await self.app(scope, receive, send)
             return
-        scope["app"] = self.framework
+        scope["app"] = self.app  # the FastAPI app
         try:
             await endpoint(scope, receive, send)
         except ApiError as exc:
