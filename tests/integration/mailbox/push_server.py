@@ -324,7 +324,13 @@ class PushServer:
 async def register_for_test(redis: aioredis.Redis) -> str:
     """Cyrus has no PushSubscription/set: the registration a real server would have accepted
     (verified, with its callback token) is recorded directly (register itself is tested
-    against the RFC responder). The path and query to post pushes to."""
+    against the RFC responder). The path and query to post pushes to.
+
+    The maintenance slot is taken first, for the hour: a running app's lifecycle pass would ask
+    Cyrus for this subscription (PushSubscription/get: unknownMethod), mark push degraded and
+    run a backup pass of its own, which claims the pushed mail as `reconcile` before the
+    push's catch-up (a clean-clone CI run counted the push's mail under the wrong source)."""
+    await redis.set(keys.PUSH_MAINTENANCE_SCHEDULE, "taken by register_for_test", ex=3600)
     return await record_test_registration(redis)
 
 

@@ -42,12 +42,17 @@ async def _trace(app: ServedApp, q: str) -> dict[str, Any]:
 
 
 async def _until_status(app: ServedApp, q: str, status: str) -> dict[str, Any]:
+    """The trace once the mail's status is `status` and the attempt that put it there is
+    recorded: the send log's record follows the ledger's step by one round trip (a clean-clone
+    CI run read the dead letter before its attempt)."""
     latest: dict[str, Any] = {}
 
     async def reached() -> bool:
         nonlocal latest
         latest = await _trace(app, q)
-        return bool(latest["mails"]) and latest["mails"][0]["status"] == status
+        if not latest["mails"] or latest["mails"][0]["status"] != status:
+            return False
+        return any(a["outcome"] == status for a in _steps(latest["mails"][0], "attempt"))
 
     await eventually(reached, "the mail traced as " + status, 15)
     return latest
