@@ -70,6 +70,7 @@ BACKOFF_CAP_S = 60.0
 CONFLICT_BASE_S = 5.0  # 409 from another program: it may be a second copy of this service
 IDLE_S = 1.0  # not configured, switched off, or standing by: how often the loop looks again
 PLACE = "telegram long poll"
+CHECK_PLACE = "telegram webhook check"  # getWebhookInfo (and the deleteWebhook of `polling`)
 
 # state code → what `/ready` says after `degraded: ` (the ok states are `OK_STATES`).
 REASONS = {
@@ -176,17 +177,22 @@ class Poller:
             await self._step(held, cfg, runtime.telegram)
 
     async def _step(self, held: _Held, cfg: BusinessConfig, telegram: TelegramClient) -> None:
+        place = PLACE  # what a failure is logged as: with `webhook` no long poll is made
         try:
             if cfg.telegram_updates == "webhook" or held.check_webhook:
-                if await self._standing_by(held, cfg, telegram):
+                place = CHECK_PLACE
+                standing_by = await self._standing_by(held, cfg, telegram)
+                self.failures.recovered(CHECK_PLACE)
+                if standing_by:
                     await self._pause(WEBHOOK_WATCH_S if cfg.telegram_updates == "webhook"
                                       else WEBHOOK_CHECK_S)
                     return
+                place = PLACE
             if held.failures == 0 and held.state != "polling":  # polling from now on
                 await self._report(held, "polling")
             raws = await self._poll(held, telegram)
         except TelegramSendError as exc:
-            await self._failed(held, cfg, exc)
+            await self._failed(held, cfg, exc, place)
             return
         if raws is None:
             return
@@ -271,8 +277,9 @@ class Poller:
                 raise LockLost(keys.TELEGRAM_POLL_LOCK)
             held.offset = next_offset
 
-    async def _failed(self, held: _Held, cfg: BusinessConfig, exc: TelegramSendError) -> None:
-        self.failures.failed(PLACE, exc)
+    async def _failed(self, held: _Held, cfg: BusinessConfig, exc: TelegramSendError,
+                      place: str) -> None:
+        self.failures.failed(place, exc)
         held.failures += 1
         kind = exc.failure_class
         if kind is FailureClass.AUTH:

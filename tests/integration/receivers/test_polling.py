@@ -4,9 +4,12 @@ app is served in process, so nothing can call it, and it must still hear its own
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import string
 import time
+
+import pytest
 
 from messageweave.config.model import parse_wire
 from messageweave.pipeline import buttons, polling
@@ -191,6 +194,27 @@ async def test_webhook_mode_does_not_poll(polled: ServedApp) -> None:
     assert (await polled.emulator.api_calls(polled.token, "getUpdates")).count == polls
     assert delivery.update_id in (await polled.emulator.pending_updates(polled.token)).pending
     assert await polled.emulator.sent_messages(polled.token, polled.chat) == []
+
+
+async def test_a_failed_webhook_check_is_logged_as_one_and_its_recovery_too(
+    polled: ServedApp, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Catches an operator who chose `webhook` reading "telegram long poll failed" (no long
+    poll is made in that mode: getWebhookInfo failed) and never reading that it recovered."""
+    await polled.emulator.fail(token=polled.token, method="getWebhookInfo", close=True,
+                               times=1)
+    caplog.set_level(logging.INFO, logger="messageweave.pipeline.polling")
+    await polled.configure(telegram_updates="webhook")  # the new revision: checked at once
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == polling.__name__]
+
+    async def recovered() -> bool:
+        return any(line.startswith(f"{polling.CHECK_PLACE} recovered after 1 failure")
+                   for line in lines())
+    await eventually(recovered, lambda: f"the check's recovery logged: {lines()}")
+    assert any(line.startswith(f"{polling.CHECK_PLACE} failed: ") for line in lines())
+    assert not any(line.startswith(polling.PLACE) for line in lines()), lines()
 
 
 async def test_429_waits_retry_after_and_network_errors_back_off(polled: ServedApp) -> None:
