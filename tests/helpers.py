@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.policy import SMTP
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import redis
@@ -61,6 +61,8 @@ from tests.peers.telegram import SentMessage
 if TYPE_CHECKING:
     from tests.served import ServedApp  # which builds on these helpers
 
+
+_Layer = TypeVar("_Layer")
 
 ADMIN_KEY = "ab" * 32
 CYRUS_USER = "alice"
@@ -130,12 +132,18 @@ def settings_for(redis_url: str, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def layer_of(asgi: object, kind: type[_Layer]) -> _Layer:
+    """The first ASGI layer of `kind` inside `create_app()`'s (each layer's `.app` is the next
+    one inward)."""
+    while not isinstance(asgi, kind):
+        asgi = asgi.app  # type: ignore[attr-defined]
+    return asgi
+
+
 def fastapi_of(asgi: object) -> FastAPI:
     """The FastAPI app inside `create_app()`'s outer ASGI layers (SecurityHeaders,
     RequestContext), e.g. to add a route or run its lifespan."""
-    while not isinstance(asgi, FastAPI):
-        asgi = asgi.app  # type: ignore[attr-defined]
-    return asgi
+    return layer_of(asgi, FastAPI)
 
 
 @asynccontextmanager

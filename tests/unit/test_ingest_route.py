@@ -10,13 +10,7 @@ from fastapi import FastAPI
 from messageweave.api import delivery
 from messageweave.app import create_app
 from messageweave.errors import DirectRoutes
-from tests.helpers import assert_envelope, settings_for
-
-
-def _direct_layer(asgi: object) -> DirectRoutes:
-    while not isinstance(asgi, DirectRoutes):
-        asgi = asgi.app  # type: ignore[attr-defined]
-    return asgi
+from tests.helpers import assert_envelope, layer_of, settings_for
 
 
 def test_the_webhook_goes_straight_to_its_plain_endpoint() -> None:
@@ -24,7 +18,7 @@ def test_the_webhook_goes_straight_to_its_plain_endpoint() -> None:
     through its request/response wrapper (a `Request`, dependency solving and a `Response`
     object, issue #14): the layer just outside the FastAPI app must hand a POST to
     `/webhook/tg`, and nothing else, to the plain endpoint."""
-    direct = _direct_layer(create_app(settings_for("redis://127.0.0.1:1/0")))
+    direct = layer_of(create_app(settings_for("redis://127.0.0.1:1/0")), DirectRoutes)
     assert isinstance(direct.app, FastAPI)
     assert list(direct.direct) == [("POST", "/webhook/tg")]
     assert isinstance(direct.direct[("POST", "/webhook/tg")], delivery.TelegramWebhook)
