@@ -1,5 +1,6 @@
-"""Small asyncio helpers: background loops, `async with` for clients that own connections, and
-a batcher that turns concurrent calls into one.
+"""Small asyncio helpers: background loops, `async with` for clients that own connections, a
+batcher that turns concurrent calls into one, and the wakes a request handler gives a loop of
+its own instance.
 
 The bottom layer: nothing here imports from the rest of messageweave."""
 
@@ -10,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
@@ -142,8 +144,45 @@ class Batcher(Generic[Item, Result]):
 _jitter = secrets.SystemRandom()
 
 
+async def first_done(*tasks: asyncio.Task[Any]) -> None:
+    """Wait until one of `tasks` is done, then cancel the others (`cancel`); the caller reads
+    the results of those it needs."""
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            if not task.done():
+                await cancel(task)
+
+
 def jittered_backoff(failures: int, base_s: float, cap_s: float) -> float:
     """How long to wait after the `failures`-th failure in a row: full jitter over a doubling
     step, 0.5-1 × min(cap, base × 2^(failures-1)), so many instances never retry in step."""
     step = min(cap_s, base_s * 2 ** max(failures - 1, 0))
     return _jitter.uniform(step / 2, step)
+
+
+class LocalWakes:
+    """The events of one instance's background loops, found through an object its request
+    handlers share with them (its Redis client): a handler wakes the loop at once, with no
+    Redis round trip. Weak on both sides, so a closed instance (a test's second one) leaves
+    nothing behind. Only a hint: a loop the wake misses acts at its own next time."""
+
+    def __init__(self) -> None:
+        self._events: weakref.WeakKeyDictionary[object, weakref.WeakSet[asyncio.Event]] = (
+            weakref.WeakKeyDictionary())
+
+    def watch(self, owner: object, event: asyncio.Event) -> None:
+        """Have `wake(owner)` set `event` (held by its loop: weakly here)."""
+        self._events.setdefault(owner, weakref.WeakSet()).add(event)
+
+    def wake(self, owner: object, *, after: float = 0.0) -> None:
+        """Set the events watching `owner`, `after` seconds from now."""
+        events = list(self._events.get(owner, ()))
+        if after <= 0:
+            for event in events:
+                event.set()
+            return
+        loop = asyncio.get_running_loop()
+        for event in events:
+            loop.call_later(after, event.set)

@@ -22,6 +22,7 @@ from messageweave.logs import scrub
 from messageweave.ops import audit
 from messageweave.pipeline import ingress
 from messageweave.services import Services
+from messageweave.store.receivers import webhook_changed
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ async def post_register_webhook(request: Request) -> JSONResponse:
     except TelegramSendError as exc:
         log.warning("webhook registration refused: %s", exc.failure_class)
         raise telegram_failed(svc, exc) from exc
+    webhook_changed(svc.redis)  # an instance polling would only learn of it at its next check
     await audit.record_audit(svc, audit.WEBHOOK_REGISTERED, url=registered)
     return JSONResponse({"url": registered})
 
@@ -74,8 +76,9 @@ async def post_register_webhook(request: Request) -> JSONResponse:
 @router.post("/api/telegram/delete-webhook")
 async def post_delete_webhook(request: Request) -> JSONResponse:
     """deleteWebhook (pending updates kept): with `telegram_updates` `auto`, the poller takes
-    over within `pipeline.polling.WEBHOOK_CHECK_S`; none is lost (Telegram keeps them until a
-    getUpdates offset confirms them) and none doubled (the `update_id` dedup)."""
+    over at once when this instance holds it, else within `pipeline.polling.WEBHOOK_CHECK_S`;
+    none is lost (Telegram keeps them until a getUpdates offset confirms them) and none doubled
+    (the `update_id` dedup)."""
     await require_admin(request)
     svc = services(request)
     runtime = svc.runtime
@@ -86,6 +89,7 @@ async def post_delete_webhook(request: Request) -> JSONResponse:
     except TelegramSendError as exc:
         log.warning("webhook deletion refused: %s", exc.failure_class)
         raise telegram_failed(svc, exc) from exc
+    webhook_changed(svc.redis)  # this instance's poller takes over now, not at its next check
     await audit.record_audit(svc, audit.WEBHOOK_DELETED)
     return JSONResponse({"url": ""})
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from messageweave.aio import cancel, jittered_backoff, raise_if_cancelling
+from messageweave.aio import first_done, jittered_backoff, raise_if_cancelling
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.errors import is_int
@@ -54,6 +54,7 @@ from messageweave.store.receivers import (
     read_offset,
     read_status,
     save_offset,
+    watch_webhook_changes,
     write_status,
 )
 from messageweave.store.streams import MAX_INGRESS_BATCH, StreamStore, SwitchedOff
@@ -128,6 +129,8 @@ class Poller:
         self.failures = RepeatLog(log)
         self._refused_token: str | None = None  # a token Telegram answered 401 to
         self._lock = poll_lock(svc.redis)  # a new owner token for each time it is taken
+        self._webhook_changed = asyncio.Event()  # set by this instance's webhook routes
+        watch_webhook_changes(svc.redis, self._webhook_changed)
 
     async def run(self) -> None:
         """Until cancelled: take the lease when it is free and receive while it is held."""
@@ -184,8 +187,8 @@ class Poller:
                 standing_by = await self._standing_by(held, cfg, telegram)
                 self.failures.recovered(CHECK_PLACE)
                 if standing_by:
-                    await self._pause(WEBHOOK_WATCH_S if cfg.telegram_updates == "webhook"
-                                      else WEBHOOK_CHECK_S)
+                    await self._stand_by(WEBHOOK_WATCH_S if cfg.telegram_updates == "webhook"
+                                         else WEBHOOK_CHECK_S)
                     return
                 place = PLACE
             if held.failures == 0 and held.state != "polling":  # polling from now on
@@ -215,13 +218,8 @@ class Poller:
         timeout_s = 0 if held.failures else POLL_TIMEOUT_S
         poll = asyncio.ensure_future(telegram.get_updates(
             held.offset, timeout_s=timeout_s, allowed_updates=ALLOWED_UPDATES))
-        changed = asyncio.ensure_future(self.svc.config.changed_within(POLL_TIMEOUT_S + 30))
-        try:
-            await asyncio.wait({poll, changed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (poll, changed):
-                if not task.done():
-                    await cancel(task)
+        await first_done(poll, asyncio.ensure_future(
+            self.svc.config.changed_within(POLL_TIMEOUT_S + 30)))
         if poll.cancelled() or not poll.done():
             return None
         if poll.exception() is not None and self.svc.config.revision != revision:
@@ -305,6 +303,14 @@ class Poller:
         """Wait `seconds`, or less when a new configuration revision comes (a fixed token,
         another mode)."""
         await self.svc.config.changed_within(seconds)
+
+    async def _stand_by(self, seconds: float) -> None:
+        """`_pause`, ended early too when this instance deleted or registered the webhook
+        (`store.receivers.webhook_changed`): the owner who deleted it on the page is heard at
+        once, not at the next check. A change made before the pause began counts too."""
+        await first_done(asyncio.ensure_future(self._webhook_changed.wait()),
+                         asyncio.ensure_future(self._pause(seconds)))
+        self._webhook_changed.clear()
 
     async def _report(self, held: _Held, state: str, detail: str = "") -> None:
         now = int(self.clock())

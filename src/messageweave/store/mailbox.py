@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import weakref
 from dataclasses import dataclass
 
-from messageweave.aio import raise_if_cancelling
+from messageweave.aio import LocalWakes, raise_if_cancelling
 from messageweave.store import keys
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.scripts import Script
@@ -342,9 +341,8 @@ async def take_catchup(redis: Redis, account_id: str) -> bool:
 
 
 # The push handler and the scheduler of one instance share only its Redis client: a wake is
-# found by it. Weak, so a closed instance (a test's second one) leaves nothing behind.
-_local_wakes: weakref.WeakKeyDictionary[Redis, weakref.WeakSet[asyncio.Event]] = (
-    weakref.WeakKeyDictionary())
+# found by it.
+_CATCHUP_WAKES = LocalWakes()
 # Reads end this often: the client's health-check PING still goes out, and a stop that redis-py
 # swallowed inside a read is seen within this time (`raise_if_cancelling` after each read).
 CATCHUP_LISTEN_S = 1.0
@@ -352,24 +350,21 @@ CATCHUP_LISTEN_S = 1.0
 
 def watch_catchups(redis: Redis, wake: asyncio.Event) -> None:
     """Have `announce_catchup` on this very client set `wake` directly (no Redis round trip)."""
-    _local_wakes.setdefault(redis, weakref.WeakSet()).add(wake)
+    _CATCHUP_WAKES.watch(redis, wake)
 
 
 def wake_local_schedulers(redis: Redis, *, after: float) -> None:
     """Wake this instance's schedulers (`watch_catchups`) `after` seconds from now: a push
     deferred to the end of its interval is released by the first tick after that end, which
     must not be the next poll's (up to `scheduler.POLL_S` later). Only a hint, like a wake."""
-    loop = asyncio.get_running_loop()
-    for wake in list(_local_wakes.get(redis, ())):
-        loop.call_later(max(0.0, after), wake.set)
+    _CATCHUP_WAKES.wake(redis, after=after)
 
 
 async def announce_catchup(redis: Redis, account_id: str) -> None:
     """Wake the schedulers for a new catch-up flag: this instance's at once (`watch_catchups`),
     every instance's through `PUBLISH reconcile:catchup-wake`. Only a hint: the flag is the
     truth, and a scheduler that missed the signal takes the flag at its next poll."""
-    for wake in list(_local_wakes.get(redis, ())):
-        wake.set()
+    _CATCHUP_WAKES.wake(redis)
     await redis.publish(keys.CATCHUP_WAKE_CHANNEL, account_id)
 
 

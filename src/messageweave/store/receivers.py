@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from messageweave.aio import cancel
+from messageweave.aio import LocalWakes, cancel
 from messageweave.store import keys
 from messageweave.store.mailbox import Lock, LockLost
 from messageweave.store.redis import Redis, text_of
@@ -39,6 +39,22 @@ def poll_lock(redis: Redis) -> Lock:
 
 def eventsource_lock(redis: Redis) -> Lock:
     return Lock(redis, keys.EVENTSOURCE_LOCK, keys.EVENTSOURCE_LOCK_TTL_S)
+
+
+# The admin routes and the poller of one instance share its Redis client (`LocalWakes`).
+_WEBHOOK_WAKES = LocalWakes()
+
+
+def watch_webhook_changes(redis: Redis, wake: asyncio.Event) -> None:
+    """Have `webhook_changed` on this very client set `wake` (the poller's standby)."""
+    _WEBHOOK_WAKES.watch(redis, wake)
+
+
+def webhook_changed(redis: Redis) -> None:
+    """This instance just deleted or registered the webhook: its poller, standing by between
+    two `getWebhookInfo`, looks again now. A poller on another instance finds out at its next
+    check (`pipeline.polling.WEBHOOK_CHECK_S`)."""
+    _WEBHOOK_WAKES.wake(redis)
 
 
 def bot_id(token: str) -> str:

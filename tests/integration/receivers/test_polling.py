@@ -196,6 +196,28 @@ async def test_webhook_mode_does_not_poll(polled: ServedApp) -> None:
     assert await polled.emulator.sent_messages(polled.token, polled.chat) == []
 
 
+async def test_deleting_the_webhook_on_the_page_resumes_polling_at_once(
+    polled: ServedApp,
+) -> None:
+    """Catches the owner who deleted a webhook on the page (`auto`) going unheard until the
+    standby's next getWebhookInfo, `WEBHOOK_CHECK_S` later: the instance that deleted it looks
+    again at once. The deletion comes right after a check, so without the wake the next
+    getUpdates would be a whole interval away."""
+    await polled.emulator.set_webhook(polled.token, "https://elsewhere.example/hook")
+    await until_status(polled, "updates", "ok (webhook)")  # written just after a check
+    polls = (await polled.emulator.api_calls(polled.token, "getUpdates")).count
+    deleted_ms = time.time() * 1000
+    deleted = await polled.client.post("/api/telegram/delete-webhook", headers=polled.admin)
+    assert deleted.status_code == 200, deleted.text
+
+    async def polling_again() -> bool:
+        return (await polled.emulator.api_calls(polled.token, "getUpdates")).count > polls
+    await eventually(polling_again, "a getUpdates after the deletion")
+    first = (await polled.emulator.api_calls(polled.token, "getUpdates")).times_ms[polls]
+    assert first - deleted_ms < polling.WEBHOOK_CHECK_S * 1000 / 2, first - deleted_ms
+    await until_status(polled, "updates", "ok (polling)")
+
+
 async def test_a_failed_webhook_check_is_logged_as_one_and_its_recovery_too(
     polled: ServedApp, caplog: pytest.LogCaptureFixture,
 ) -> None:

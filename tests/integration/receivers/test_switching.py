@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from messageweave.pipeline import polling
 from messageweave.store import keys
 from tests.helpers import eventually, until_status
 from tests.peers.cyrus import CyrusServer
@@ -89,3 +90,18 @@ async def test_register_webhook_is_refused_while_polling_is_chosen(https_app: Se
     assert refused.json()["error"] == "telegram_updates_polling"
     info = await https_app.emulator.bot_api(https_app.token, "getWebhookInfo", {})
     assert info.result["url"] == ""
+
+
+async def test_a_webhook_registered_in_webhook_mode_is_reported_at_once(
+    https_app: ServedApp,
+) -> None:
+    """Catches the page saying "no webhook is registered" for up to a minute (the `webhook`
+    mode's watch interval, `WEBHOOK_WATCH_S`) after the owner registered one on it: the
+    instance that registered it looks again at once."""
+    await https_app.configure(telegram_updates="webhook")
+    await until_status(https_app, "updates", "degraded: no webhook is registered")
+    register = await https_app.client.post(
+        "/api/telegram/register-webhook", headers=https_app.admin,
+        json={"callback_url": f"{https_app.url}/webhook/tg"})
+    assert register.status_code == 200, register.text
+    await until_status(https_app, "updates", "ok (webhook)", timeout_s=polling.WEBHOOK_CHECK_S)
