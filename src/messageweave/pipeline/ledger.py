@@ -25,12 +25,12 @@ script also XDELs the entry, so its text is gone from Redis once it is answered.
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from messageweave.errors import dump_json
 from messageweave.ops.sendlog import Outcome
 from messageweave.pipeline.governor import GCRA, LANE_KEYS, Lanes, wait_before
 from messageweave.store import keys, waiting
@@ -361,7 +361,7 @@ class Ledger:
             "retry_window": keys.retry_window(stream, entry_id),
             "waiting": waiting.waiting_keys(),
         }, args={
-            "record": json.dumps(record, separators=(",", ":")),
+            "record": dump_json(record),
             "committed_ttl": keys.COMMITTED_TTL_S, "group": keys.CONSUMER_GROUP,
             "entry_id": entry_id, "forget": _forget(stream),
             "member": waiting.member(stream, entry_id),

@@ -21,10 +21,10 @@ reclaim's, keeps COMMIT's 7 days).
 
 from __future__ import annotations
 
-import json
 import time
 
 from messageweave.config.model import BusinessConfig
+from messageweave.errors import dump_json
 from messageweave.ops.sendlog import Outcome, record_replyless
 from messageweave.pipeline.conversation import needs_no_reply
 from messageweave.pipeline.events import kind_of
@@ -97,8 +97,7 @@ async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
         keys.delivery_committed(stream, i), keys.delivery_inflight(stream, i),
         keys.delivery_intent(stream, i), keys.retry_counter(stream, i),
         keys.retry_window(stream, i))]
-    record = json.dumps(terminal_record(Outcome.DELIVERED, message_ids=[]),
-                        separators=(",", ":"))
+    record = dump_json(terminal_record(Outcome.DELIVERED, message_ids=[]))
     done = await FINISH(svc.redis, keys={
         "stream": stream, "retry_due": keys.retry_due(stream), "entries": per_entry,
     }, args={"group": keys.CONSUMER_GROUP, "committed_ttl": keys.REPLYLESS_COMMITTED_TTL_S,

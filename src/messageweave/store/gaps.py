@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from messageweave.errors import dump_json
 from messageweave.store import keys
 from messageweave.store.mailbox import CHECK_AND_CLAIM, STREAM_JMAP_MAXLEN, Lock
 from messageweave.store.redis import Redis, int_of, text_of
@@ -100,7 +101,7 @@ async def start_baseline(redis: Redis, at: int) -> int:
 
 
 async def save_last(redis: Redis, result: dict[str, Any]) -> None:
-    await redis.set(keys.AUDIT_LAST, json.dumps(result, separators=(",", ":")))
+    await redis.set(keys.AUDIT_LAST, dump_json(result))
 
 
 async def read_last(redis: Redis) -> dict[str, Any] | None:

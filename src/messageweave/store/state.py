@@ -7,6 +7,7 @@ import hmac
 import json
 from dataclasses import dataclass
 
+from messageweave.errors import dump_json
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
@@ -115,7 +116,7 @@ class ConfigStore:
         return value
 
     async def set_outbound(self, value: dict[str, int]) -> None:
-        await self.redis.set(keys.OUTBOUND_CONFIG, json.dumps(value, separators=(",", ":")))
+        await self.redis.set(keys.OUTBOUND_CONFIG, dump_json(value))
 
     # --- admin session -------------------------------------------------------------------
     # `key` is the admin key (`Settings.encryption_key`): a session is bound to it.

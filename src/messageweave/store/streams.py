@@ -13,7 +13,6 @@ trimmed exactly rather than by whole nodes.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -21,6 +20,7 @@ from typing import Any, cast
 from redis.exceptions import ResponseError
 
 from messageweave.aio import Batcher
+from messageweave.errors import dump_json
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
@@ -403,4 +403,4 @@ def dlq_payload(stream: str, fields: dict[str, str]) -> str:
     """The DLQ copy of an entry: its fields but the private ones (the owner's text)."""
     private = PRIVATE_FIELDS.get(stream, frozenset())
     kept = {name: value for name, value in fields.items() if name not in private}
-    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False)
+    return dump_json(kept)
