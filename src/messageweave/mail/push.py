@@ -313,13 +313,13 @@ async def state_changed(
     await store.record_state_change(redis, now)
     if not CATCHUP_TYPES & types.keys():
         return False
-    claimed = await store.claim_push_catchup(redis, account_id, now=now,
-                                             interval=keys.PUSH_CATCHUP_INTERVAL_S)
-    if claimed is True:
+    claim = await store.claim_push_catchup(redis, account_id, now=now,
+                                           interval=keys.PUSH_CATCHUP_INTERVAL_S)
+    if claim.scheduled:
         await mailbox.announce_catchup(redis, account_id)
-    elif claimed is not False:  # newly deferred: released by the first tick after its due time
-        mailbox.wake_local_schedulers(redis, after=claimed - now)
-    return claimed is True
+    elif claim.deferred_until is not None:  # released by the first tick after its due time
+        mailbox.wake_local_schedulers(redis, after=claim.deferred_until - now)
+    return claim.scheduled
 
 
 async def release_deferred(redis: Redis, account_id: str, *, now: float) -> bool:

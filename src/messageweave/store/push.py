@@ -353,16 +353,24 @@ return 1
 """, keys=("due", "deferred", "catchup"), args=("now", "interval", "ttl"))
 
 
+@dataclass(frozen=True)
+class CatchupClaim:
+    """What `claim_push_catchup` did: `scheduled` a catch-up (newly flagged), or deferred one to
+    `deferred_until` (Unix s, the interval's end), or neither (one was already pending or
+    deferred)."""
+
+    scheduled: bool = False
+    deferred_until: float | None = None
+
+
 async def claim_push_catchup(redis: Redis, account_id: str, *, now: float, interval: float
-                             ) -> bool | float:
-    """Ask for a push-triggered catch-up, at most one per `interval` (`CLAIM_PUSH_CATCHUP`):
-    True = newly flagged, False = already pending or deferred, a float = newly deferred to that
-    Unix time (the interval's end)."""
+                             ) -> CatchupClaim:
+    """Ask for a push-triggered catch-up, at most one per `interval` (`CLAIM_PUSH_CATCHUP`)."""
     answer = await CLAIM_PUSH_CATCHUP(redis, keys=_catchup_keys(account_id),
                                       args=_catchup_args(now, interval))
     if isinstance(answer, bytes | str):
-        return float(answer)
-    return bool(answer == 1)
+        return CatchupClaim(deferred_until=float(answer))
+    return CatchupClaim(scheduled=answer == 1)
 
 
 async def release_deferred_catchup(redis: Redis, account_id: str, *, now: float,
