@@ -32,7 +32,7 @@ from messageweave.config.model import (
     validate,
 )
 from messageweave.config.outbound import OutboundConfig
-from messageweave.errors import ApiError, parse_json
+from messageweave.errors import ApiError, dump_json, parse_json
 from messageweave.store.state import (
     AlreadyConfigured,
     ConfigStore,
@@ -138,7 +138,7 @@ class ConfigService:
         return cfg
 
     def _encode(self, cfg: BusinessConfig) -> str:
-        plain = json.dumps(cfg.to_wire(), separators=(",", ":"), ensure_ascii=False)
+        plain = dump_json(cfg.to_wire())
         return crypto.encrypt(self._key, plain.encode())
 
     async def read_stored(self) -> tuple[int, BusinessConfig | None]:
