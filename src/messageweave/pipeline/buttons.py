@@ -117,7 +117,8 @@ def verify(cfg: BusinessConfig, data: str) -> Button | None:
         part, rest = _INDEX.index(rest[0]), rest[1:]
     if action not in SIGNED or callback_data(cfg, action, rest, part) is None:
         return None
-    if not hmac.compare_digest(mac, _mac(cfg, action, rest, part)):
+    # bytes: compare_digest raises on a `str` with non-ASCII characters (a forged press)
+    if not hmac.compare_digest(mac.encode(), _mac(cfg, action, rest, part).encode()):
         return None
     return Button(action, rest, part)
 

@@ -25,12 +25,14 @@ class InvalidUpdate(ValueError):
 
 class ChatNotAllowed(Exception):
     """The update comes from a chat outside the allowlist: its id and a short name (the chat's
-    title, else the sender's name), for the operator to recognize it (`remember_refused`)."""
+    title, else the sender's name), for the operator to recognize it (`remember_refused`); and
+    the update's id, so a redelivered update is counted once."""
 
-    def __init__(self, chat_id: int, name: str) -> None:
+    def __init__(self, chat_id: int, name: str, update_id: int) -> None:
         super().__init__(chat_id)
         self.chat_id = chat_id
         self.name = name
+        self.update_id = update_id
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
         raise InvalidUpdate
     fields = {"update_id": str(update_id)}
     if body.get("message") is None and body.get("callback_query") is not None:
-        return Update(update_id, fields | _callback_fields(body["callback_query"], cfg))
+        return Update(update_id,
+                      fields | _callback_fields(body["callback_query"], cfg, update_id))
     message = body.get("message")
     if message is None:
         return Update(update_id, fields)
@@ -58,7 +61,7 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
         raise InvalidUpdate
     chat_id = int(chat["id"])
     if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
-        raise ChatNotAllowed(chat_id, _chat_name(chat, message.get("from")))
+        raise ChatNotAllowed(chat_id, _chat_name(chat, message.get("from")), update_id)
     fields["chat_id"] = str(chat_id)
     text = message.get("text")
     if isinstance(text, str):
@@ -80,7 +83,7 @@ def _replied_data(replied: object) -> str | None:
     return data[:64] if isinstance(data, str) else None
 
 
-def _callback_fields(query: object, cfg: BusinessConfig) -> dict[str, str]:
+def _callback_fields(query: object, cfg: BusinessConfig, update_id: int) -> dict[str, str]:
     """A button press: the chat of the message under which it was pressed (else the user's
     private chat), checked against the allowlist like a message's. A press we cannot place in
     a chat, or whose `id` or `data` is not a string, is acknowledged and left alone ({})."""
@@ -94,7 +97,7 @@ def _callback_fields(query: object, cfg: BusinessConfig) -> dict[str, str]:
         return {}
     chat_id = int(chat["id"])
     if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
-        raise ChatNotAllowed(chat_id, _chat_name(chat, sender))
+        raise ChatNotAllowed(chat_id, _chat_name(chat, sender), update_id)
     # Both are at most 64 characters from Telegram; longer ones are cut, never stored whole.
     fields = {"chat_id": str(chat_id), "callback_id": callback_id[:64], "callback_data": data[:64]}
     pressed = message if isinstance(message, dict) else {}
@@ -175,7 +178,7 @@ def chats_of_updates(updates: Iterable[object]) -> list[WroteChat]:
 
 async def remember_refused(redis: Redis, refusal: ChatNotAllowed) -> None:
     """Note the refused chat for the admin page (`store.refused`): one Redis write."""
-    await refused.record(redis, refusal.chat_id, refusal.name)
+    await refused.record(redis, refusal.chat_id, refusal.name, refusal.update_id)
 
 
 async def refused_chats(redis: Redis, allowlist: Iterable[int]) -> list[RefusedChat]:

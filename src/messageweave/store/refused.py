@@ -20,20 +20,25 @@ from messageweave.store.scripts import Script
 NAME_MAX_CHARS = 64
 
 # KEYS: chats (the sorted set), info (the hash)
-# ARGV: chat_id, name ("" = keep the one stored), now (Unix s, fractional), max_chats, ttl
-# → 1. One refusal: refresh the chat's last-seen time, count it, then drop the chats not seen
-# within the TTL and the oldest beyond the cap, hash fields included.
+# ARGV: chat_id, name ("" = keep the one stored), now (Unix s, fractional), max_chats, ttl,
+# update_id
+# → 1. One refusal: refresh the chat's last-seen time, count it unless it is the update counted
+# last for this chat (a redelivery), then drop the chats not seen within the TTL and the oldest
+# beyond the cap, hash fields included.
 RECORD_REFUSAL = Script("""
 local id, now, ttl = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[5])
 redis.call('ZADD', KEYS[1], now, id)
-redis.call('HINCRBY', KEYS[2], id .. ':count', 1)
+if redis.call('HGET', KEYS[2], id .. ':update') ~= ARGV[6] then
+  redis.call('HINCRBY', KEYS[2], id .. ':count', 1)
+  redis.call('HSET', KEYS[2], id .. ':update', ARGV[6])
+end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[2], id .. ':name', ARGV[2])
 end
 local function drop(ids)
   for _, old in ipairs(ids) do
     redis.call('ZREM', KEYS[1], old)
-    redis.call('HDEL', KEYS[2], old .. ':name', old .. ':count')
+    redis.call('HDEL', KEYS[2], old .. ':name', old .. ':count', old .. ':update')
   end
 end
 drop(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - ttl))
@@ -44,7 +49,7 @@ end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[2], ttl)
 return 1
-""", keys=("chats", "info"), args=("chat_id", "name", "now", "max_chats", "ttl"))
+""", keys=("chats", "info"), args=("chat_id", "name", "now", "max_chats", "ttl", "update_id"))
 
 
 @dataclass(frozen=True)
@@ -74,13 +79,16 @@ def short_name(text: str) -> str:
     return " ".join("".join(map(_printable, text)).split())[:NAME_MAX_CHARS]
 
 
-async def record(redis: Redis, chat_id: int, name: str, now: float | None = None) -> None:
-    """Count one refused update from `chat_id` (one script, one round trip)."""
+async def record(redis: Redis, chat_id: int, name: str, update_id: int,
+                 now: float | None = None) -> None:
+    """Count one refused update from `chat_id`, once per `update_id` (one script, one round
+    trip)."""
     moment = time.time() if now is None else now
     await RECORD_REFUSAL(
         redis, keys={"chats": keys.REFUSED_CHATS, "info": keys.REFUSED_CHATS_INFO},
         args={"chat_id": str(chat_id), "name": short_name(name), "now": repr(moment),
-              "max_chats": keys.REFUSED_CHATS_MAX, "ttl": keys.REFUSED_CHATS_TTL_S})
+              "max_chats": keys.REFUSED_CHATS_MAX, "ttl": keys.REFUSED_CHATS_TTL_S,
+              "update_id": str(update_id)})
 
 
 async def recent(redis: Redis, now: float | None = None) -> list[RefusedChat]:

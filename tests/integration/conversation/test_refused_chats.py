@@ -83,6 +83,21 @@ async def test_a_stranger_is_answered_204_and_recorded_once(served: ServedApp) -
     assert not await served.redis.exists(keys.dedup_tg(delivery.update_id))
 
 
+async def test_an_update_posted_twice_counts_once(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis,
+) -> None:
+    """Catches a refused count that counts deliveries, not updates (issue #32, finding 9): the
+    same update posted twice (a redelivery, or a replay by anyone holding the secret) showed
+    `count` 2 on the page; a new update from the same chat still counts."""
+    admin = await configured_and_enabled(client)
+    for update_id in (700, 700, 701, 701):
+        response = await client.post("/webhook/tg", headers=SECRET,
+                                     json=_update(update_id, STRANGER + 9, first_name="Eve"))
+        assert response.status_code == 204
+    [listed] = [c for c in await _listed(client, admin) if c["chat_id"] == STRANGER + 9]
+    assert listed["count"] == 2
+
+
 async def test_thirty_strangers_leave_only_the_twenty_latest(
     client: httpx.AsyncClient, redis_client: aioredis.Redis,
 ) -> None:
@@ -99,7 +114,7 @@ async def test_thirty_strangers_leave_only_the_twenty_latest(
     assert [c["chat_id"] for c in chats] == ids[:-21:-1]
     assert {c["name"] for c in chats} == {("x " + "y" * 200)[:refused.NAME_MAX_CHARS]}
     assert await redis_client.zcard(keys.REFUSED_CHATS) == keys.REFUSED_CHATS_MAX
-    assert await redis_client.hlen(keys.REFUSED_CHATS_INFO) == 2 * keys.REFUSED_CHATS_MAX
+    assert await redis_client.hlen(keys.REFUSED_CHATS_INFO) == 3 * keys.REFUSED_CHATS_MAX
     for key in (keys.REFUSED_CHATS, keys.REFUSED_CHATS_INFO):
         assert 0 < await redis_client.ttl(key) <= keys.REFUSED_CHATS_TTL_S
     assert not await redis_client.exists(keys.dedup_tg(500))  # refused: nothing was queued
@@ -111,11 +126,12 @@ async def test_a_chat_not_refused_for_seven_days_is_forgotten(
     """Catches a record that only the cap trims: an old refusal must leave the list (and Redis,
     at the next refusal) once `REFUSED_CHATS_TTL_S` has passed."""
     now = time.time()
-    await refused.record(redis_client, 11, "old", now=now - keys.REFUSED_CHATS_TTL_S - 5)
+    await refused.record(redis_client, 11, "old", 1, now=now - keys.REFUSED_CHATS_TTL_S - 5)
     assert [c.chat_id for c in await refused.recent(redis_client, now=now)] == []
-    await refused.record(redis_client, 12, "new", now=now)
+    await refused.record(redis_client, 12, "new", 2, now=now)
     assert await redis_client.zrange(keys.REFUSED_CHATS, 0, -1) == ["12"]
-    assert sorted(await redis_client.hkeys(keys.REFUSED_CHATS_INFO)) == ["12:count", "12:name"]
+    assert sorted(await redis_client.hkeys(keys.REFUSED_CHATS_INFO)) == ["12:count", "12:name",
+                                                                     "12:update"]
 
 
 async def test_nothing_is_remembered_while_switched_off_or_for_an_allowed_chat(

@@ -181,6 +181,22 @@ async def test_a_forged_press_is_refused_answered_and_changes_nothing(
     assert keyboard(now) == keyboard(message)
 
 
+async def test_a_press_whose_data_is_not_ascii_is_answered_no_longer_valid(
+    served: ServedApp, mailbox: JmapClient
+) -> None:
+    """Catches `buttons.verify` comparing `str` MACs with `hmac.compare_digest`, which raises
+    TypeError on non-ASCII data (issue #32, finding 9): a traceback, a dead letter and a
+    spinner that never stops instead of "no longer valid"."""
+    email_id, message = await notified(served, "Not ASCII")
+    read = data_of(message, buttons.READ)
+    for forged in (read[0] + "é" * 16 + email_id, read[0] + read[1:16] + "…" + read[17:]):
+        answer = await press(served, message, forged)
+        assert answer["text"] == "这个按钮已失效"
+    [mail] = await mailbox.get_emails([email_id])
+    assert "$seen" not in mail.keywords
+    assert await served.redis.xlen(keys.dlq(keys.STREAM_TELEGRAM)) == 0
+
+
 async def test_a_button_pressed_twice_does_the_work_once(
     served: ServedApp, mailbox: JmapClient
 ) -> None:

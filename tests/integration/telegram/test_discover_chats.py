@@ -74,7 +74,7 @@ async def test_with_a_webhook_set_the_refused_chats_answer_and_say_so(
     when the service knows who wrote: the chats its webhook refused."""
     headers = await login(client)
     await telegram_emulator.set_webhook(bot.token, "https://bot.example.com/webhook/tg")
-    await refused.record(redis_client, bot.chat_id, "Ada (@ada_l)")
+    await refused.record(redis_client, bot.chat_id, "Ada (@ada_l)", 1)
     response = await client.post(ROUTE, headers=headers, json={
         "bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url})
     assert response.status_code == 200, response.text
