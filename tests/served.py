@@ -15,12 +15,14 @@ import redis.asyncio as aioredis
 import uvicorn
 
 from messageweave.app import create_app
+from messageweave.services import Services
 from messageweave.store import keys
 from tests.helpers import (
     CYRUS_PASSWORD,
     CYRUS_USER,
     configure,
     enqueue_mail,
+    fastapi_of,
     free_port,
     sample_wire,
     save_wire,
@@ -66,6 +68,14 @@ class ServedApp:
     emulator: TelegramEmulator
     wire: dict[str, Any]
     admin: dict[str, str]  # an admin session: the operator API needs one (the worker token: 403)
+    asgi: object | None = None  # the app served over HTTPS (`services` reads its state)
+
+    @property
+    def services(self) -> Services:
+        """The served app's own `Services`, to run a worker step in the test (over HTTPS)."""
+        assert self.asgi is not None, "only served_over_https keeps its app"
+        services: Services = fastapi_of(self.asgi).state.services
+        return services
 
     @property
     def url(self) -> str:
@@ -113,7 +123,7 @@ class ServedApp:
 async def served_app(
     client: httpx.AsyncClient, redis: aioredis.Redis, cyrus: CyrusServer,
     emulator: TelegramEmulator, *, outbound: dict[str, int] | None = None,
-    **wire: object,
+    asgi: object | None = None, **wire: object,
 ) -> AsyncIterator[ServedApp]:
     """The app behind `client`, rate limits lifted, configured with `peer_wire(**wire)` (and
     `outbound`) and switched on; the emulator's injected failures are cleared afterwards."""
@@ -121,7 +131,7 @@ async def served_app(
     full_wire = peer_wire(cyrus, emulator, **wire)
     admin = await configure(client, full_wire, outbound, applied=True)
     try:
-        yield ServedApp(client, redis, cyrus, emulator, full_wire, admin)
+        yield ServedApp(client, redis, cyrus, emulator, full_wire, admin, asgi)
     finally:
         await emulator.clear_failures(full_wire["bot_token"])
 
@@ -146,13 +156,14 @@ async def served_over_https(
     certificate), so an emulator that trusts the test CA can call its webhook the way Telegram
     does (Telegram only calls https URLs)."""
     port = free_port()
+    asgi = create_app(settings_for(redis_url))
     server = uvicorn.Server(uvicorn.Config(
-        create_app(settings_for(redis_url)), host="127.0.0.1", port=port,
+        asgi, host="127.0.0.1", port=port,
         ssl_certfile=str(cyrus.server_cert), ssl_keyfile=str(cyrus.server_key),
         log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=3,
     ))
     api = httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=cyrus.ssl_context(),
                             timeout=15, trust_env=False)
     async with serving(server), api, served_app(api, redis, cyrus, emulator, outbound=outbound,
-                                                **wire) as app:
+                                                asgi=asgi, **wire) as app:
         yield app

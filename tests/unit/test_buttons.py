@@ -121,3 +121,14 @@ def test_a_press_we_cannot_place_in_a_chat_is_left_alone() -> None:
     answer, so the update is only acknowledged (like the kinds of update the bot ignores)."""
     update = parse_update({"update_id": 6, "callback_query": {"id": "1", "data": "x"}}, CFG)
     assert update.fields == {"update_id": "6"}
+
+
+def test_an_attachment_button_moved_onto_another_mail_is_refused() -> None:
+    """Catches an attachment button whose MAC leaves the mail's id out (issue #32, finding 10:
+    the forge test only forged Read buttons): the signature and index of one mail's file
+    button, put before another mail's id, must not upload that mail's attachment."""
+    data = buttons.callback_data(CFG, buttons.FILE, MAIL, 2)
+    assert data is not None and buttons.verify(CFG, data) == buttons.Button(buttons.FILE, MAIL, 2)
+    other = "M" + "0" * 24
+    assert buttons.verify(CFG, data[:-len(MAIL)] + other) is None
+    assert buttons.verify(CFG, data[:-1] + ("5" if data[-1] != "5" else "6")) is None

@@ -160,3 +160,26 @@ async def test_a_poller_that_dies_mid_batch_loses_and_doubles_nothing(
     texts = [m.text for m in await polled.emulator.sent_messages(polled.token, polled.chat)]
     assert sorted(_answered(texts).items()) == [(f"k{n}", 1) for n in range(5)]
     assert (await polled.emulator.pending_updates(polled.token)).pending == []
+
+
+async def test_a_poller_whose_lease_expired_cannot_move_the_offset(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Catches `SAVE_OFFSET` without its lease check (issue #32, finding 10: no test ran it
+    with a lease that was no longer ours). A poller paused past its lease (a GC pause, a
+    partition) while another instance took over must not store its offset: it would confirm
+    to Telegram updates the new holder has not queued, or move the offset under it."""
+    token = "123456:ABC"
+    paused = Lock(redis_client, keys.TELEGRAM_POLL_LOCK, keys.TELEGRAM_POLL_LOCK_TTL_S)
+    assert await paused.acquire()
+    assert await receivers.save_offset(redis_client, paused, token, 10)
+    await redis_client.pexpire(keys.TELEGRAM_POLL_LOCK, 1)  # the lease runs out in Redis
+
+    async def expired() -> bool:
+        return not await redis_client.exists(keys.TELEGRAM_POLL_LOCK)
+    await eventually(expired, "the paused poller's lease to expire")
+    taker = Lock(redis_client, keys.TELEGRAM_POLL_LOCK, keys.TELEGRAM_POLL_LOCK_TTL_S)
+    assert await taker.acquire()
+    assert await receivers.save_offset(redis_client, taker, token, 12)
+    assert not await receivers.save_offset(redis_client, paused, token, 15)
+    assert await receivers.read_offset(redis_client, token) == 12
