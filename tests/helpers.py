@@ -713,10 +713,12 @@ def keyboard(message: SentMessage) -> list[tuple[str, str]]:
             for b in row]
 
 
-async def press(served: ServedApp, message: SentMessage, data: str) -> dict[str, Any]:
-    """Press a button under `message`; the bot's answer to that press (answerCallbackQuery)."""
+async def press(served: ServedApp, message: SentMessage, data: str,
+                from_id: int | None = None) -> dict[str, Any]:
+    """Press a button under `message` (as the user `from_id`, default the chat's); the bot's
+    answer to that press (answerCallbackQuery)."""
     pressed = await served.emulator.press_button(served.token, message.chat_id,
-                                                 message.message_id, data)
+                                                 message.message_id, data, from_id=from_id)
     assert pressed.status == 204, pressed
     mine: list[dict[str, Any]] = []
 

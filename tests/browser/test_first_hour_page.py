@@ -154,7 +154,7 @@ def test_every_field_has_a_help_line_that_explains_it(
                 .find(h => h && h.classList.contains('hint'));
             return [el.id.replace(/^(f|rt)-/, ''), help ? help.textContent.trim() : ''];
         })""")
-    assert len(helps) == 32  # bot language, how messages and mail arrive: issue #22; Read: #25
+    assert len(helps) == 33  # bot language, message and mail ways: #22; Read: #25; owners: #32
     assert [name for name, text in helps if not text] == []
     text = dict(helps)
     assert "Telegram's servers" in text["read_in_chat"]  # what switching Read on means
@@ -316,4 +316,4 @@ def test_help_lines_exist_in_both_languages_with_no_missing_key(
         return {count: helps.length, missing: mw.missing,
                 wrong: helps.filter(h => h.textContent !== table[h.dataset.i18n]).length};
     }""")
-    assert report == {"count": 35, "missing": [], "wrong": 0}  # 31 + the rules card's 4
+    assert report == {"count": 36, "missing": [], "wrong": 0}  # 32 + the rules card's 4

@@ -122,7 +122,8 @@ def test_from_the_bot_token_alone_to_ready_without_a_public_url(
     """Catches the first hour's dead ends (issue #22): the chat id's help said "write /start,
     then pick your chat", but nothing listed the chat before a configuration was saved (and a
     save needs the chat id); the first save left processing off while the card said "Ready";
-    the form proposed Asia/Shanghai and Chinese to a Berlin browser. The emulator plays the
+    the form proposed Asia/Shanghai and Chinese to a Berlin browser; (issue #32) a stranger
+    writing to the bot with the owner's name offered as the owner's chat. The emulator plays the
     owner writing /start with no webhook set (queued for getUpdates); the page finds the chat
     from the typed token alone, fills the chat id and the allowlist, saves, and the status card
     says every check passed only once the bot hears (long polling) and mail push works
@@ -142,18 +143,24 @@ def test_from_the_bot_token_alone_to_ready_without_a_public_url(
         "Type the bot token first: the chats are asked of Telegram with it.")
     page.fill("#f-bot_token", token)
     page.fill("#f-telegram_api_base_url", telegram_emulator.base_url)
-    page.click("#discover-chats")
-    expect(page.locator("#discover-msg")).to_contain_text("No chat has written to this bot yet")
+    page.click("#discover-chats")  # issue #32: a one-time code to send, and its link
+    expect(page.locator("#discover-msg")).to_contain_text("send the bot")
+    code = page.locator("#discover-command").inner_text().removeprefix("/start ")
+    expect(page.locator("#discover-link")).to_have_attribute(
+        "href", f"https://t.me/TestNameBot?start={code}")
+    _sync(telegram_emulator.send_user_message(  # a stranger with the owner's name, no code
+        token, OWNER + 1, "/start", first_name="Ada", username="ada_l"))
     delivery = _sync(telegram_emulator.send_user_message(
-        token, OWNER, "/start", first_name="Ada", username="ada_l"))
+        token, OWNER, f"/start {code}", first_name="Ada", username="ada_l"))
     assert delivery.queued  # no webhook: it waits for getUpdates
     page.click("#discover-chats")
     expect(page.locator("#discover-msg")).to_have_text("Pick your chat:")
     choice = page.locator("#discover-list button")
-    expect(choice).to_have_text([f"Ada (@ada_l) · {OWNER} · private chat"])
+    expect(choice).to_have_text([f"Ada (@ada_l) · {OWNER} · private chat · user {OWNER}"])
     shot(page, "find-my-chat")
     choice.click()
     expect(page.locator("#f-telegram_chat_id")).to_have_value(str(OWNER))
+    expect(page.locator("#f-owner_user_ids")).to_have_value(str(OWNER))
     expect(page.locator("#f-chat_allowlist")).to_have_value(str(OWNER))
     expect(page.locator("#discover-list li")).to_have_count(0)
     assert _sync(telegram_emulator.pending_updates(token)).confirmed_offset == 0  # left alone
@@ -167,8 +174,8 @@ def test_from_the_bot_token_alone_to_ready_without_a_public_url(
         page.click("#biz-save")
     body = json.loads(sent.value.post_data or "{}")
     assert (body["timezone"], body["bot_language"], body["telegram_chat_id"],
-            body["chat_allowlist"], body["telegram_updates"], body["push_mode"]) == (
-        "Europe/Berlin", "en", OWNER, [OWNER], "auto", "auto")
+            body["chat_allowlist"], body["owner_user_ids"], body["telegram_updates"],
+            body["push_mode"]) == ("Europe/Berlin", "en", OWNER, [OWNER], [OWNER], "auto", "auto")
     expect(page.locator("#biz-msg")).to_have_text(
         "Saved and hot-reloaded. Revision 1. Processing is switched on.")
     expect(page.locator("#enabled")).to_be_checked()

@@ -320,6 +320,7 @@ class TelegramEmulator:
         data: str,
         *,
         from_id: int | None = None,
+        username: str | None = None,
     ) -> Pressed:
         """Play the human pressing a button under the bot's message `message_id` in `chat_id`
         (None: a press without a message). `data` is sent as is, as a modified client could,
@@ -330,6 +331,8 @@ class TelegramEmulator:
             body["message_id"] = message_id
         if from_id is not None:
             body["from_id"] = from_id
+        if username is not None:
+            body["username"] = username
         result = await self._control("/control/callback", body)
         delivery = result["delivery"]
         return Pressed(

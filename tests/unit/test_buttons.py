@@ -102,11 +102,12 @@ def _press(chat: int, **message: object) -> dict[str, object]:
 
 
 def test_the_webhook_keeps_what_the_worker_needs_of_a_press() -> None:
-    """Catches a press queued without its query id (it could not be answered) or its
-    message (the keyboard could not be edited), or a topic reply sent outside the topic."""
+    """Catches a press queued without its query id (it could not be answered), its message
+    (the keyboard could not be edited) or who pressed (issue #32: only an owner may read), or
+    a topic reply sent outside the topic. The presser's name is not kept."""
     update = parse_update(_press(4242), CFG)
     assert update.fields == {"update_id": "5", "chat_id": "4242", "callback_id": "4382",
-                             "callback_data": "rXYZ", "message_id": "9"}
+                             "callback_data": "rXYZ", "message_id": "9", "from_id": "4242"}
     topic = parse_update(_press(4242, message_thread_id=7, is_topic_message=True), CFG)
     assert topic.fields["thread_id"] == "7"
 

@@ -50,10 +50,13 @@ CFG = parse_wire(sample_wire(chat_allowlist=[4242]))
 
 
 def test_update_keeps_only_what_the_worker_needs() -> None:
+    """Catches (issue #32) the sender's user id dropped (only an owner may read and send), or
+    more of the sender kept than that id (a name)."""
     update = parse_update({"update_id": 7, "message": {
-        "chat": {"id": 4242, "type": "private"}, "text": "/help", "from": {"id": 1},
-        "entities": []}}, CFG)
-    assert update.fields == {"update_id": "7", "chat_id": "4242", "text": "/help"}
+        "chat": {"id": 4242, "type": "private"}, "text": "/help",
+        "from": {"id": 1, "first_name": "Ada", "username": "ada"}, "entities": []}}, CFG)
+    assert update.fields == {"update_id": "7", "chat_id": "4242", "from_id": "1",
+                             "text": "/help"}
     assert parse_update({"update_id": 8, "edited_message": {}}, CFG).fields == {
         "update_id": "8"}
 

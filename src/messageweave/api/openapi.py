@@ -101,6 +101,8 @@ def _wire_field(name: str) -> dict[str, Any]:
         "retry_window_s": {"type": "integer", "minimum": 0,
                            "maximum": features.RETRY_WINDOW_MAX_S},
         "read_in_chat": {"type": "boolean"},
+        "owner_user_ids": {"type": "array", "maxItems": features.MAX_OWNERS, "items": {
+            "type": "integer", "minimum": 1, "maximum": features.USER_ID_MAX}},
     }
     return others.get(name, {"type": "integer"})
 

@@ -1,7 +1,8 @@
 """`/api/telegram/register-webhook`: point the bot's webhook at this service;
 `/api/telegram/delete-webhook`: remove it again (its pending updates stay: the poller takes them);
 `/api/telegram/refused-chats`: the chats it refused lately, to find the id to allow;
-`/api/telegram/discover-chats`: the chats that wrote to a bot, from its token alone (issue #22)."""
+`/api/telegram/discover-chats`: the chats that sent the page's one-time code to a bot, from its
+token alone (issues #22, #32)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from messageweave.logs import scrub
 from messageweave.ops import audit
 from messageweave.pipeline import ingress
 from messageweave.services import Services
+from messageweave.store import discover
 from messageweave.store.receivers import webhook_changed
 
 log = logging.getLogger(__name__)
@@ -131,34 +133,55 @@ def _bot_api_of(svc: Services, body: bytes) -> tuple[str, str]:
 
 @router.post("/api/telegram/discover-chats")
 async def post_discover_chats(request: Request) -> JSONResponse:
-    """Who wrote to the bot, from its token alone: `getUpdates` with `timeout=0` and no
-    offset, so nothing is confirmed and every update stays for the service's own receiver.
-    Answers ids, names and chat types, never a message's text; writes nothing. Telegram's 409
-    (a webhook is set, or another program long-polls this token) answers from the chats this
-    service refused instead (`source: "refused_chats"`, `conflict: true`)."""
+    """Who sent "Find my chat"'s one-time code (`store.discover`, made here when none is in
+    force) to the bot, from its token alone: `getUpdates` with `timeout=0` and no offset, so
+    nothing is confirmed and every update stays for the service's own receiver. Answers the
+    code, the bot's `t.me` link (None when getMe does not name the bot) and the chats that sent
+    `/start <code>` with the sender's user id, never a message's text; a code that found its
+    chat is spent. Telegram's 409 (a webhook is set, or another program long-polls this token)
+    answers no chat (`conflict: true`): the updates cannot be read, and a refused chat's name
+    proves nothing."""
     await require_admin(request)
     svc = services(request)
     await svc.config.refresh()  # "the stored one" is the newest stored one
     token, base = _bot_api_of(svc, await request.body())
     client = TelegramClient(token, api_base_url=base,
                             timeout_s=svc.config.outbound.telegram_timeout_ms / 1000)
+    updates: list[object] = []
+    conflict = False
     try:
-        updates = await client.get_updates(None, timeout_s=0, limit=DISCOVER_LIMIT)
-    except TelegramSendError as exc:
-        if exc.failure_class is FailureClass.CONFLICT:
-            try:
-                refused = await ingress.refused_chats(svc.redis, ())
-            except RedisError as redis_exc:
-                raise service_unavailable() from redis_exc
-            chats = [ingress.WroteChat(chat.chat_id, chat.name, None) for chat in refused]
-            return JSONResponse({"chats": [chat.to_json() for chat in chats],
-                                 "source": "refused_chats", "conflict": True})
-        log.warning("chat discovery refused: %s", exc.failure_class)
-        if exc.failure_class is FailureClass.AUTH:
-            raise invalid_configuration("BOT_TOKEN was refused by Telegram") from exc
-        raise telegram_failed(svc, exc) from exc
+        try:
+            updates = await client.get_updates(None, timeout_s=0, limit=DISCOVER_LIMIT)
+        except TelegramSendError as exc:
+            if exc.failure_class is not FailureClass.CONFLICT:
+                log.warning("chat discovery refused: %s", exc.failure_class)
+                if exc.failure_class is FailureClass.AUTH:
+                    raise invalid_configuration("BOT_TOKEN was refused by Telegram") from exc
+                raise telegram_failed(svc, exc) from exc
+            conflict = True
+        try:  # made only once the token is known good: a refused one writes nothing
+            code = await discover.current_code(svc.redis)
+        except RedisError as exc:
+            raise service_unavailable() from exc
+        link = await _start_link(client, code.code)
     finally:
         await client.aclose()
-    chats = ingress.chats_of_updates(updates)
-    return JSONResponse({"chats": [chat.to_json() for chat in chats], "source": "telegram",
-                         "conflict": False})
+    chats = ingress.chats_of_updates(updates, code.code)
+    if chats:
+        try:
+            await discover.spend_code(svc.redis, code.code)
+        except RedisError as exc:
+            raise service_unavailable() from exc
+    return JSONResponse({"chats": [chat.to_json() for chat in chats], "conflict": conflict,
+                         "code": code.code, "expires_in_s": code.expires_in_s, "link": link})
+
+
+async def _start_link(client: TelegramClient, code: str) -> str | None:
+    """`https://t.me/<bot>?start=<code>`: opening it sends `/start <code>` from the owner's
+    Telegram. None when getMe fails or names no username (the page shows the command)."""
+    try:
+        username = (await client.get_me()).username
+    except TelegramSendError:
+        return None
+    named = username.isascii() and username.replace("_", "").isalnum()
+    return f"https://t.me/{username}?start={code}" if named else None

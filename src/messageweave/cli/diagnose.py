@@ -19,6 +19,7 @@ from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.live import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.eventsource import read_in_force
+from messageweave.pipeline import owners
 from messageweave.pipeline.polling import updates_label
 from messageweave.probes import jmap_session_failure, probe_telegram_get_me
 from messageweave.settings import Settings
@@ -79,6 +80,7 @@ async def _with_redis(settings: Settings, redis: Redis) -> list[Check]:
                                "save a configuration on the admin page or run "
                                "`messageweave bootstrap --file config.json`")]
     checks.append(_ok("configuration", "stored and valid"))
+    checks.append(_owners(cfg))
     checks.append(await _enabled(store))
     checks.extend(await _peers(cfg))
     checks.append(await _updates(redis, cfg, await store.enabled()))
@@ -86,6 +88,17 @@ async def _with_redis(settings: Settings, redis: Redis) -> list[Check]:
     checks.extend(await _queues(redis))
     checks.extend(await _waiting(redis, cfg, time.time()))
     return checks
+
+
+def _owners(cfg: BusinessConfig) -> Check:
+    """Who may read mail and send from the chat (`pipeline.owners`, issue #32)."""
+    if owners.unguarded_group(cfg):
+        return Check("owners", "warn", "the notification chat is a group and no owner is "
+                     "listed: every member may read mail and send replies",
+                     "use \"Find my chat\" on the admin page (or set owner_user_ids)")
+    listed = len(cfg.owner_user_ids)
+    return _ok("owners", f"{listed} Telegram user(s) listed" if listed
+               else "the user of the private notification chat")
 
 
 async def _enabled(store: ConfigStore) -> Check:

@@ -37,6 +37,8 @@ MAX_RULE_NAME_CHARS = 64
 MAX_RULE_FROM_CHARS = 320
 MAX_RULE_SUBJECT_CHARS = 200
 MAX_RULE_ROLE_CHARS = 64
+MAX_OWNERS = 20
+USER_ID_MAX = 2**63 - 1
 # 0 turns the digest off; otherwise a pass must find more than this many mails for one chat.
 DIGEST_THRESHOLD_MAX = 1000
 
@@ -259,6 +261,16 @@ def parse_read_in_chat(value: object) -> bool:
     return value
 
 
+def parse_owner_user_ids(value: object) -> tuple[int, ...]:
+    """Issue #32: the Telegram users who may read mail and send replies from the chat (a
+    user id is positive: Bot API `User.id`)."""
+    if (not isinstance(value, list | tuple) or len(value) > MAX_OWNERS
+            or not all(is_int(v) and 0 < v <= USER_ID_MAX for v in value)):
+        raise FeatureInvalid(f"OWNER_USER_IDS must list at most {MAX_OWNERS} Telegram user ids "
+                             "(positive integers)")
+    return tuple(dict.fromkeys(value))
+
+
 PARSERS = {
     "notify_rules": parse_rules,
     "quiet_hours": parse_quiet_hours,
@@ -268,6 +280,7 @@ PARSERS = {
     "push_mode": parse_push_mode,
     "retry_window_s": parse_retry_window,
     "read_in_chat": parse_read_in_chat,
+    "owner_user_ids": parse_owner_user_ids,
 }
 
 

@@ -182,10 +182,13 @@ class BusinessConfig:
     # Issue #25: the Read button and `/read` send a mail's text into the chat (through
     # Telegram's servers); off hides the button and refuses the command.
     read_in_chat: bool = True
+    # Issue #32: who may read and send from the chat (`pipeline.owners`); () = see there.
+    owner_user_ids: tuple[int, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         wire = dataclasses.asdict(self)
         wire["chat_allowlist"] = list(self.chat_allowlist)
+        wire["owner_user_ids"] = list(self.owner_user_ids)
         wire["notify_mailbox_roles"] = list(self.notify_mailbox_roles)
         wire["notify_rules"] = [rule.to_wire() for rule in self.notify_rules]
         wire["quiet_hours"] = None if self.quiet_hours is None else self.quiet_hours.to_wire()
@@ -230,7 +233,7 @@ def empty_values() -> dict[str, Any]:
         "audit_interval_s": DEFAULT_AUDIT_INTERVAL_S, "audit_window_s": DEFAULT_AUDIT_WINDOW_S,
         "jmap_ca_pem": None, "notify_rules": [], "quiet_hours": None, "digest_threshold": 0,
         "bot_language": DEFAULT_BOT_LANGUAGE, "telegram_updates": "auto", "push_mode": "auto",
-        "retry_window_s": DEFAULT_RETRY_WINDOW_S, "read_in_chat": True,
+        "retry_window_s": DEFAULT_RETRY_WINDOW_S, "read_in_chat": True, "owner_user_ids": [],
     }
 
 

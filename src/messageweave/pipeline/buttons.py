@@ -39,7 +39,7 @@ from messageweave.config.features import BotLanguage
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.jmap import BlobTooLarge, JmapClient, JmapError, JmapSetError
-from messageweave.pipeline import reading, reply, summarize
+from messageweave.pipeline import owners, reading, reply, summarize
 from messageweave.services import Services
 from messageweave.store import callbacks, drafts
 
@@ -50,6 +50,9 @@ ACTIONS = (SUMMARY, READ, ARCHIVE)  # the notification's first row
 READ_MAIL, FILE = "v", "f"  # issue #25: Read (its own row), an attachment of a Read reply
 DRAFT_ACTIONS = (reply.SEND, reply.CANCEL)  # a reply draft's buttons: they name the draft
 SIGNED = (*ACTIONS, READ_MAIL, FILE, *DRAFT_ACTIONS)
+# What reads the mailbox or sends from it: an owner's press only (`pipeline.owners`, issue #32).
+# Mark read and Archive stay with whoever was shown the notification.
+OWNERS_ONLY = (SUMMARY, READ_MAIL, FILE, *DRAFT_ACTIONS)
 # What Mark read and Archive leave behind, so a second press finds them done.
 LASTING = (READ, ARCHIVE)
 MAX_CALLBACK_BYTES = 64  # Telegram's limit on callback_data
@@ -165,6 +168,7 @@ class Press:
     data: str
     message_id: int | None = None
     thread_id: int | None = None
+    user_id: int | None = None  # who pressed (`owners.sender_of`)
 
     @classmethod
     def of(cls, entry_id: str, fields: Mapping[str, str]) -> Press:
@@ -175,7 +179,8 @@ class Press:
                 return None
 
         return cls(entry_id, fields["callback_id"], number("chat_id") or 0,
-                   fields.get("callback_data", ""), number("message_id"), number("thread_id"))
+                   fields.get("callback_data", ""), number("message_id"), number("thread_id"),
+                   owners.sender_of(fields))
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,10 @@ async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list
     if button is None:
         log.info("a button press with data we did not sign was refused")
         await _answer(telegram, press, table["notice_invalid"])
+        return []
+    if button.action in OWNERS_ONLY and not owners.may_act(cfg, press.user_id):
+        log.info("a button press from a user who is not an owner was refused")
+        await _answer(telegram, press, table["not_owner"])
         return []
     try:
         if button.action == SUMMARY:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from messageweave.chat import consent, intents, replies
@@ -20,12 +20,16 @@ from messageweave.chat.telegram import PLAIN, SendOptions
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
-from messageweave.pipeline import buttons, reading, reply, search, summarize
+from messageweave.pipeline import buttons, owners, reading, reply, search, summarize
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 256
+
+
+# What reads the mailbox or sends from it: only an owner's (`pipeline.owners`, issue #32).
+_OWNERS_ONLY = (intents.Read, intents.ReplyMail, intents.Search, intents.Summary)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,16 @@ class IncomingMessage:
     # A Telegram reply (issue #25): the signed data of the replied-to message's first button
     # (`ingress.parse_update`), which names the mail a notification was about.
     reply_to: str | None = None
+    # Who wrote (`owners.sender_of`): reading and sending are an owner's. None: a private
+    # chat's user, else no one.
+    user_id: int | None = None
+
+    @classmethod
+    def of(cls, chat_id: int, text: str, entry_id: str,
+           fields: Mapping[str, str]) -> IncomingMessage:
+        """The message of a `stalwart:telegram` entry (`ingress.parse_update`'s fields)."""
+        return cls(chat_id, text, entry_id, fields.get("reply_to_data"),
+                   owners.sender_of(fields))
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,11 @@ async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) ->
     if needs_no_reply(message.text, message.reply_to):
         return []
     intent = _replying(message, ctx.config) or intents.parse_intent(message.text)
+    sender = message.user_id if message.user_id is not None else owners.sender_of(
+        {"chat_id": str(message.chat_id)})
+    if isinstance(intent, _OWNERS_ONLY) and not owners.may_act(ctx.config, sender):
+        log.info("a mailbox action from a user who is not an owner was refused")
+        return [Reply(message.chat_id, replies.texts(ctx.config.bot_language)["not_owner"])]
     if isinstance(intent, intents.Read):
         return await _read(intent.email_id, message.chat_id, ctx)
     if isinstance(intent, intents.ReplyMail):

@@ -242,7 +242,7 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
         return []  # not a text message: acknowledged, no reply
     ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.jmap)
     try:
-        incoming = IncomingMessage(chat_id, text, entry.id, entry.fields.get("reply_to_data"))
+        incoming = IncomingMessage.of(chat_id, text, entry.id, entry.fields)
         replies = await reply_to_update(incoming, ctx)
     except JmapError as exc:
         raise jmap_failure(exc) from exc

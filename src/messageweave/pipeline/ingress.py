@@ -42,8 +42,9 @@ class Update:
 
 
 def parse_update(body: object, cfg: BusinessConfig) -> Update:
-    """Keep only what the worker needs: update_id, and the message's chat id and text, or of a
-    button press (`callback_query`) its id, data, chat, message and topic."""
+    """Keep only what the worker needs: update_id, and the message's chat id, sender's user id
+    and text, or of a button press (`callback_query`) its id, data, chat, presser's user id,
+    message and topic. The user id decides who may read and send (`pipeline.owners`)."""
     if not isinstance(body, dict) or not is_int(body.get("update_id")):
         raise InvalidUpdate
     update_id = int(body["update_id"])
@@ -63,6 +64,7 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
     if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
         raise ChatNotAllowed(chat_id, _chat_name(chat, message.get("from")), update_id)
     fields["chat_id"] = str(chat_id)
+    fields |= _sender_field(message.get("from"))
     text = message.get("text")
     if isinstance(text, str):
         fields["text"] = text
@@ -70,6 +72,14 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
     if replied is not None:
         fields["reply_to_data"] = replied
     return Update(update_id, fields)
+
+
+def _sender_field(sender: object) -> dict[str, str]:
+    """`from_id`: the Telegram user id of who wrote or pressed (Bot API `from.id`), nothing
+    else of them; {} when the update has none (a channel post)."""
+    if isinstance(sender, dict) and is_int(sender.get("id")):
+        return {"from_id": str(int(sender["id"]))}
+    return {}
 
 
 def _replied_data(replied: object) -> str | None:
@@ -99,7 +109,8 @@ def _callback_fields(query: object, cfg: BusinessConfig, update_id: int) -> dict
     if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
         raise ChatNotAllowed(chat_id, _chat_name(chat, sender), update_id)
     # Both are at most 64 characters from Telegram; longer ones are cut, never stored whole.
-    fields = {"chat_id": str(chat_id), "callback_id": callback_id[:64], "callback_data": data[:64]}
+    fields = {"chat_id": str(chat_id), "callback_id": callback_id[:64], "callback_data": data[:64],
+              **_sender_field(sender)}
     pressed = message if isinstance(message, dict) else {}
     if is_int(pressed.get("message_id")):
         fields["message_id"] = str(pressed["message_id"])
@@ -122,57 +133,57 @@ def _chat_name(chat: dict[str, Any], sender: object) -> str:
 
 @dataclass(frozen=True)
 class WroteChat:
-    """A chat that wrote to the bot, as `POST /api/telegram/discover-chats` lists it: its id,
-    a short name (`_chat_name`) and Telegram's chat type (None when unknown)."""
+    """A chat that sent "Find my chat"'s code, as `POST /api/telegram/discover-chats` lists it:
+    its id, a short name (`_chat_name`), Telegram's chat type (None when unknown) and the user
+    id of who sent the code (the owner to be)."""
 
     chat_id: int
     name: str
     type: str | None
+    user_id: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"chat_id": self.chat_id, "name": self.name, "type": self.type}
+        return {"chat_id": self.chat_id, "name": self.name, "type": self.type,
+                "user_id": self.user_id}
 
 
-# The update fields that hold a Message (or a chat member change) with its `chat`.
-_CHAT_FIELDS = ("message", "edited_message", "channel_post", "edited_channel_post",
-                "my_chat_member", "chat_member")
-
-
-def _wrote_chat(update: object) -> WroteChat | None:
-    """The chat an update of getUpdates comes from, None when it names none. A button press
-    counts for the chat of its message, else for the presser's private chat."""
-    if not isinstance(update, dict):
+def start_code(text: object) -> str | None:
+    """The argument of `/start <code>` (also `/start@bot <code>`, as a group sends it), which a
+    `https://t.me/<bot>?start=<code>` link sends too; None for any other text."""
+    if not isinstance(text, str):
         return None
-    for name in _CHAT_FIELDS:
-        body = update.get(name)
-        if isinstance(body, dict) and isinstance(body.get("chat"), dict):
-            chat, sender = body["chat"], body.get("from")
-            break
-    else:
-        query = update.get("callback_query")
-        if not isinstance(query, dict):
-            return None
-        message, sender = query.get("message"), query.get("from")
-        chat = message.get("chat") if isinstance(message, dict) else None
-        if chat is None and isinstance(sender, dict):
-            chat = {**sender, "type": "private"}
-        if not isinstance(chat, dict):
-            return None
-    if not is_int(chat.get("id")):
+    parts = text.split()
+    if len(parts) != 2 or parts[0].split("@", 1)[0] != "/start":
+        return None
+    return parts[1]
+
+
+def _sent_code(update: object, code: str) -> WroteChat | None:
+    """The chat of a getUpdates update that is a message `/start <code>`, with its sender;
+    None for anything else. A button press, an edit or a name cannot stand in for the code."""
+    message = update.get("message") if isinstance(update, dict) else None
+    if not isinstance(message, dict) or start_code(message.get("text")) != code:
+        return None
+    chat, sender = message.get("chat"), message.get("from")
+    if (not isinstance(chat, dict) or not is_int(chat.get("id"))
+            or not isinstance(sender, dict) or not is_int(sender.get("id"))):
         return None
     kind = chat.get("type")
     return WroteChat(int(chat["id"]), _chat_name(chat, sender),
-                     kind if isinstance(kind, str) and kind.isidentifier() else None)
+                     kind if isinstance(kind, str) and kind.isidentifier() else None,
+                     int(sender["id"]))
 
 
-def chats_of_updates(updates: Iterable[object]) -> list[WroteChat]:
-    """The distinct chats of `updates` (getUpdates' answer, oldest first), the chat that wrote
-    last first. Only ids, names and types: never a message's text."""
-    found: dict[int, WroteChat] = {}
+def chats_of_updates(updates: Iterable[object], code: str) -> list[WroteChat]:
+    """The distinct chats of `updates` (getUpdates' answer, oldest first) in which someone sent
+    `/start <code>`, the latest first. Anyone can write to the bot with the owner's name: only
+    the code, which only the admin page shows, tells the owner's chat. Only ids, names and
+    types: never a message's text."""
+    found: dict[tuple[int, int], WroteChat] = {}
     for update in reversed(list(updates)):
-        chat = _wrote_chat(update)
-        if chat is not None and chat.chat_id not in found:
-            found[chat.chat_id] = chat
+        chat = _sent_code(update, code)
+        if chat is not None and (chat.chat_id, chat.user_id) not in found:
+            found[(chat.chat_id, chat.user_id)] = chat
     return list(found.values())
 
 

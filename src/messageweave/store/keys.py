@@ -150,6 +150,12 @@ REFUSED_CHATS_INFO = "telegram:refused:info"
 REFUSED_CHATS_MAX = 20
 REFUSED_CHATS_TTL_S = 604_800
 
+# --- "Find my chat"'s one-time code (messageweave.store.discover, issue #32) ---------------
+# The code the admin page tells the owner to send as `/start <code>`: only a chat that sent it
+# is offered. One at a time, made on demand, deleted once a chat that sent it was found.
+DISCOVER_CODE = "telegram:discover_code"
+DISCOVER_CODE_TTL_S = 600
+
 # --- notification buttons (messageweave.store.callbacks, issue #16) ------------------------
 # One key per (button action, mail): the stream entry working on it (EX `BUTTON_CLAIM_TTL_S`,
 # so a crashed attempt frees it), then `done` (EX `BUTTON_DONE_TTL_S`): a second press of Mark

@@ -20,8 +20,7 @@ from messageweave.store.scripts import Script
 NAME_MAX_CHARS = 64
 
 # KEYS: chats (the sorted set), info (the hash)
-# ARGV: chat_id, name ("" = keep the one stored), now (Unix s, fractional), max_chats, ttl,
-# update_id
+# ARGV: chat_id, name ("" = keep stored), now (Unix s, fractional), max_chats, ttl, update_id
 # → 1. One refusal: refresh the chat's last-seen time, count it unless it is the update counted
 # last for this chat (a redelivery), then drop the chats not seen within the TTL and the oldest
 # beyond the cap, hash fields included.

@@ -9,7 +9,7 @@ export const FIELDS = [
   ["jmap_session_url", "text"], ["jmap_username", "text"], ["jmap_password", "secret"],
   ["account_id", "nullable"], ["jmap_ca_pem", "pem"], ["notify_mailbox_roles", "strlist"],
   ["reconcile_interval_s", "int"], ["bot_token", "secret"], ["telegram_chat_id", "int"],
-  ["chat_allowlist", "intlist"], ["telegram_webhook_secret", "secret"],
+  ["chat_allowlist", "intlist"], ["owner_user_ids", "intlist"], ["telegram_webhook_secret", "secret"],
   ["reconcile_token", "secret"], ["worker_token", "secret"],
   ["telegram_api_base_url", "text"], ["delivery_policy", "choice"],
   ["llm_enabled", "bool"], ["llm_allow_net", "bool"], ["llm_base_url", "nullable"],

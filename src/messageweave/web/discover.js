@@ -1,10 +1,12 @@
-// The business form's "Find my chat" (issue #22): the chats that wrote to the bot, asked of
-// Telegram (`POST /api/telegram/discover-chats`) with the token typed in, or the saved one,
-// before anything needs saving; one click fills the chat id and, when it is empty, the allowed
-// chat ids.
+// The business form's "Find my chat" (issues #22, #32): the chats where the page's one-time
+// code was sent to the bot as `/start <code>`, asked of Telegram
+// (`POST /api/telegram/discover-chats`) with the token typed in, or the saved one, before
+// anything needs saving; one click fills the chat id, the owner (the user who sent the code)
+// and, when it is empty, the allowed chat ids. A group as the chat with no owner listed is
+// warned of: every member of it could read mail and send.
 import { api, reasonOf, session } from "./api.js";
 import { businessLabelKey, withLabels } from "./business-form.js";
-import { hasSavedSecret, updateDirty } from "./business.js";
+import { hasSavedSecret, onReadback, updateDirty } from "./business.js";
 import { $, el, say } from "./dom.js";
 import { known, t } from "./i18n.js";
 
@@ -13,9 +15,16 @@ function clearChats() {
   say("discover-msg", "");
 }
 
+function ids(text) {
+  return text.split(/[\s,]+/).filter(Boolean);
+}
+
 function useChat(chat) {
   $("f-telegram_chat_id").value = String(chat.chat_id);
   $("f-telegram_chat_id").removeAttribute("aria-invalid");
+  const owners = $("f-owner_user_ids");
+  const listed = ids(owners.value);
+  if (!listed.includes(String(chat.user_id))) owners.value = listed.concat(String(chat.user_id)).join(", ");
   const allow = $("f-chat_allowlist");
   const added = allow.value.trim() === "";
   if (added) {
@@ -23,15 +32,37 @@ function useChat(chat) {
     allow.removeAttribute("aria-invalid");
   }
   $("discover-list").replaceChildren();
-  say("discover-msg", t(added ? "discover.filledBoth" : "discover.filled", { id: chat.chat_id }), "ok");
+  say("discover-msg", t(added ? "discover.filledBoth" : "discover.filled",
+    { id: chat.chat_id, user: chat.user_id }), "ok");
+  warnUnguarded();
   updateDirty();
 }
 
 function chatText(chat) {
   const type = chat.type && known("discover.type." + chat.type) ? t("discover.type." + chat.type) : null;
   const name = chat.name || t("discover.noName");
-  return type ? t("discover.chatTyped", { name: name, id: chat.chat_id, type: type })
-    : t("discover.chat", { name: name, id: chat.chat_id });
+  const values = { name: name, id: chat.chat_id, type: type, user: chat.user_id };
+  return t(type ? "discover.chatTyped" : "discover.chat", values);
+}
+
+// No chat sent the code yet: say what to send, and the link that sends it.
+function showCode(data) {
+  if (data.conflict) {
+    say("discover-msg", t("discover.conflict"), "error");
+    return;
+  }
+  const command = "/start " + data.code;
+  const parts = [el("span", { textContent: t("discover.send") + " " })];
+  parts.push(el("code", { id: "discover-command", textContent: command }));
+  if (data.link) {
+    parts.push(el("span", { textContent: " " + t("discover.orOpen") + " " }));
+    parts.push(el("a", { id: "discover-link", href: data.link, target: "_blank", rel: "noopener noreferrer",
+      textContent: data.link }));
+  }
+  parts.push(el("span", { textContent: " " + t("discover.then", { minutes: Math.ceil(data.expires_in_s / 60) }) }));
+  const msg = $("discover-msg");
+  msg.replaceChildren(...parts);
+  msg.className = "msg";
 }
 
 function showChats(data) {
@@ -40,16 +71,22 @@ function showChats(data) {
   list.replaceChildren(...chats.map(function (chat) {
     const button = el("button", { type: "button", textContent: chatText(chat) });
     button.dataset.chatId = String(chat.chat_id);
-    button.setAttribute("aria-label", t("discover.useFor", { id: chat.chat_id }));
+    button.dataset.userId = String(chat.user_id);
+    button.setAttribute("aria-label", t("discover.useFor", { id: chat.chat_id, user: chat.user_id }));
     button.addEventListener("click", function () { useChat(chat); });
     const li = el("li");
     li.appendChild(button);
     return li;
   }));
-  let key;
-  if (data.conflict) key = chats.length ? "discover.conflict" : "discover.conflictNone";
-  else key = chats.length ? "discover.pick" : "discover.none";
-  say("discover-msg", t(key), chats.length || data.conflict ? "" : "error");
+  if (chats.length) say("discover-msg", t("discover.pick"));
+  else showCode(data);
+}
+
+// A group (a negative id) as the notification chat and no owner: every member may read.
+function warnUnguarded() {
+  const chat = $("f-telegram_chat_id").value.trim();
+  const unguarded = /^-\d+$/.test(chat) && ids($("f-owner_user_ids").value).length === 0;
+  say("owners-warning", unguarded ? t("owners.unguarded") : "", unguarded ? "error" : "");
 }
 
 async function findChats() {
@@ -93,6 +130,10 @@ export function reset() {
 
 export function wire() {
   $("h-telegram_chat_id").after($("discover-msg"), $("discover-list"));  // the help first
+  $("h-owner_user_ids").after($("owners-warning"));
+  $("f-telegram_chat_id").addEventListener("input", warnUnguarded);
+  $("f-owner_user_ids").addEventListener("input", warnUnguarded);
+  onReadback(warnUnguarded);
   $("discover-chats").addEventListener("click", findChats);
   // Saved: "save the configuration to keep it" is no longer true.
   document.addEventListener("mw:saved", clearChats);

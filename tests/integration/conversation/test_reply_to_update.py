@@ -281,7 +281,8 @@ async def test_search_without_hits_and_without_a_query(chat: Chat, cyrus: CyrusS
 
 
 async def test_an_unreachable_mailbox_raises_so_the_update_is_retried(chat: Chat) -> None:
-    wire = sample_wire(jmap_session_url=f"https://127.0.0.1:{closed_port()}/")
+    wire = sample_wire(jmap_session_url=f"https://127.0.0.1:{closed_port()}/",
+                       telegram_chat_id=chat.chat_id, chat_allowlist=[chat.chat_id])
     async with JmapClient(wire["jmap_session_url"], "alice", "pw", timeout=2) as down:
         broken = Chat(chat.chat_id, chat.redis, down, parse_wire(wire), chat.outbound)
         with pytest.raises(JmapError):

@@ -59,6 +59,24 @@ async def test_diagnose_passes_on_a_healthy_setup(
     assert "warn telegram webhook" in out and "all checks passed" in out
 
 
+async def test_diagnose_warns_when_every_member_of_the_notification_group_may_read(
+    client: httpx.AsyncClient, embedded_redis_url: str, cyrus: CyrusServer,
+    telegram_emulator: TelegramEmulator, trust_cyrus: None,
+) -> None:
+    """Catches a group as `telegram_chat_id` with no owner listed passing in silence (issue
+    #32): every member of it may read the whole mailbox and send as the owner."""
+    group = -1_001_234_567_890
+    await _configure(client, peer_wire(cyrus, telegram_emulator, telegram_chat_id=group))
+    _, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
+    assert "warn owners: the notification chat is a group and no owner is listed" in out, out
+    assert "Find my chat" in out
+    session = await login(client)
+    assert (await client.put("/api/business-config", headers=session,
+                             json={"owner_user_ids": [4242]})).status_code == 200
+    _, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
+    assert "ok   owners: 1 Telegram user(s) listed" in out, out
+
+
 async def test_diagnose_fails_with_a_remedy_when_telegram_rejects_the_token(
     client: httpx.AsyncClient, embedded_redis_url: str, cyrus: CyrusServer,
     telegram_emulator: TelegramEmulator, trust_cyrus: None,

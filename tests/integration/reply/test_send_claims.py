@@ -68,8 +68,8 @@ async def _at_once(served: ServedApp, preview: SentMessage, monkeypatch: pytest.
             go.set()  # the other press has nobody left to wait for
 
     monkeypatch.setattr(JmapClient, "draft_state", meet)
-    presses = [buttons.Press(f"{n + 1}-0", f"at-once-{n}", served.chat, d, preview.message_id)
-               for n, d in enumerate(data)]
+    presses = [buttons.Press(f"{n + 1}-0", f"at-once-{n}", served.chat, d, preview.message_id,
+                             user_id=served.chat) for n, d in enumerate(data)]
     await asyncio.gather(*(work(p) for p in presses))
 
 

@@ -241,7 +241,7 @@ async def test_a_rule_routed_notification_keeps_its_buttons_and_topic(
     await press(served, message, data_of(message, buttons.READ))
     [mail] = await mailbox.get_emails([email_id])
     assert "$seen" in mail.keywords
-    await press(served, message, data_of(message, buttons.SUMMARY))
+    await press(served, message, data_of(message, buttons.SUMMARY), from_id=served.chat)  # owner
     reply = await replied(served, team)
     assert reply.params.get("message_thread_id") in (42, "42")
 

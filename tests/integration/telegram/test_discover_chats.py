@@ -18,6 +18,11 @@ async def _keys(redis: aioredis.Redis) -> list[str]:
     return sorted(k for k in await redis.keys("*") if k != "config:admin_session")
 
 
+def _discover_keys(keys: list[str]) -> list[str]:
+    """The keys but the one-time code, which a discovery makes."""
+    return [key for key in keys if key != "telegram:discover_code"]
+
+
 async def test_a_start_written_before_anything_is_saved_is_found_and_stays_unconfirmed(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, bot: BotChat,
     telegram_emulator: TelegramEmulator,
@@ -25,27 +30,62 @@ async def test_a_start_written_before_anything_is_saved_is_found_and_stays_uncon
     """Catches the first hour's dead end: the chat id field said "write /start, then pick your
     chat", but the chats card filled only through a webhook, which needs a saved configuration,
     which needs the chat id. Also catches a discovery that confirms the updates (an `offset`
-    would take them from the service's own poller later), stores anything, or repeats what the
-    owner wrote."""
+    would take them from the service's own poller later), stores anything but its code, or
+    repeats what the owner wrote."""
     headers = await login(client)
     before = await _keys(redis_client)
+    body = {"bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url}
+    first = await client.post(ROUTE, headers=headers, json=body)
+    assert first.status_code == 200, first.text
+    code = first.json()["code"]
+    assert first.json() == {"chats": [], "conflict": False, "code": code,
+                            "expires_in_s": first.json()["expires_in_s"],
+                            "link": f"https://t.me/TestNameBot?start={code}"}
+    assert 0 < first.json()["expires_in_s"] <= 600
     await telegram_emulator.send_user_message(
-        bot.token, bot.chat_id, "/start my secret words", first_name="Ada", username="ada_l")
+        bot.token, bot.chat_id, f"/start {code}", first_name="Ada", username="ada_l")
     group = -1_000_000_000_000 - bot.chat_id
-    await telegram_emulator.send_user_message(bot.token, group, "hello all", chat_type="group",
-                                              from_id=bot.chat_id)
-    await telegram_emulator.send_user_message(bot.token, bot.chat_id, "/start")
-    response = await client.post(ROUTE, headers=headers, json={
-        "bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url})
+    await telegram_emulator.send_user_message(bot.token, group, f"/start@TestNameBot {code}",
+                                              chat_type="group", from_id=bot.chat_id + 1)
+    await telegram_emulator.send_user_message(bot.token, bot.chat_id, "my secret words")
+    response = await client.post(ROUTE, headers=headers, json=body)
     assert response.status_code == 200, response.text
-    assert response.json() == {"source": "telegram", "conflict": False, "chats": [
-        {"chat_id": bot.chat_id, "name": "Test", "type": "private"},  # wrote last: first
-        {"chat_id": group, "name": "Test group", "type": "group"},
-    ]}
-    assert "secret" not in response.text and "hello" not in response.text
+    assert response.json()["chats"] == [
+        {"chat_id": group, "name": "Test group", "type": "group", "user_id": bot.chat_id + 1},
+        {"chat_id": bot.chat_id, "name": "Ada (@ada_l)", "type": "private",
+         "user_id": bot.chat_id},
+    ]
+    assert "secret" not in response.text
     queue = await telegram_emulator.pending_updates(bot.token)
     assert len(queue.pending) == 3 and queue.confirmed_offset == 0
-    assert await _keys(redis_client) == before
+    assert _discover_keys(await _keys(redis_client)) == before
+    again = await client.post(ROUTE, headers=headers, json=body)  # the code was spent
+    assert again.json()["code"] != code and again.json()["chats"] == []
+
+
+async def test_a_stranger_with_the_owners_name_is_not_offered_without_the_code(
+    client: httpx.AsyncClient, bot: BotChat, telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches "Find my chat" handing the bot to a stranger (issue #32, finding 6): the latest
+    writer was listed first, so anyone who knew the bot's name could write to it as
+    `Alice (@alice)` after the owner and be picked with one click. Only the chat that sent the
+    page's code is offered, with its sender's user id; an old code, a plain `/start`, a code in
+    a longer text or a button press do not count."""
+    headers = await login(client)
+    body = {"bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url}
+    code = (await client.post(ROUTE, headers=headers, json=body)).json()["code"]
+    owner, stranger = bot.chat_id, bot.chat_id + 7
+    await telegram_emulator.send_user_message(bot.token, owner, f"/start {code}",
+                                              first_name="Alice", username="alice")
+    for text in ("/start", f"/start {code}0", f"hello /start {code}", "/start 0123456789"):
+        await telegram_emulator.send_user_message(bot.token, stranger, text,
+                                                  first_name="Alice", username="alice")
+    response = await client.post(ROUTE, headers=headers, json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["chats"] == [
+        {"chat_id": owner, "name": "Alice (@alice)", "type": "private", "user_id": owner}]
+    without = await client.post(ROUTE, headers=headers, json=body)  # a new code: none sent it
+    assert without.json()["chats"] == []
 
 
 async def test_without_a_token_the_stored_one_is_asked(
@@ -57,29 +97,30 @@ async def test_without_a_token_the_stored_one_is_asked(
     saved = await client.put("/api/business-config", headers=headers, json=sample_wire(
         bot_token=bot.token, telegram_api_base_url=telegram_emulator.base_url))
     assert saved.status_code == 200, saved.text
-    await telegram_emulator.send_user_message(bot.token, bot.chat_id, "/start",
-                                              first_name="Grace", username="gh")
     for body in (None, {}, {"bot_token": ""}):
+        code = (await client.post(ROUTE, headers=headers, json=body)).json()["code"]
+        await telegram_emulator.send_user_message(bot.token, bot.chat_id, f"/start {code}",
+                                                  first_name="Grace", username="gh")
         response = await client.post(ROUTE, headers=headers, json=body)
         assert response.status_code == 200, response.text
-        assert response.json()["chats"] == [
-            {"chat_id": bot.chat_id, "name": "Grace (@gh)", "type": "private"}]
+        assert response.json()["chats"] == [{"chat_id": bot.chat_id, "name": "Grace (@gh)",
+                                             "type": "private", "user_id": bot.chat_id}]
 
 
-async def test_with_a_webhook_set_the_refused_chats_answer_and_say_so(
+async def test_with_a_webhook_set_no_refused_chat_is_offered_and_it_says_so(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, bot: BotChat,
     telegram_emulator: TelegramEmulator,
 ) -> None:
-    """Catches Telegram's 409 (a webhook is set: getUpdates is refused) shown as a failure
-    when the service knows who wrote: the chats its webhook refused."""
+    """Catches Telegram's 409 (a webhook is set: getUpdates is refused) shown as a failure, and
+    (issue #32) the chats the webhook refused offered in its place: a refused chat's name is
+    anyone's to choose, and nothing shows which of them sent the code."""
     headers = await login(client)
     await telegram_emulator.set_webhook(bot.token, "https://bot.example.com/webhook/tg")
     await refused.record(redis_client, bot.chat_id, "Ada (@ada_l)", 1)
     response = await client.post(ROUTE, headers=headers, json={
         "bot_token": bot.token, "telegram_api_base_url": telegram_emulator.base_url})
     assert response.status_code == 200, response.text
-    assert response.json() == {"source": "refused_chats", "conflict": True, "chats": [
-        {"chat_id": bot.chat_id, "name": "Ada (@ada_l)", "type": None}]}
+    assert response.json()["conflict"] is True and response.json()["chats"] == []
 
 
 async def test_a_refused_token_is_a_422_naming_it_and_nothing_is_stored(
@@ -103,7 +144,7 @@ async def test_a_refused_token_is_a_422_naming_it_and_nothing_is_stored(
     assert_envelope(failed, 502, "telegram_send_failed")
     assert failed.headers["x-telegram-error"] == "Bad Gateway"
     await telegram_emulator.clear_failures(bot.token)
-    assert await _keys(redis_client) == before
+    assert await _keys(redis_client) == before  # not even a code
 
 
 async def test_a_bad_body_is_refused_before_telegram_is_called(

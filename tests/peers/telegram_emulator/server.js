@@ -94,7 +94,9 @@
 // Control API for tests (POST, JSON, no /bot prefix):
 //   /control/userMessage   {token, chat_id, text, from_id?, first_name?, username?,
 //                           chat_type?, title?, reply_to_message_id?}  plays the human: builds
-//                           the Update, delivers it to the webhook (waits for the answer to its
+//                           the Update (`from` = the user from_id, default chat_id: a group
+//                           message without from_id is 400, Telegram's sender is a user),
+//                           delivers it to the webhook (waits for the answer to its
 //                           first attempt) or queues it for getUpdates. With
 //                           reply_to_message_id (a message the bot sent to that chat) the
 //                           Message carries `reply_to_message`: that message as stored now,
@@ -103,7 +105,7 @@
 //                           -> {update_id, message_id, delivery: {status}|{error}|{skipped}|null}
 //                           (null: queued for getUpdates, or the webhook was deleted before the
 //                           update's turn; skipped: its type is not in allowed_updates)
-//   /control/callback      {token, chat_id, message_id?, data, from_id?, first_name?} plays
+//   /control/callback      {token, chat_id, message_id?, data, from_id?, first_name?, username?} plays
 //                           the human pressing a button under the bot's message `message_id`:
 //                           a callback_query Update {id, from, message (as stored now, keyboard
 //                           included), chat_instance, data} delivered like /control/userMessage.
@@ -674,6 +676,11 @@ const controlRoutes = [
         return fail(res, 400, 'token, chat_id and text are required');
       }
       const chatType = b.chat_type || 'private';
+      // Telegram's `from` is the user who wrote (a positive id), in a group too: a group's
+      // own (negative) id is never a sender's, so a group message must name its user.
+      if (chatType !== 'private' && b.from_id === undefined) {
+        return fail(res, 400, 'from_id is required for a message in a group');
+      }
       const fromId = Number(b.from_id !== undefined ? b.from_id : b.chat_id);
       const from = { id: fromId, is_bot: false, first_name: b.first_name || 'Test' };
       if (b.username) from.username = b.username;
@@ -714,6 +721,7 @@ const controlRoutes = [
       }
       const from = { id: Number(b.from_id !== undefined ? b.from_id : b.chat_id), is_bot: false,
         first_name: b.first_name || 'Test' };
+      if (b.username) from.username = b.username;
       const callbackId = `${srv.callbackId}`;
       srv.callbackId += 1;
       srv.callbackQueries[callbackId] = { token: b.token, answered: false };
