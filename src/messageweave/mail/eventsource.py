@@ -6,13 +6,17 @@ Every instance runs `run_eventsource`; one at a time holds `lock:jmap-eventsourc
 with `types=Email`, `closeafter=no` and `ping=PING_S`, authenticated and trusted like the JMAP
 client (it is the JMAP client's own connection pool; the URL must be on the session's origin).
 
-- Right after every (re)connect the holder asks for a catch-up pass, so mail that arrived while
-  it was away does not wait for the periodic one (the server sends no state on connect).
+- Right after a (re)connect the holder asks for a catch-up pass, so mail that arrived while
+  it was away does not wait for the periodic one (the server sends no state on connect); at
+  most one per `RECONNECT_CATCHUP_S`: one asked inside it is owed to the interval's end
+  (`ReconnectCatchups`).
 - Each `state` event that names our account's `Email` (or `EmailDelivery`) asks for one
   exactly as a StateChange does (`store.mailbox.request_catchup` + `announce_catchup`): many
   events, one pending pass. The reconcile stays the truth; an event is only a hint.
-- Two pings missed (`2 × PING_S + 5` s of silence) or the stream closed: reconnect after a
-  jittered backoff (`BACKOFF_BASE_S` doubling to `BACKOFF_CAP_S`).
+- Two pings missed (`2 × PING_S + 5` s of silence), the stream closed, or a line or an event
+  over its cap (`mail.jmap.eventsource.MAX_LINE_BYTES`): reconnect after a jittered backoff
+  (`BACKOFF_BASE_S` doubling to `BACKOFF_CAP_S`). Only a connection that brought a ping or an
+  event resets it: a server that accepts and closes at once is backed off (issue #32).
 
 `push_mode` (`auto`, `eventsource`, `subscription`, `off`) decides whether it runs;
 `in_force` says which push delivers mail now (`/ready`, `diagnose`, `/metrics`, the page), from
@@ -54,7 +58,8 @@ log = logging.getLogger(__name__)
 PING_S = 30
 TYPES = ("Email",)
 CATCHUP_TYPES = frozenset({"Email", "EmailDelivery"})
-RENEW_S = keys.EVENTSOURCE_LOCK_TTL_S / 3
+RENEWALS_PER_LEASE = 3  # the lease is renewed this many times per its TTL
+RECONNECT_CATCHUP_S = 10.0
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 REFUSED_BASE_S = 30.0  # refused credentials or no event stream: a fix needs a person
@@ -141,16 +146,55 @@ async def ask_catchup(redis: Redis, account_id: str) -> None:
         await mailbox.announce_catchup(redis, account_id)
 
 
-class EventSourceHolder:
-    """The EventSource loop of one instance (`run`); `clock` is what the statuses call now."""
+class ReconnectCatchups:
+    """The catch-ups a holder asks for on (re)connect: at most one per `interval_s`; one asked
+    inside the interval is owed and asked at its end (once, however many reconnects)."""
 
-    def __init__(self, svc: MailContext, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: Redis, interval_s: float = RECONNECT_CATCHUP_S, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.redis = redis
+        self.interval_s = interval_s
+        self.clock = clock
+        self._next = float("-inf")
+        self._owed: asyncio.Task[None] | None = None
+
+    async def reconnected(self, account: str) -> None:
+        wait = self._next - self.clock()
+        if wait <= 0:
+            await self._ask(account)
+        elif self._owed is None or self._owed.done():
+            self._owed = asyncio.create_task(self._ask_later(account, wait))
+
+    async def close(self) -> None:
+        if self._owed is not None and not self._owed.done():
+            await cancel(self._owed)
+
+    async def _ask(self, account: str) -> None:
+        self._next = self.clock() + self.interval_s
+        await ask_catchup(self.redis, account)
+
+    async def _ask_later(self, account: str, wait: float) -> None:
+        await asyncio.sleep(wait)
+        with contextlib.suppress(RedisError):  # the periodic pass still finds the mail
+            await self._ask(account)
+
+
+class EventSourceHolder:
+    """The EventSource loop of one instance (`run`); `clock` is what the statuses call now,
+    `lease_s` the TTL of its lease (`keys.EVENTSOURCE_LOCK_TTL_S`; a test shortens it)."""
+
+    def __init__(self, svc: MailContext, *, clock: Callable[[], float] = time.time,
+                 lease_s: int = keys.EVENTSOURCE_LOCK_TTL_S) -> None:
         self.svc = svc
         self.clock = clock
+        self.lease_s = lease_s
+        self.renew_s = lease_s / RENEWALS_PER_LEASE
         self.failures = RepeatLog(log)
+        self.catchups = ReconnectCatchups(svc.redis)
         self._state = ""
         self._since = 0
         self._last_event: int | None = None
+        self._heard = False  # this connection brought a ping or an event
 
     async def run(self) -> None:
         lost = 0
@@ -160,7 +204,8 @@ class EventSourceHolder:
                 await self.svc.config.changed_within(IDLE_S)
                 continue
             try:
-                held = await hold(eventsource_lock(self.svc.redis), self._hold, RENEW_S)
+                held = await hold(eventsource_lock(self.svc.redis, self.lease_s), self._hold,
+                                  self.renew_s)
                 lost = 0
             except Exception as exc:  # LockLost, RedisError, a client closed under it
                 raise_if_cancelling()
@@ -169,7 +214,7 @@ class EventSourceHolder:
                 await asyncio.sleep(jittered_backoff(lost, BACKOFF_BASE_S, BACKOFF_CAP_S))
                 continue
             if not held:
-                await asyncio.sleep(RENEW_S)
+                await asyncio.sleep(self.renew_s)
 
     async def _wanted(self) -> bool:
         cfg = self.svc.config.config
@@ -182,6 +227,12 @@ class EventSourceHolder:
 
     async def _hold(self) -> None:
         """The holder's loop: connect, read, reconnect; returns when it is no longer wanted."""
+        try:
+            await self._connections()
+        finally:
+            await self.catchups.close()
+
+    async def _connections(self) -> None:
         failures = 0
         while await self._wanted():
             cfg = self.svc.config.config
@@ -200,7 +251,8 @@ class EventSourceHolder:
             try:
                 await self._listen(client, url, cfg)
             except JmapError as exc:
-                failures = 1 if self._state == "connected" else failures + 1
+                failures = 1 if self._heard else failures + 1
+                self._heard = False
                 await self._failed(exc, failures)
                 continue
             failures = 0  # a new configuration: connect again at once
@@ -232,12 +284,13 @@ class EventSourceHolder:
     async def _on_event(self, account: str, event: Event) -> None:
         now = int(self.clock())
         if event.type == "open":
-            self.failures.recovered(PLACE)
-            self._last_event = None
+            self._last_event, self._heard = None, False
             await self._report("connected")
-            await ask_catchup(self.svc.redis, account)  # what came while we were away
+            await self.catchups.reconnected(account)  # what came while we were away
             return
-        self._last_event = now
+        if not self._heard:  # a connection that only opens has not recovered (its log stays)
+            self.failures.recovered(PLACE)
+        self._last_event, self._heard = now, True
         if event.type == "state":
             changed = state_change(event) or {}
             if CATCHUP_TYPES & changed.get(account, {}).keys():

@@ -391,19 +391,26 @@ class JmapClient(MailMethods, PushMethods, ReadMethods, SubmitMethods, AsyncClos
         `JmapTransportError`. The first event is `eventsource.OPEN` (type `open`), as soon
         as the server accepted the connection. A refusal raises like any request
         (`JmapAuthError`, ...); an answer that is not `text/event-stream` (Debian's Cyrus
-        answers 204) is a `JmapProtocolError`."""
+        answers 204) or that is compressed is a `JmapProtocolError`. The stream is read raw,
+        its lines and events capped (`eventsource.MAX_LINE_BYTES`, `MAX_EVENT_CHARS`): one over
+        its cap ends the connection with a `JmapTransportError` that quotes none of it."""
         silence_s = 2 * ping_s + 5
         timeout = httpx.Timeout(self._timeout, read=silence_s)
-        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
-        parser = eventsource.SseParser()
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache",
+                   "Accept-Encoding": "identity"}
+        lines, parser = eventsource.LineSplitter(), eventsource.SseParser()
         try:
             async with self._http.stream("GET", url, headers=headers, timeout=timeout) as resp:
                 self._check_stream(resp)
                 yield eventsource.OPEN
-                async for line in resp.aiter_lines():
-                    event = parser.feed(line.rstrip("\r"))
-                    if event is not None:
-                        yield event
+                async for chunk in resp.aiter_raw():
+                    for line in lines.feed(chunk):
+                        event = parser.feed(line)
+                        if event is not None:
+                            yield event
+        except eventsource.StreamTooLarge as exc:
+            raise JmapTransportError(
+                f"JMAP EventSource at {_origin_text(url)} sent {exc}") from None
         except httpx.TimeoutException:
             raise JmapTransportError(
                 f"JMAP EventSource at {_origin_text(url)} was silent for {silence_s} s") from None
@@ -426,6 +433,9 @@ class JmapClient(MailMethods, PushMethods, ReadMethods, SubmitMethods, AsyncClos
             raise JmapProtocolError(
                 f"JMAP EventSource answered HTTP {resp.status_code} "
                 f"{kind or 'without a content type'}, not an event stream")
+        if resp.headers.get("content-encoding", "identity").strip().lower() != "identity":
+            # asked for identity: a compressed stream would be inflated past every cap
+            raise JmapProtocolError("JMAP EventSource answered a compressed event stream")
 
     # ------------------------------------------------------------------ generic call
 
