@@ -28,7 +28,7 @@ from messageweave.cli.serving import (
     become_server,
     exec_serve,
     handle_stop_signals,
-    serve_app,
+    serve_kept,
 )
 from messageweave.logs import add_secret_source
 from messageweave.settings import KEY_FILE, REDIS_DIR, default_data_dir, from_env
@@ -188,10 +188,10 @@ def run(
         if embedded is not None:
             handed[HANDOVER_ENV] = embedded.handover()
         become_server(host, debug, handed)
-        serve_app(settings, host, bind_port)
+        serve_kept(settings, host, bind_port, handed.get(HANDOVER_ENV))
     finally:
         if embedded is not None:
-            embedded.stop()
+            embedded.stop()  # nothing left to stop when `serve_kept` ran
 
 
 def serve(

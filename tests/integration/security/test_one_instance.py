@@ -1,6 +1,6 @@
 """One data directory, one `messageweave run` (issue #32, finding 8): a second start on a running
-instance's data directory stops, naming the first, and leaves its Redis alone; a lock
-whose owner was killed is taken.
+instance's data directory stops, naming the first, and leaves its Redis alone; the running
+instance restarts its embedded Redis when that dies; a lock whose owner was killed is taken.
 
 Real processes throughout: `scripts/run.sh` (with its install step stubbed: it would build a
 venv), `messageweave run`, the embedded redis-server, Cyrus and the Bot API emulator."""
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import redis
 
+from messageweave.store.redis import embedded_url
 from tests.helpers import (
     ADMIN_KEY,
     admin_headers,
@@ -33,6 +35,7 @@ from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire
 
 ROOT = Path(__file__).resolve().parents[3]
+RESTART_WITHIN_S = 15.0  # "within seconds": the restart itself takes well under one
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -148,6 +151,67 @@ def test_a_second_start_on_a_running_data_dir_says_already_running_and_leaves_th
         assert {path: path.stat() for path in before} == before  # not even re-created
         ready = httpx.get(url + "/ready", timeout=10)
         assert ready.status_code == 200 and ready.json()["redis"] is True, ready.text
+
+
+def test_the_service_restarts_its_embedded_redis_after_kill_9(
+    tmp_path: Path, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches: when the embedded redis-server died (kill -9, a crash, another process stopping
+    it), `run` left it dead: `/ready` answered 503 `x-ready-failed: redis` for good and
+    notifications silently stopped."""
+    data_dir = tmp_path / "data"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = _env(CONFIG_ENCRYPTION_KEY=ADMIN_KEY, SSL_CERT_FILE=str(cyrus.ca_file))
+    with _running(_run(data_dir, port), env) as service:
+        _configure(url, cyrus, telegram_emulator)
+        old = _redis_pid(data_dir)
+        first_url = embedded_url(data_dir / "redis") or ""
+        with redis.Redis.from_url(first_url) as client:
+            client.set("written-before-the-kill", "kept")
+
+        os.kill(old, signal.SIGKILL)
+        eventually_sync(lambda: not _alive(old), "the killed redis-server gone")
+        eventually_sync(lambda: _redis_pid(data_dir) != old and _ready(url) == 200,
+                        "/ready 200 again with a new redis-server", RESTART_WITHIN_S)
+
+        new = _redis_pid(data_dir)
+        assert _alive(new) and embedded_url(data_dir / "redis") == first_url  # same socket
+        children = Path(f"/proc/{service.pid}/task").glob("*/children")
+        assert new in {int(pid) for path in children for pid in path.read_text().split()}
+        with redis.Redis.from_url(first_url) as client:  # the AOF was replayed
+            assert client.get("written-before-the-kill") == b"kept"
+    output = service.output
+    assert service.proc.returncode == 0, output
+    restarts = [line for line in output.splitlines() if "redis-server died" in line]
+    assert len(restarts) == 1 and "killed by signal 9" in restarts[0], output
+    assert not _alive(new), "the restarted Redis outlived the service"
+
+
+def test_ctrl_c_in_the_terminal_stops_the_service_and_its_redis_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Catches: Ctrl-C reaches the terminal's whole foreground process group; with the embedded
+    Redis in it, Redis died at the same moment as the service began its graceful shutdown, and
+    the service took that for a crash and restarted it (or shut down with Redis gone)."""
+    data_dir = tmp_path / "data"
+    port = free_port()
+    args = _run(data_dir, port)
+    proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # its own group, as a shell's job
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        redis_pid = _redis_pid(data_dir)
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        output = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, output
+    assert "redis-server died" not in output, output
+    assert not _alive(redis_pid)
+    assert not (data_dir / "redis/redis.pid").exists()  # a clean stop removes it: none running
 
 
 def test_a_lock_left_by_a_killed_run_is_taken_over_and_names_the_new_owner(
