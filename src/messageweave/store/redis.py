@@ -72,6 +72,7 @@ _SOCKET_DIR_PREFIX = "mw-redis-"
 _SOCKET_DIR_BASES = (tempfile.gettempdir(), "/tmp")  # nosec B108 # mkdtemp: private 0700
 _RESTART_FIRST_S = 0.5  # `KeptRedis`: the wait before a second restart attempt, doubled up to
 _RESTART_MAX_S = 30.0
+_STABLE_S = 10.0  # a server that dies sooner after a start than this is restarted after a wait
 
 
 def connect(url: str) -> Redis:
@@ -390,12 +391,18 @@ class KeptRedis:
         return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
     def _keep(self) -> None:
+        pause = 0.0  # grows while the server keeps dying soon after each start (a crash loop)
         while self._pid is not None:
+            started = time.monotonic()
             ended = self._wait(self._pid)
             with self._lock:
                 self._pid = None
                 if self._stopping.is_set():
                     return
+            soon = time.monotonic() - started < _STABLE_S
+            pause = min(max(pause * 2, _RESTART_FIRST_S), _RESTART_MAX_S) if soon else 0.0
+            if self._stopping.wait(pause):
+                return
             if self._restart():
                 log.warning("embedded redis-server died (%s): restarted it", ended)
 
