@@ -1,9 +1,10 @@
 """`messageweave run` (all-in-one) and `messageweave serve` (container mode); both serve through
 `messageweave.cli.serving`, which `serve` replaces its process with.
 
-`run` checks its port before anything else (nothing printed, no Redis started when it is taken)
-and then prints where its state lives and the command that checks it; never the Redis password,
-and the admin key only once, when it is generated.
+`run` checks its port before anything else (nothing printed, no Redis started when it is taken),
+then locks its data directory (`messageweave.cli.instance_lock`: a second start on the same
+directory stops there, naming the first) and prints where its state lives and the command that
+checks it; never the Redis password, and the admin key only once, when it is generated.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ import shutil
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
+from messageweave.cli import instance_lock
 from messageweave.cli.common import console
 from messageweave.cli.serving import (
     HANDOVER_ENV,
     become_server,
     exec_serve,
     handle_stop_signals,
-    serve_app,
+    serve_kept,
 )
 from messageweave.logs import add_secret_source
 from messageweave.settings import KEY_FILE, REDIS_DIR, default_data_dir, from_env
@@ -36,6 +38,7 @@ from messageweave.store.redis import EmbeddedRedis
 CONTAINER_HOST = "0.0.0.0"  # nosec B104 # container mode, see above
 PORT_SEARCH = 100  # ports tried above a busy one for the `try --port` hint
 EXIT_PORT = 1
+EXIT_RUNNING = 1  # the data directory is another running instance's
 
 DebugOption = Annotated[bool, typer.Option("--debug", help="Mount /debug/* (needs DEBUG_TOKEN).")]
 
@@ -70,12 +73,16 @@ def _can_listen(host: str, port: int) -> bool:
     return True
 
 
-def _refuse_busy_port(host: str, port: int) -> None:
+def _refuse_busy_port(host: str, port: int, directory: Path) -> None:
     """Exit with `port P is in use: try --port Q` (Q the next free port) on stderr when `port`
-    is taken, before `run` prints or starts anything."""
+    is taken, before `run` prints or starts anything; with "already running" instead when
+    the instance on `directory` is running (its lock file names its URL)."""
     try:
         if _can_listen(host, port):
             return
+        running = instance_lock.owner_of(directory)
+        if running is not None:
+            _refuse_running(running)
         free = next((p for p in range(port + 1, min(port + PORT_SEARCH, 65535) + 1)
                      if _can_listen(host, p)), None)
     except OSError as exc:
@@ -84,6 +91,20 @@ def _refuse_busy_port(host: str, port: int) -> None:
     hint = f"try --port {free}" if free is not None else "choose another --port"
     typer.echo(f"port {port} is in use: {hint}", err=True)
     raise typer.Exit(EXIT_PORT)
+
+
+def _refuse_running(owner: instance_lock.Owner) -> NoReturn:
+    """Exit with `MessageWeave is already running on URL (pid N)` on stderr."""
+    typer.echo(owner.message(), err=True)
+    raise typer.Exit(EXIT_RUNNING)
+
+
+def _lock(directory: Path, url: str) -> int:
+    """The lock on `directory` (`instance_lock.take`), or exit when another instance holds it."""
+    try:
+        return instance_lock.take(directory, url)
+    except instance_lock.AlreadyRunning as running:
+        _refuse_running(running.owner)
 
 
 def _program() -> str:
@@ -136,10 +157,13 @@ def run(
     """
     env = dict(os.environ)
     bind_port = port if port is not None else from_env(env).port
-    _refuse_busy_port(host, bind_port)
-    handle_stop_signals()
     directory = (data_dir or default_data_dir()).resolve()
+    _refuse_busy_port(host, bind_port, directory)
+    handle_stop_signals()
+    shown = "127.0.0.1" if host in (CONTAINER_HOST, "::") else host
+    url = f"http://{shown}:{bind_port}"
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock_fd = _lock(directory, url)  # held until this process (the server it becomes) exits
     embedded: EmbeddedRedis | None = None
     if not env.get("REDIS_URL", "").strip():
         embedded = EmbeddedRedis(directory / REDIS_DIR)
@@ -151,24 +175,23 @@ def run(
         env["CONFIG_ENCRYPTION_KEY"], created = load_or_create_key(directory)
     try:
         settings = from_env(env, debug_flag=debug)
-        shown = "127.0.0.1" if host in (CONTAINER_HOST, "::") else host
-        url = f"http://{shown}:{bind_port}/"
         if created:
             console.print(
                 "\n[bold]Admin key generated[/] (shown once; it is also the encryption key, "
                 f"stored in {directory / KEY_FILE}):\n\n  {env['CONFIG_ENCRYPTION_KEY']}\n"
             )
-        _print_locations(directory, embedded, key_from_env, url)
+        _print_locations(directory, embedded, key_from_env, url + "/")
         # Serve as `serve` does, in an interpreter without Typer (issue #14), which takes the
         # Redis child over (same pid: still its parent). Here only when that cannot be.
         handed = {**env, "PORT": str(bind_port)}
+        instance_lock.hand_over(lock_fd, handed)
         if embedded is not None:
             handed[HANDOVER_ENV] = embedded.handover()
         become_server(host, debug, handed)
-        serve_app(settings, host, bind_port)
+        serve_kept(settings, host, bind_port, handed.get(HANDOVER_ENV))
     finally:
         if embedded is not None:
-            embedded.stop()
+            embedded.stop()  # nothing left to stop when `serve_kept` ran
 
 
 def serve(

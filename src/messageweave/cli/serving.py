@@ -5,8 +5,10 @@ with `python -P -m messageweave.cli.serving serve --host HOST [--debug]`: the sa
 and file descriptors (a container's signals still reach it), in an interpreter that never
 imported Typer or the other commands, which it would carry for nothing while it serves (~1.8 MB
 of idle RSS, issue #14). This module imports neither. `run` becomes the same interpreter once it
-has started its embedded Redis and printed where things are; the Redis child (still ours: the
-pid does not change) is handed over in `HANDOVER_ENV` and stopped by `serve_here` on the way out.
+has started its embedded Redis, locked its data directory and printed where things are; the
+Redis child (still ours: the pid does not change) is handed over in `HANDOVER_ENV`, kept alive
+(`KeptRedis`: restarted if it dies) and stopped by `serve_kept` on the way out; the lock's
+descriptor (`instance_lock.LOCK_FD_ENV`) is kept open until the process exits.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from types import FrameType
 import messageweave
 from messageweave import server
 from messageweave.app import create_app
+from messageweave.cli import instance_lock
 from messageweave.logs import configure_logging
 from messageweave.settings import Settings, from_env
-from messageweave.store.redis import stop_handed_over
+from messageweave.store.redis import KeptRedis
 
 MODULE = "messageweave.cli.serving"
 COMMAND = "serve"  # the child's first argument, so `ps` still shows `messageweave ... serve`
@@ -43,23 +46,26 @@ def handle_stop_signals() -> None:
     signal.signal(signal.SIGINT, _exit_cleanly)
 
 
-def serve_app(settings: Settings, host: str, port: int) -> None:
-    """JSON log lines from here on, then the app until SIGTERM/SIGINT."""
+def serve_kept(settings: Settings, host: str, port: int, handover: str | None = None) -> None:
+    """JSON log lines from here on, then the app until SIGTERM/SIGINT. The embedded Redis `run`
+    handed over (`handover`, see `HANDOVER_ENV`) is kept alive meanwhile and stopped after."""
     configure_logging()
-    server.serve(create_app(settings), host, port)
+    kept = KeptRedis.from_handover(handover) if handover else None
+    try:
+        server.serve(create_app(settings), host, port)
+    finally:
+        if kept is not None:
+            kept.stop()
 
 
 def serve_here(host: str, debug: bool) -> None:
-    """Serve in this process from the environment alone (a missing variable serves setup mode).
-    When `run` handed its embedded Redis over (`HANDOVER_ENV`), stop it on the way out."""
+    """Serve in this process from the environment alone (a missing variable serves setup mode),
+    with the embedded Redis and the data directory's lock `run` handed over, if any."""
     handle_stop_signals()
     handover = os.environ.pop(HANDOVER_ENV, None)
+    instance_lock.keep_private()
     settings = from_env(debug_flag=debug)
-    try:
-        serve_app(settings, host, settings.port)
-    finally:
-        if handover:
-            stop_handed_over(handover)
+    serve_kept(settings, host, settings.port, handover)
 
 
 def _interpreter() -> list[str]:

