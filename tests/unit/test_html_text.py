@@ -269,3 +269,16 @@ def test_the_tidy_writes_what_the_pattern_it_replaced_wrote() -> None:
               for chars in itertools.product(" \t\n\r\xa0a", repeat=size)]
     for text in texts:
         assert html_text._tidy(text) == reference(text), repr(text)
+
+
+def test_the_html_parts_of_one_mail_share_one_converter_input() -> None:
+    """Catches a mail of many large HTML parts costing the CPU of one conversion at the cap
+    per part (each part's value is fetched up to 512 KiB, so 40 parts were 40 conversions of
+    up to a second each): what is past one input cap is left out and reported as cut."""
+    size = 200 * 1024
+    parts = [("text/html", f"<p>{n}" + "a" * (size - 8) + "</p>", False) for n in range(5)]
+    out, cut = body.text_body(_raw(*parts, ("text/plain", "plain tail", False)), None)
+    assert cut
+    third = MAX_INPUT_BYTES - 2 * size - 4  # "<p>2" and as many "a" as the rest holds
+    assert out == "\n".join(["0" + "a" * (size - 8), "1" + "a" * (size - 8),
+                             "2" + "a" * third, "plain tail"])
