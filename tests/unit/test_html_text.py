@@ -247,11 +247,12 @@ def test_hostile_shapes_at_the_input_cap_convert_fast_and_leave_the_event_loop_f
                           timeout=60, check=True)
     measured = json.loads(done.stdout)
     for shape, (took, gap) in measured.items():
-        # about 10 ms for the whitespace shapes and up to 0.9 s for the others here; the
-        # loop is never held more than about 30 ms (pure Python yields the GIL every 5 ms)
+        # quiet machine: about 10 ms for the whitespace shapes, up to 0.9 s for the others, the
+        # loop held at most about 30 ms (pure Python yields the GIL every 5 ms); at a load of
+        # 4.6 on 2 cores: up to 2.8 s and 0.2 s (bench/html_text.py)
         assert took < (1.0 if "spaces" in shape or "nbsp" in shape or "tabs" in shape
                        else 10.0), (shape, took)
-        assert gap < 0.5, (shape, gap)
+        assert gap < 1.0, (shape, gap)
 
 
 def test_the_tidy_writes_what_the_pattern_it_replaced_wrote() -> None:
