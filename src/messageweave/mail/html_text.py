@@ -13,6 +13,9 @@ The HTML is whatever a sender wrote, so:
   100,000 em each), list numbers (`start`, `value`) and column alignment would let a few
   kilobytes of HTML grow into hundreds of megabytes of text. What is left writes text at most
   a small multiple of the input's size, so the time and memory of one conversion are bounded.
+- every pass over the text is linear (issue #32: the tidy's old `[ \t]+\n` was quadratic on a
+  run of spaces and held the GIL), so the worst shapes at the cap take about a second, in a
+  worker thread that leaves the event loop free (`bench/html_text.py`, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def _invisible(el: Any) -> bool:
 
 
 def _tidy(text: str) -> str:
-    """No spaces or tabs at a line's end, at most one blank line in a row, none around. Line by
+    r"""No spaces or tabs at a line's end, at most one blank line in a row, none around. Line by
     line: the pattern `[ \t]+\n` would retry a run of spaces that no newline ends from each of
     its characters (quadratic, holding the GIL: 100,000 spaces took 5 s)."""
     lines = text.replace("\r\n", "\n").replace("\xa0", " ").split("\n")
