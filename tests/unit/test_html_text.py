@@ -4,7 +4,9 @@ written to hurt (growth, entities, DTDs, size)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -191,3 +193,93 @@ def test_lxml_and_inscriptis_are_imported_by_the_first_html_conversion_not_befor
                           text=True, timeout=60, check=True)
     assert json.loads(done.stdout) == {"after_import": [], "after_plain": [],
                                        "after_html": ["inscriptis", "lxml"]}
+
+
+_AT_THE_CAP = """
+import asyncio, json, sys, time
+from messageweave.mail.html_text import MAX_INPUT_BYTES as CAP, html_to_text
+
+def fill(unit, size=CAP):
+    return (unit * (size // len(unit) + 1))[:size]
+
+SHAPES = {
+    "pre_spaces": "<pre>" + " " * CAP,
+    "pre_spaces_text": "<pre>x" + " " * CAP + "y</pre>",
+    "pre_tabs_text": "<pre>x" + "\\t" * CAP + "y</pre>",
+    "pre_nbsp_text": "<pre>x" + "&nbsp;" * (CAP // 6) + "y</pre>",
+    "pre_blocks": fill("<pre> x \\n</pre>"),
+    "deep_nesting": fill("<div><span><b>x"),
+    "huge_table": "<table>" + fill("<tr><td>a</td><td>b</td></tr>"),
+    "wide_row": "<table><tr>" + fill("<td>x</td>"),
+    "tiny_elements": fill("<b>x</b>"),
+    "list_items": "<ul>" + fill("<li>x"),
+    "line_breaks": fill("<br>"),
+}
+
+async def measure(html):
+    gaps, done = [0.0], asyncio.Event()
+    async def tick():
+        last = time.monotonic()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            gaps.append(time.monotonic() - last)
+            last = time.monotonic()
+    ticker = asyncio.create_task(tick())
+    started = time.monotonic()
+    await asyncio.to_thread(html_to_text, html)  # as Read and the summary call it
+    took = time.monotonic() - started
+    done.set()
+    await ticker
+    return took, max(gaps)
+
+html_to_text("<p>warm</p>")
+print(json.dumps({name: asyncio.run(measure(html)) for name, html in SHAPES.items()}))
+"""
+
+
+def test_hostile_shapes_at_the_input_cap_convert_fast_and_leave_the_event_loop_free() -> None:
+    """Catches a super-linear pass over a mail's HTML (the tidy's `[ \\t]+\\n` on a run of
+    spaces with no newline: 100,000 spaces took 5 s, the 512 KiB cap about 130 s) and a
+    conversion that stalls the event loop while it runs in its thread (the regex held the
+    GIL throughout). Each hostile shape at `MAX_INPUT_BYTES`, measured in a fresh interpreter
+    so that the quadratic case fails at the timeout instead of running for minutes."""
+    done = subprocess.run([sys.executable, "-c", _AT_THE_CAP], capture_output=True, text=True,
+                          timeout=60, check=True)
+    measured = json.loads(done.stdout)
+    for shape, (took, gap) in measured.items():
+        # quiet machine: about 10 ms for the whitespace shapes, up to 0.9 s for the others, the
+        # loop held at most about 30 ms (pure Python yields the GIL every 5 ms); at a load of
+        # 4.6 on 2 cores: up to 2.8 s and 0.2 s (bench/html_text.py)
+        assert took < (1.0 if "spaces" in shape or "nbsp" in shape or "tabs" in shape
+                       else 10.0), (shape, took)
+        assert gap < 1.0, (shape, gap)
+
+
+def test_the_tidy_writes_what_the_pattern_it_replaced_wrote() -> None:
+    """Catches the linear tidy writing other text than `[ \t]+\n` did: spaces and tabs at
+    each line's end dropped, no-break spaces as spaces, at most one blank line in a row, none
+    at either end. Every mix of up to 6 of those characters, and a few longer texts."""
+    old = re.compile(r"[ \t]+\n")
+
+    def reference(value: str) -> str:
+        value = old.sub("\n", value.replace("\r\n", "\n").replace("\xa0", " "))
+        return re.sub(r"\n{3,}", "\n\n", value).strip()
+
+    texts = [" a \t\nb  \r\n\n\n\nc\xa0\n", "\n \n\t\n x", "x \t", "a\r\rb \r \n"]
+    texts += ["".join(chars) for size in range(7)
+              for chars in itertools.product(" \t\n\r\xa0a", repeat=size)]
+    for text in texts:
+        assert html_text._tidy(text) == reference(text), repr(text)
+
+
+def test_the_html_parts_of_one_mail_share_one_converter_input() -> None:
+    """Catches a mail of many large HTML parts costing the CPU of one conversion at the cap
+    per part (each part's value is fetched up to 512 KiB, so 40 parts were 40 conversions of
+    up to a second each): what is past one input cap is left out and reported as cut."""
+    size = 200 * 1024
+    parts = [("text/html", f"<p>{n}" + "a" * (size - 8) + "</p>", False) for n in range(5)]
+    out, cut = body.text_body(_raw(*parts, ("text/plain", "plain tail", False)), None)
+    assert cut
+    third = MAX_INPUT_BYTES - 2 * size - 4  # "<p>2" and as many "a" as the rest holds
+    assert out == "\n".join(["0" + "a" * (size - 8), "1" + "a" * (size - 8),
+                             "2" + "a" * third, "plain tail"])

@@ -13,6 +13,9 @@ The HTML is whatever a sender wrote, so:
   100,000 em each), list numbers (`start`, `value`) and column alignment would let a few
   kilobytes of HTML grow into hundreds of megabytes of text. What is left writes text at most
   a small multiple of the input's size, so the time and memory of one conversion are bounded.
+- every pass over the text is linear (issue #32: the tidy's old `[ \t]+\n` was quadratic on a
+  run of spaces and held the GIL), so the worst shapes at the cap take about a second, in a
+  worker thread that leaves the event loop free (`bench/html_text.py`, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ _BLOCKS = frozenset({"table", "thead", "tbody", "tfoot", "tr", "caption"})
 _CELLS = frozenset({"td", "th"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden|mso-hide\s*:\s*all", re.I)
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*>")
-_TRAILING_SPACE = re.compile(r"[ \t]+\n")
 _BLANK_LINES = re.compile(r"\n{3,}")
 
 
@@ -114,5 +116,9 @@ def _invisible(el: Any) -> bool:
 
 
 def _tidy(text: str) -> str:
-    text = _TRAILING_SPACE.sub("\n", text.replace("\r\n", "\n").replace("\xa0", " "))
+    r"""No spaces or tabs at a line's end, at most one blank line in a row, none around. Line by
+    line: the pattern `[ \t]+\n` would retry a run of spaces that no newline ends from each of
+    its characters (quadratic, holding the GIL: 100,000 spaces took 5 s)."""
+    lines = text.replace("\r\n", "\n").replace("\xa0", " ").split("\n")
+    text = "\n".join(line.rstrip(" \t") for line in lines)
     return _BLANK_LINES.sub("\n\n", text).strip()

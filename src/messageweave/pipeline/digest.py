@@ -21,7 +21,6 @@ name the message a mail went out in.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +43,6 @@ from messageweave.store.streams import Entry
 MAX_LINES = 20
 LINE_MAX_CHARS = 100  # 20 such lines and the rest stay one Telegram message
 GET_PAGE = 256  # mails per Email/get
-_NAMED = re.compile(r"^(.*?)\s*<[^<>]*>\s*$")
 
 class DigestInvalid(ValueError):
     """The entry is not a digest this instance can deliver (the reason holds no mail content)."""
@@ -151,10 +149,22 @@ def _who(sender: str | None, table: Mapping[str, str]) -> str:
     """The sender's display name, else its address."""
     if not sender or not sender.strip():
         return table["digest_unknown_sender"]
-    named = _NAMED.match(sender)
-    if named is None:
+    name = _name_before_address(sender)
+    if name is None:
         return sender
-    return named.group(1).strip('" ') or sender
+    return name.strip('" ') or sender
+
+
+def _name_before_address(sender: str) -> str | None:
+    """What comes before a trailing `<address>`, spaces dropped; None without one (or with a line
+    break before it). The regex it replaces, `^(.*?)\\s*<[^<>]*>\\s*$`, retried a sender's run
+    of spaces from each of its characters: quadratic in a name the mail chose."""
+    rest = sender.rstrip()
+    at = rest.rfind("<")
+    if at < 0 or not rest.endswith(">") or ">" in rest[at + 1:-1]:
+        return None
+    name = rest[:at].rstrip()
+    return None if "\n" in name else name
 
 
 def digest_text(language: BotLanguage, count: int, metas: Sequence[EmailMeta]) -> str:

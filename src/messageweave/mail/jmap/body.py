@@ -3,7 +3,9 @@
 `textBody` lists what a plain-text reader shows: the text/plain alternative when there is one
 (so it wins over the HTML), else the text/html parts, and inline images too. Each part's `type`
 decides: text/plain as it is, text/html through `html_text.html_to_text`, anything else
-skipped. `fetchTextBodyValues` fetches the text/* parts of `textBody`.
+skipped. `fetchTextBodyValues` fetches the text/* parts of `textBody`. The HTML parts of one
+mail share one converter input (`html_text.MAX_INPUT_BYTES`): a mail of many large HTML parts
+costs no more CPU than one at the cap (what is past it is left out and reported as cut).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def text_body(raw: Mapping[str, Any], cap: int | None) -> tuple[str, bool]:
     values = values if isinstance(values, dict) else {}
     chunks: list[str] = []
     truncated = False
+    html_budget = html_text.MAX_INPUT_BYTES  # for the mail, not each part: one conversion's work
     for part in dicts(raw.get("textBody")):
         kind = _kind(part)
         value = values.get(part.get("partId"))
@@ -53,7 +56,12 @@ def text_body(raw: Mapping[str, Any], cap: int | None) -> tuple[str, bool]:
         text: str = value["value"]
         truncated = truncated or bool(value.get("isTruncated"))
         if kind == "html":
-            text, cut = html_text.html_to_text(text)
+            if html_budget <= 0:
+                truncated = True
+                continue
+            text, cut = html_text.cut_utf8(text, html_budget)
+            html_budget -= len(text.encode("utf-8"))
+            text = html_text.html_to_text(text)[0]
             truncated = truncated or cut
         chunks.append(text)
     text = "\n".join(chunks)
