@@ -90,6 +90,7 @@ class HostileEventSource:
         self.connected = asyncio.Condition()
         self.events: asyncio.Queue[bytes] = asyncio.Queue()
         self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
         self.port = 0
 
     @property
@@ -116,6 +117,11 @@ class HostileEventSource:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        # Python 3.11's server leaves its handlers running: one still holding a stream open
+        # would be destroyed pending when the test's loop closes (an unraisable warning).
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._server.wait_closed(), 5)
 
@@ -125,6 +131,10 @@ class HostileEventSource:
                 self.connected.wait_for(lambda: len(self.connections) >= n), timeout_s)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             path = head.split(b" ", 2)[1].decode()
