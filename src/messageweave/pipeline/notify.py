@@ -6,6 +6,7 @@ import datetime as dt
 import zoneinfo
 
 from messageweave.mail.jmap import EmailMeta
+from messageweave.untrusted import NAME_MAX_CHARS, SUBJECT_MAX_CHARS, clean
 
 UNKNOWN = "unknown"
 NO_SUBJECT = "(no subject)"
@@ -20,15 +21,10 @@ def format_received(received_at: int | None, timezone: str) -> str:
     return dt.datetime.fromtimestamp(received_at, tz=zone).strftime(TIME_FORMAT)
 
 
-def _one_line(value: str | None, fallback: str) -> str:
-    """The value on one line (a stray line break would add a fourth line), or the fallback."""
-    if value is None or not value.strip():
-        return fallback
-    return " ".join(value.splitlines())
-
-
 def render_notification(meta: EmailMeta, timezone: str) -> str:
-    sender = _one_line(meta.sender, UNKNOWN)
-    subject = _one_line(meta.subject, NO_SUBJECT)
+    """From, Subject, Received: the sender's text cleaned (`untrusted.clean`: a line break in
+    it would add a fourth line, a U+202E turn the line around)."""
+    sender = clean(meta.sender, NAME_MAX_CHARS) or UNKNOWN
+    subject = clean(meta.subject, SUBJECT_MAX_CHARS) or NO_SUBJECT
     received = format_received(meta.received_at, timezone)
     return f"From: {sender}\nSubject: {subject}\nReceived: {received}"

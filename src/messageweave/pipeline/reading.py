@@ -1,10 +1,11 @@
 """Read and the attachments (issue #25): a mail's text sent into the chat, and its files.
 
-`read_pages` is what the Read button and `/read <email_id>` answer: the headers (From, To, Cc,
-Date, Subject) and the attachments' list, then the text (the text/plain parts, else the HTML
-converted: `mail.jmap.body.text_body`), split under Telegram's 4,096 UTF-16 units into at most
-`MAX_MESSAGES` messages; a longer text ends with "… N more characters, open it in your mail
-client". The last message carries one button per attachment (`pipeline.buttons`).
+`read_pages` is what the Read button and `/read <email_id>` answer: the headers (From, Reply-To,
+To, Cc, Date, Subject; each cleaned by `untrusted.clean`, as the attachments' names are in the
+list and on their buttons) and the attachments' list, then the text (the text/plain parts, else
+the HTML converted: `mail.jmap.body.text_body`), split under Telegram's 4,096 UTF-16 units
+into at most `MAX_MESSAGES` messages; a longer text ends with "… N more characters, open it in
+your mail client". The last message carries one button per attachment (`pipeline.buttons`).
 
 Nothing of the text is stored or logged: it is read from JMAP for this answer, handed to the
 ledger's send as the reply's text (which holds no text in Redis: §1.3.1) and forgotten; a retry
@@ -32,6 +33,7 @@ from messageweave.chat.telegram import (
 )
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.jmap import Address, Attachment, JmapClient, MailText
+from messageweave.untrusted import SUBJECT_MAX_CHARS, clean
 
 MAX_MESSAGES = 3
 # How much text is read from the server (bytes of UTF-8): far more than three messages show,
@@ -76,6 +78,8 @@ async def read_pages(client: JmapClient, cfg: BusinessConfig, email_id: str,
 def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> list[ChatMessage]:
     table = replies.texts(cfg.bot_language)
     lines = [table["read_from"].format(value=_names(mail.sender))]
+    if mail.reply_to:
+        lines.append(table["read_reply_to"].format(value=_names(mail.reply_to)))
     if mail.to:
         lines.append(table["read_to"].format(value=_names(mail.to)))
     if mail.cc:
@@ -83,7 +87,8 @@ def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> l
     date = local_date(mail.sent_at or mail.received_at, cfg.timezone)
     if date:
         lines.append(table["read_date"].format(value=date))
-    lines.append(table["read_subject"].format(value=mail.subject or table["read_no_subject"]))
+    subject = clean(mail.subject, SUBJECT_MAX_CHARS) or table["read_no_subject"]
+    lines.append(table["read_subject"].format(value=subject))
     if mail.attachments:
         lines.append(table["read_attachments"])
         lines.extend(table["read_attachment_line"].format(
@@ -135,7 +140,8 @@ def megabytes(size: int) -> str:
 
 
 def display_name(attachment: Attachment, table: Mapping[str, str]) -> str:
-    return (attachment.name or "").strip() or table["read_unnamed"]
+    """The attachment's name as the Read list and its button show it: cleaned."""
+    return clean(attachment.name) or table["read_unnamed"]
 
 
 def safe_filename(attachment: Attachment) -> str:

@@ -9,7 +9,11 @@ worker's maintenance pass).
 
 The draft: the identity whose address the mail was sent to (`pick_identity`), `To` from the
 original's Reply-To or From, the subject with one `Re: `, `In-Reply-To` and `References`, the
-owner's text as its only (text/plain) part, in Drafts with `$draft`. The owner's words are
+owner's text as its only (text/plain) part, in Drafts with `$draft`. Every one of those values
+comes from a stranger's mail: it is cleaned (`messageweave.untrusted`) before it goes into a
+header, and a recipient that is not a bare addr-spec is refused (`reply_bad_address`). The
+confirm step shows the bare addresses first, the names the sender gave after them, and a
+warning when the reply goes to a Reply-To that is not the From. The owner's words are
 carried by their stream entry, which is deleted when it finishes (§7.4), and by the draft in
 the mailbox; Redis keeps ids and times only (`store.drafts`).
 """
@@ -38,6 +42,7 @@ from messageweave.pipeline import reading
 from messageweave.pipeline.reading import ChatMessage
 from messageweave.store import callbacks, drafts, keys
 from messageweave.store.redis import Redis
+from messageweave.untrusted import SUBJECT_MAX_CHARS, clean, message_ids, plain_address
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,9 @@ PREVIEW_LINES = 5
 PREVIEW_CHARS = 500
 EXPIRY_BATCH = 20
 EXPIRY_OWNER = "expiry"  # who holds a draft's claim while the maintenance pass destroys it
-_RE = re.compile(r"^\s*((re|aw|sv|回复|答复)\s*(\[\d+\])?\s*[:：]\s*)+", re.IGNORECASE)
+# One reply prefix; `reply_subject` strips them one by one. No two quantifiers share a run of
+# spaces (`\s*(\[\d+\])?\s*` did: quadratic on `Re` and 8k spaces).
+_PREFIX = re.compile(r"(?:re|aw|sv|回复|答复) ?(?:\[\d+\] ?)?[:：] ?", re.IGNORECASE)
 
 SignDraftButton = Callable[[str, str], str | None]
 """The signed callback_data of a draft's button: (action, draft id) → data, None: too long."""
@@ -66,8 +73,12 @@ class ReplyRequest:
 
 def reply_subject(subject: str | None) -> str:
     """One `Re: `: any run of leading Re:/RE:/Aw:/回复： (Outlook's, German, Nordic, Chinese
-    clients' prefixes) becomes a single one."""
-    return "Re: " + _RE.sub("", subject or "").strip()
+    clients' prefixes) becomes a single one; the subject cleaned (`untrusted.clean`: one line,
+    its whitespace runs single spaces, which is what keeps `_PREFIX` linear)."""
+    rest, start = clean(subject, SUBJECT_MAX_CHARS), 0
+    while (found := _PREFIX.match(rest, start)) is not None:
+        start = found.end()
+    return "Re: " + rest[start:]
 
 
 def pick_identity(identities: list[Identity], source: MailText,
@@ -100,22 +111,54 @@ def pick_identity(identities: list[Identity], source: MailText,
 
 
 def draft_of(source: MailText, sender: Address, text: str) -> Draft:
-    to = source.reply_to or source.sender
-    references = tuple(dict.fromkeys((*source.references, *source.message_ids)))
-    return Draft(sender, to, reply_subject(source.subject), source.message_ids, references,
-                 text)
+    """The reply's draft, its header values cleaned (names, subject) and filtered (the
+    Message-IDs: `<id>`-shaped ones only). The addresses are the caller's to check
+    (`bad_recipient`)."""
+    to = tuple(Address(clean(a.name) or None, a.email)
+               for a in source.reply_to or source.sender)
+    references = message_ids((*source.references, *source.message_ids))
+    return Draft(sender, to, reply_subject(source.subject), message_ids(source.message_ids),
+                 references, text)
 
 
-def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: SignDraftButton) -> ChatMessage:
-    """The draft as the chat sees it: To, Subject, the first lines; Send and Cancel."""
+def bad_recipient(draft: Draft) -> str | None:
+    """The first recipient that is not a bare addr-spec, cleaned for the chat ("—" when the
+    mail names none at all); None when every one is."""
+    if not draft.to:
+        return "—"
+    for address in draft.to:
+        if plain_address(address.email) is None:
+            return clean(address.email) or "—"
+    return None
+
+
+def other_sender(source: MailText) -> str | None:
+    """The From addresses, when the reply goes to a Reply-To that is not among them: what the
+    confirm step warns of. None when there is no Reply-To or it is the sender's."""
+    senders = {(a.email or "").lower() for a in source.sender}
+    if not source.reply_to or {(a.email or "").lower() for a in source.reply_to} <= senders:
+        return None
+    return ", ".join(clean(a.email) for a in source.sender if a.email) or "—"
+
+
+def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: SignDraftButton,
+            other: str | None = None) -> ChatMessage:
+    """The draft as the chat sees it: the bare addresses it goes to, then the names their
+    sender gave (cleaned), a warning when it goes to a Reply-To that is not the sender
+    (`other`: the From addresses), the subject, the first lines; Send and Cancel."""
     table = replies.texts(cfg.bot_language)
     lines = draft.text.strip().splitlines()
     shown = "\n".join(lines[:PREVIEW_LINES])
     if len(shown) > PREVIEW_CHARS or len(lines) > PREVIEW_LINES:
         shown = shown[:PREVIEW_CHARS].rstrip() + replies.ELLIPSIS
-    to = ", ".join(str(a) for a in draft.to if str(a)) or "—"
-    text = "\n".join((table["reply_draft"], table["read_to"].format(value=to),
-                      table["read_subject"].format(value=draft.subject), "", shown))
+    to = ", ".join(clean(a.email) for a in draft.to if a.email) or "—"
+    head = [table["reply_draft"], table["read_to"].format(value=to)]
+    names = [name for a in draft.to if (name := clean(a.name))]
+    if names:
+        head.append(table["reply_names"].format(value=", ".join(names)))
+    if other is not None:
+        head.append(table["reply_to_differs"].format(sender=other))
+    text = "\n".join((*head, table["read_subject"].format(value=draft.subject), "", shown))
     send, cancel = sign(SEND, draft_id), sign(CANCEL, draft_id)
     if send is None or cancel is None:
         return ChatMessage(text)
@@ -140,6 +183,10 @@ async def draft_reply(client: JmapClient, redis: Redis, cfg: BusinessConfig,
         return ChatMessage(table["reply_no_identity"])
     identity, sender = chosen
     draft = draft_of(source, sender, request.text)
+    bad = bad_recipient(draft)
+    if bad is not None:
+        log.warning("a reply was refused: its recipient is not a plain address")
+        return ChatMessage(table["reply_bad_address"].format(address=bad))
     draft_id = await drafts.made_by(redis, request.entry_id) if request.entry_id else None
     if draft_id is None:
         try:
@@ -150,7 +197,7 @@ async def draft_reply(client: JmapClient, redis: Redis, cfg: BusinessConfig,
         await drafts.remember(redis, draft_id, entry_id=request.entry_id,
                               chat_id=request.chat_id, identity_id=identity.id, now=now)
         log.info("a reply draft was made")
-    return preview(cfg, draft, draft_id, sign)
+    return preview(cfg, draft, draft_id, sign, other_sender(source))
 
 
 # --- Send, Cancel ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import re
 from messageweave.chat import replies
 from messageweave.config.features import DEFAULT_BOT_LANGUAGE, BotLanguage
 from messageweave.mail.jmap import SearchResult
+from messageweave.untrusted import clean
 
 MAX_HITS = 10
 SUBJECT_MAX_CHARS = 120
@@ -43,11 +44,11 @@ def search_reply(
     subjects = {email.id: email.subject for email in result.emails}
     for snippet in result.snippets[:MAX_HITS]:
         # The snippet's subject is null when the match is only in the body: show the real one.
-        subject = clean_snippet(snippet.subject or "").strip() or (
-            subjects.get(snippet.email_id) or "").strip()
+        subject = clean(clean_snippet(snippet.subject or "")) or clean(
+            subjects.get(snippet.email_id))
         subject = truncate(subject, SUBJECT_MAX_CHARS) if subject else table["search_no_subject"]
         line = table["search_hit_line"].format(subject=subject, email_id=snippet.email_id)
-        preview = clean_snippet(snippet.preview or "").strip()
+        preview = clean(clean_snippet(snippet.preview or ""), PREVIEW_MAX_CHARS + 1)
         if preview:
             line += "\n" + table["search_preview_line"].format(
                 preview=truncate(preview, PREVIEW_MAX_CHARS))

@@ -18,6 +18,7 @@ from messageweave.mail.jmap import EmailMeta, JmapClient
 from messageweave.store import consent
 from messageweave.store.redis import Redis
 from messageweave.summary import llm
+from messageweave.untrusted import SUBJECT_MAX_CHARS, clean
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,8 @@ async def summary_text(
     now: float,
 ) -> str:
     if not await consent.is_valid(redis, chat_id, now):
-        return replies.summary_without_consent(config.bot_language, mail.sender, mail.subject,
-                                               mail.id)
+        return replies.summary_without_consent(config.bot_language, clean(mail.sender),
+                                               clean(mail.subject, SUBJECT_MAX_CHARS), mail.id)
     text = mail.text or ""
     if not text.strip():
         return replies.texts(config.bot_language)["summary_no_text"]

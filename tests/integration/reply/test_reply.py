@@ -21,6 +21,7 @@ from messageweave.pipeline import buttons, reply
 from messageweave.store import drafts, keys
 from tests.helpers import WAIT_S, eventually, keyboard, redis_text
 from tests.helpers import press as press_data
+from tests.peers.cyrus import make_message
 from tests.peers.smtp import Received, SmtpSink
 from tests.peers.telegram import SentMessage
 from tests.served import ServedApp
@@ -32,9 +33,15 @@ async def notified(served: ServedApp, subject: str) -> tuple[str, str, SentMessa
     """A mail from Bob appended to Cyrus and queued: its id, its Message-ID, its
     notification."""
     message_id = email.utils.make_msgid(domain="example.org")
-    appended = served.cyrus.append(subject=subject, message_id=message_id,
-                                   sender="Bob Example <bob@example.org>",
-                                   to="Alice <alice@localhost>")
+    email_id, notification = await notified_by(served, make_message(
+        subject, message_id=message_id, sender="Bob Example <bob@example.org>",
+        to="Alice <alice@localhost>"))
+    return email_id, message_id, notification
+
+
+async def notified_by(served: ServedApp, raw: bytes) -> tuple[str, SentMessage]:
+    """The mail `raw` appended to Cyrus and queued: its id and its notification."""
+    appended = served.cyrus.append(raw)
     await served.enqueue_mail(appended.email_id)
     cfg = parse_wire(served.wire)
     found: list[SentMessage] = []
@@ -45,8 +52,8 @@ async def notified(served: ServedApp, subject: str) -> tuple[str, str, SentMessa
                                              for _, d in keyboard(m)}]
         return bool(found)
 
-    await eventually(arrived, f"the notification of {subject}")
-    return appended.email_id, message_id, found[0]
+    await eventually(arrived, "the notification")
+    return appended.email_id, found[0]
 
 
 async def after(served: ServedApp, message_id: int, count: int = 1) -> list[SentMessage]:
@@ -116,7 +123,8 @@ async def test_a_telegram_reply_reaches_the_sink_once_threaded_and_sent_holds_it
     email_id, message_id, notification = await notified(served, "Re: Lunch on Friday?")
     await answer_in_telegram(served, notification, f"Yes, 好的 — {BODY_MARK}\nsee you")
     preview = await draft_preview(served, notification)
-    assert preview.text.startswith("回复草稿（尚未发送）\n收件人：Bob Example <bob@example.org>\n"
+    assert preview.text.startswith("回复草稿（尚未发送）\n收件人：bob@example.org\n"
+                                   "收件人名称（对方自己填写的）：Bob Example\n"
                                    "主题：Re: Lunch on Friday?\n")
     assert BODY_MARK in preview.text
     draft_id = await draft_id_of(served, preview)

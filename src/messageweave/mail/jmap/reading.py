@@ -28,6 +28,8 @@ from messageweave.mail.jmap.errors import (
 )
 from messageweave.mail.jmap.models import JmapSession
 from messageweave.mail.jmap.parse import dicts, opt_int, opt_str
+from messageweave.untrusted import SUBJECT_MAX_CHARS, clean
+from messageweave.untrusted import message_ids as _message_ids
 
 # How long one blob download may take as a whole (a 50 MB attachment on a slow home line).
 BLOB_TIMEOUT_S = 300.0
@@ -43,14 +45,18 @@ class BlobTooLarge(JmapError):
 
 @dataclass(frozen=True)
 class Address:
+    """One address of a mail. `name` is cleaned when parsed (`untrusted.clean`); `email` is
+    as the server gave it, for `untrusted.plain_address` to judge before it is used."""
+
     name: str | None
     email: str | None
 
     def __str__(self) -> str:
-        name = (self.name or "").strip()
-        if name and self.email:
-            return f"{name} <{self.email}>"
-        return self.email or name
+        """`Name <email>`, both cleaned: what a chat message may show."""
+        name, email = clean(self.name), clean(self.email)
+        if name and email:
+            return f"{name} <{email}>"
+        return email or name
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,9 @@ class Attachment:
 
 @dataclass(frozen=True)
 class MailText:
-    """One mail as Read shows it. `text` is held only as long as the reply is made."""
+    """One mail as Read shows it. `text` is held only as long as the reply is made. The
+    subject, the names and the attachments' names are cleaned (`untrusted.clean`), the
+    Message-IDs kept only when `<id>`-shaped (`untrusted.message_ids`)."""
 
     id: str
     sender: tuple[Address, ...]
@@ -194,7 +202,8 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 
 def addresses(value: Any) -> tuple[Address, ...]:
-    return tuple(Address(opt_str(a.get("name")), opt_str(a.get("email"))) for a in dicts(value))
+    return tuple(Address(clean(opt_str(a.get("name"))) or None, opt_str(a.get("email")))
+                 for a in dicts(value))
 
 
 def _attachments(value: Any) -> tuple[Attachment, ...]:
@@ -205,15 +214,17 @@ def _attachments(value: Any) -> tuple[Attachment, ...]:
             continue
         media = (opt_str(part.get("type")) or "application/octet-stream")
         media = media.split(";", 1)[0].strip().lower() or "application/octet-stream"
-        found.append(Attachment(part_id, blob_id, opt_str(part.get("name")), media,
+        name = clean(opt_str(part.get("name"))) or None
+        found.append(Attachment(part_id, blob_id, name, media,
                                 max(0, opt_int(part.get("size")) or 0)))
     return tuple(found)
 
 
 def message_ids(value: Any) -> tuple[str, ...]:
+    """The `<id>`-shaped Message-IDs (`untrusted.message_ids`), without angle brackets."""
     if not isinstance(value, list):
         return ()
-    return tuple(v.strip().strip("<>") for v in value if isinstance(v, str) and v.strip())
+    return _message_ids(v for v in value if isinstance(v, str))
 
 
 def mail_text(raw: dict[str, Any], text: str = "", truncated: bool = False) -> MailText:
@@ -224,7 +235,7 @@ def mail_text(raw: dict[str, Any], text: str = "", truncated: bool = False) -> M
         to=addresses(raw.get("to")),
         cc=addresses(raw.get("cc")),
         reply_to=addresses(raw.get("replyTo")),
-        subject=opt_str(raw.get("subject")),
+        subject=clean(opt_str(raw.get("subject")), SUBJECT_MAX_CHARS) or None,
         sent_at=opt_str(raw.get("sentAt")),
         received_at=opt_str(raw.get("receivedAt")),
         message_ids=message_ids(raw.get("messageId")),

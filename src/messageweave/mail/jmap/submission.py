@@ -20,6 +20,7 @@ from messageweave.mail.jmap.errors import JmapProtocolError
 from messageweave.mail.jmap.models import Mailbox
 from messageweave.mail.jmap.parse import dicts, opt_str
 from messageweave.mail.jmap.reading import Address, MailText, mail_text
+from messageweave.untrusted import SUBJECT_MAX_CHARS, clean, message_ids, plain_address
 
 SUBMISSION = "urn:ietf:params:jmap:submission"
 DRAFTS, SENT = "drafts", "sent"  # mailbox roles (RFC 8621 §2, the IANA registry)
@@ -54,6 +55,11 @@ class MissingMailbox(JmapProtocolError):
     """The account has no mailbox with the role a reply needs (Drafts or Sent)."""
 
 
+class UnsafeAddress(ValueError):
+    """A draft's address is not a bare addr-spec (`untrusted.plain_address`): nothing was
+    created. The caller checks first (`pipeline.reply`) and answers the chat."""
+
+
 class SubmitMethods(MethodCaller):
     """The reply methods of `JmapClient`."""
 
@@ -81,21 +87,24 @@ class SubmitMethods(MethodCaller):
         return mail_text(found[0]) if found else None
 
     async def create_draft(self, draft: Draft) -> str:
-        """Email/set create in Drafts with `$draft` (and `$seen`); the new mail's id."""
-        drafts = await self._role(DRAFTS)
+        """Email/set create in Drafts with `$draft` (and `$seen`); the new mail's id. Every
+        header value is cleaned here, whoever built the draft: the names and the subject on
+        one line without control or format characters (a CR/LF in them would be a header of
+        its own in the mail Cyrus writes, a Bcc the owner never saw), the Message-IDs only
+        when `<id>`-shaped; `UnsafeAddress` for an address that is not a bare addr-spec."""
         create: dict[str, Any] = {
-            "mailboxIds": {drafts: True},
             "keywords": {DRAFT_KEYWORD: True, "$seen": True},
             "from": [_address(draft.sender)],
             "to": [_address(a) for a in draft.to],
-            "subject": draft.subject,
+            "subject": clean(draft.subject, SUBJECT_MAX_CHARS),
             "bodyValues": {"1": {"value": draft.text}},
             "textBody": [{"partId": "1", "type": "text/plain"}],  # UTF-8 (RFC 8621 §4.6)
         }
-        if draft.in_reply_to:
-            create["inReplyTo"] = list(draft.in_reply_to)
-        if draft.references:
-            create["references"] = list(draft.references)
+        if in_reply_to := message_ids(draft.in_reply_to):
+            create["inReplyTo"] = list(in_reply_to)
+        if references := message_ids(draft.references):
+            create["references"] = list(references)
+        create["mailboxIds"] = {await self._role(DRAFTS): True}
         res = await self._call_one("Email/set", {"accountId": self.account_id,
                                                  "create": {"draft": create}})
         item = created_item(res, "draft")
@@ -156,8 +165,11 @@ class SubmitMethods(MethodCaller):
 
 
 def _address(address: Address) -> dict[str, str | None]:
-    return {"name": address.name or None, "email": address.email}
+    email = plain_address(address.email)
+    if email is None:
+        raise UnsafeAddress("a draft's address is not a plain addr-spec")
+    return {"name": clean(address.name) or None, "email": email}
 
 
 __all__: Sequence[str] = ("DRAFT_KEYWORD", "SUBMISSION", "Draft", "DraftState", "Identity",
-                          "MissingMailbox", "SubmitMethods")
+                          "MissingMailbox", "SubmitMethods", "UnsafeAddress")
