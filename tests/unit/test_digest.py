@@ -20,6 +20,7 @@ from messageweave.pipeline.digest import (
     render,
 )
 from messageweave.pipeline.routing import Route
+from messageweave.untrusted import clean
 from tests.helpers import sample_wire
 
 HOME, TEAM = 4242, -100777
@@ -150,14 +151,16 @@ def test_a_sender_name_of_endless_spaces_is_read_in_linear_time() -> None:
 def test_the_sender_s_name_is_what_the_old_pattern_found() -> None:
     """Catches the linear rewrite of the digest's sender name naming a sender otherwise than
     the pattern it replaced did, for every mix of up to 5 spaces, line breaks, quotes and angle
-    brackets around a name."""
+    brackets around a name. The sender is cleaned first (`untrusted.clean`: a line break is a
+    space), then named."""
     old = re.compile(r"^(.*?)\s*<[^<>]*>\s*$")
     for size in range(6):
         for chars in itertools.product(' \n<>"a', repeat=size):
             sender = "".join(chars)
             if not sender.strip():
                 continue
-            named = old.match(sender)
-            who = sender if named is None else named.group(1).strip('" ') or sender
+            cleaned = clean(sender)
+            named = old.match(cleaned)
+            who = cleaned if named is None else named.group(1).strip('" ') or cleaned
             line = digest_text("en", 1, [meta(1, sender=sender)]).split("\n")[1]
             assert line == f"{' '.join(who.split())} — mail 1"
