@@ -441,6 +441,25 @@ service doveadm {{
             os.chown(tmp, 0, pwd.getpwnam("dovecot").pw_gid)
         tmp.replace(self.base_dir / "users")
 
+    def log_mark(self) -> int:
+        """Where `dovecot.log` ends now: `wait_for_log(after=...)` looks only past it."""
+        return self.log.stat().st_size
+
+    def wait_for_log(self, *words: str, after: int = 0, timeout: float = 10.0) -> str:
+        """The first line of `dovecot.log` past byte `after` holding every one of `words`,
+        once it is there (Dovecot's log process writes a little after the event)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.log, "rb") as f:
+                f.seek(after)
+                lines = f.read().decode(errors="replace").splitlines()
+            for line in lines:
+                if all(w in line for w in words):
+                    return line
+            if time.monotonic() > deadline:
+                raise self._fail(f"no log line with {words!r} within {timeout} s")
+            time.sleep(0.05)
+
     # ------------------------------------------------------------------ users and mail
     def add_user(self, user: str, password: str) -> None:
         """Create (or re-password) a user while the server runs; returns once it can log in

@@ -17,7 +17,7 @@ from messageweave.mail.imap.parser import (
     Atom,
     Data,
     Limits,
-    Status,
+    StatusResponse,
     Value,
     parse_response,
     read_response,
@@ -257,13 +257,15 @@ def test_hostile_shapes_take_linear_time(shape: str) -> None:
 
 def test_status_responses_keep_code_arguments_and_text() -> None:
     """Catches a response code read as text (UIDVALIDITY lost) or text read as values."""
-    assert parse_response(b"* OK [UIDVALIDITY 3857529045] UIDs (valid\r\n") == Status(
+    assert parse_response(b"* OK [UIDVALIDITY 3857529045] UIDs (valid\r\n") == StatusResponse(
         None, "OK", "UIDVALIDITY", [Atom("3857529045")], "UIDs (valid"
     )
     ok = parse_response(b"a7 OK [APPENDUID 38505 3955] APPEND done\r\n")
-    assert ok == Status("a7", "OK", "APPENDUID", [Atom("38505"), Atom("3955")], "APPEND done")
+    assert ok == StatusResponse(
+        "a7", "OK", "APPENDUID", [Atom("38505"), Atom("3955")], "APPEND done"
+    )
     odd = parse_response(b'* NO [ALERT "unbalanced] mind the gap\r\n')
-    assert isinstance(odd, Status) and odd.code == "ALERT" and odd.text == "mind the gap"
+    assert isinstance(odd, StatusResponse) and odd.code == "ALERT" and odd.text == "mind the gap"
 
 
 def test_mailbox_names_round_trip_through_modified_utf7() -> None:
@@ -271,3 +273,22 @@ def test_mailbox_names_round_trip_through_modified_utf7() -> None:
     for name in ("INBOX", "Entwürfe", "送信済み & Co", "&", "a&-b"):
         assert decode_mailbox(encode_mailbox(name).encode()) == name
     assert encode_mailbox("Entwürfe") == "Entw&APw-rfe"
+
+
+@given(st.text(max_size=40))
+@FUZZ
+def test_any_attachment_file_name_parameter_reads_as_text(name: str) -> None:
+    """Catches an RFC 2231 `filename*` (`utf-8''r%C3%A9sum%C3%A9.pdf`, as Dovecot sends it)
+    crashing the BODYSTRUCTURE reader with an AttributeError, or coming back still encoded."""
+    quoted = name.encode().replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+    quoted = bytes(c for c in quoted if c not in b"\r\n\0")
+    raw = (b'* 1 FETCH (BODYSTRUCTURE ("APPLICATION" "PDF" NIL NIL NIL "BASE64" 10 NIL '
+           b'("ATTACHMENT" ("FILENAME*" "' + quoted + b'")) NIL))\r\n')  # fmt: skip
+    part = responses.fetched(parse_response(raw)).bodystructure  # type: ignore[arg-type]
+    assert part is not None and (isinstance(part.filename, str) or not quoted)
+    encoded = (
+        b'* 1 FETCH (BODYSTRUCTURE ("APPLICATION" "PDF" NIL NIL NIL "BASE64" 10 NIL '
+        b'("ATTACHMENT" ("FILENAME*" "utf-8\'\'r%C3%A9sum%C3%A9.pdf")) NIL))\r\n'
+    )
+    part = responses.fetched(parse_response(encoded)).bodystructure  # type: ignore[arg-type]
+    assert part is not None and part.filename == "résumé.pdf"

@@ -8,3 +8,42 @@ is a thin layer on httpx, this one is a thin layer on `asyncio.open_connection` 
 response parser (`parser.py`, fuzzed in tests/unit/test_imap_parser.py) and typed readers of
 what it uses (`responses.py`).
 """
+
+from messageweave.mail.imap.client import Answer, ImapClient, Security
+from messageweave.mail.imap.errors import (
+    ImapArgumentError,
+    ImapAuthError,
+    ImapCapabilityError,
+    ImapCommandError,
+    ImapError,
+    ImapProtocolError,
+    ImapTlsError,
+    ImapTransportError,
+)
+from messageweave.mail.imap.mailbox import Copied, MailboxState
+from messageweave.mail.imap.parser import Limits
+from messageweave.mail.imap.responses import BodyPart, Envelope, Fetched, ImapAddress, MailboxInfo
+from messageweave.mail.imap.wire import Text
+
+__all__ = [
+    "Answer",
+    "BodyPart",
+    "Copied",
+    "Envelope",
+    "Fetched",
+    "ImapAddress",
+    "ImapArgumentError",
+    "ImapAuthError",
+    "ImapCapabilityError",
+    "ImapClient",
+    "ImapCommandError",
+    "ImapError",
+    "ImapProtocolError",
+    "ImapTlsError",
+    "ImapTransportError",
+    "Limits",
+    "MailboxInfo",
+    "MailboxState",
+    "Security",
+    "Text",
+]

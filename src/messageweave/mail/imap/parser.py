@@ -2,9 +2,9 @@
 
 `read_response()` reads one whole response from an `asyncio.StreamReader`: a line, and while
 that line ends in a literal announcement (`{n}`, `{n+}`, `~{n}`), the n bytes and the line that
-follows them. `parse_response()` turns those bytes into a `Continuation`, a `Status` (tagged or
-untagged OK / NO / BAD / PREAUTH / BYE, with its response code and text) or `Data` (every other
-untagged response: `* 3 EXISTS`, `* 7 FETCH (...)`, `* LIST (...) "/" INBOX`, ...).
+follows them. `parse_response()` turns those bytes into a `Continuation`, a `StatusResponse`
+(tagged or untagged OK / NO / BAD / PREAUTH / BYE, with its response code and text) or `Data`
+(every other untagged response: `* 3 EXISTS`, `* 7 FETCH (...)`, `* LIST (...) "/" INBOX`, ...).
 
 Data values are `None` (NIL), `Atom` (an atom or a flag, kept as text: `\\Seen`, `12`,
 `BODY[1]<0>`), `bytes` (a quoted string or a literal), or a `list` of values (parentheses).
@@ -56,7 +56,7 @@ class Continuation:
 
 
 @dataclass(frozen=True)
-class Status:
+class StatusResponse:
     """`tag OK [CODE args] text` (tag None for `*`). `code` is upper case, or None."""
 
     tag: str | None
@@ -76,7 +76,7 @@ class Data:
     values: list[Value]
 
 
-Response = Continuation | Status | Data
+Response = Continuation | StatusResponse | Data
 
 _LITERAL = re.compile(rb"~?\{(\d{1,20})\+?\}\r?\n")
 _LITERAL_END = re.compile(rb"~?\{(\d{1,20})\+?\}\r?\n\Z")
@@ -180,7 +180,7 @@ class _Parser:
             values.append(self.value())
         return Data(kind, number, values)
 
-    def status(self, tag: str | None, state: str) -> Status:
+    def status(self, tag: str | None, state: str) -> StatusResponse:
         code: str | None = None
         args: list[Value] = []
         if self.data.startswith(b" [", self.pos):
@@ -190,7 +190,7 @@ class _Parser:
             self.pos += 1
         elif self.pos < len(self.data):
             raise self.fail("text expected")
-        return Status(tag, state, code, args, self.rest_text())
+        return StatusResponse(tag, state, code, args, self.rest_text())
 
     def code(self) -> tuple[str, list[Value]]:
         """`CODE args]`. Arguments that are not IMAP values (some servers put free text there)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import email.header
-import email.utils
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -88,7 +88,7 @@ def _set_number(text: str, star: int | None) -> int:
 
 
 @dataclass(frozen=True)
-class Address:
+class ImapAddress:
     name: str | None
     mailbox: str | None
     host: str | None
@@ -102,12 +102,12 @@ class Address:
 class Envelope:
     date: str | None
     subject: str | None
-    from_: tuple[Address, ...]
-    sender: tuple[Address, ...]
-    reply_to: tuple[Address, ...]
-    to: tuple[Address, ...]
-    cc: tuple[Address, ...]
-    bcc: tuple[Address, ...]
+    from_: tuple[ImapAddress, ...]
+    sender: tuple[ImapAddress, ...]
+    reply_to: tuple[ImapAddress, ...]
+    to: tuple[ImapAddress, ...]
+    cc: tuple[ImapAddress, ...]
+    bcc: tuple[ImapAddress, ...]
     in_reply_to: str | None
     message_id: str | None
 
@@ -131,7 +131,7 @@ def envelope(value: Value) -> Envelope:
     )
 
 
-def _addresses(value: Value) -> tuple[Address, ...]:
+def _addresses(value: Value) -> tuple[ImapAddress, ...]:
     if value is None:
         return ()
     found = []
@@ -140,7 +140,7 @@ def _addresses(value: Value) -> tuple[Address, ...]:
         if len(fields) != 4:
             raise ImapProtocolError(f"an address has {len(fields)} fields, not 4")
         name, _adl, mailbox, host = fields
-        found.append(Address(header_text(name), as_text(mailbox), as_text(host)))
+        found.append(ImapAddress(header_text(name), as_text(mailbox), as_text(host)))
     return tuple(found)
 
 
@@ -257,8 +257,21 @@ def _filename(params: dict[str, str]) -> str | None:
             return params[key]
         encoded = params.get(key + "*")
         if encoded:
-            return str(email.utils.collapse_rfc2231_value(email.utils.decode_rfc2231(encoded)))
+            return _rfc2231(encoded)
     return None
+
+
+def _rfc2231(value: str) -> str:
+    """`utf-8''r%C3%A9sum%C3%A9.pdf` -> `résumé.pdf` (RFC 2231 §4); kept as sent when it is
+    not of that form."""
+    charset, quote, rest = value.partition("'")
+    _language, quote2, encoded = rest.partition("'")
+    if not (quote and quote2):
+        return value
+    try:
+        return urllib.parse.unquote(encoded, encoding=charset or "ascii", errors="replace")
+    except LookupError:  # an unknown charset
+        return urllib.parse.unquote(encoded, encoding="utf-8", errors="replace")
 
 
 # ---------------------------------------------------------------------- FETCH

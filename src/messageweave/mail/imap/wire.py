@@ -41,7 +41,7 @@ class Text:
     value: str
 
 
-Arg = bytes | Literal
+WireArg = bytes | Literal
 
 
 def atom(token: str) -> bytes:
@@ -51,7 +51,7 @@ def atom(token: str) -> bytes:
     return token.encode("ascii")
 
 
-def string(value: str | Text) -> Arg:
+def string(value: str | Text) -> WireArg:
     """A quoted string, or a literal for long, non-ASCII or control-character text."""
     text = value.value if isinstance(value, Text) else value
     if len(text) <= MAX_QUOTED and _QUOTABLE.fullmatch(text):
@@ -59,7 +59,7 @@ def string(value: str | Text) -> Arg:
     return Literal(text.encode("utf-8"))
 
 
-def mailbox(name: str, *, utf8: bool = False) -> Arg:
+def mailbox(name: str, *, utf8: bool = False) -> WireArg:
     """A mailbox name: modified UTF-7 (or UTF-8 once UTF8=ACCEPT is enabled), quoted."""
     if not name or any(c in name for c in "\r\n\0"):
         raise ImapArgumentError("a mailbox name may not be empty or hold CR, LF or NUL")
@@ -118,7 +118,3 @@ def uid_set(uids: Iterable[int]) -> bytes:
         ranges.append(str(start) if start == prev else f"{start}:{prev}")
         start = prev = uid
     return ",".join(ranges).encode("ascii")
-
-
-def needs_utf8(values: Iterable[str | Text]) -> bool:
-    return any(isinstance(v, Text) and not v.value.isascii() for v in values)
