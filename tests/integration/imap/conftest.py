@@ -71,13 +71,14 @@ async def imap(imap_peer: ImapPeer) -> AsyncIterator[ImapClient]:
         yield client
 
 
-# The post-login CAPABILITY of Dovecot 2.3 without MOVE: a real server that lacks it, so the
-# client's COPY + STORE + UID EXPUNGE path runs against real IMAP.
+# The post-login CAPABILITY of Dovecot 2.3 without MOVE and LITERAL+: a real server that lacks
+# them, so the client's COPY + STORE + UID EXPUNGE path and its synchronizing literals (wait for
+# `+`, then send) run against real IMAP.
 NO_MOVE_CAPABILITY = (
     "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE SORT SORT=DISPLAY THREAD=REFERENCES "
     "THREAD=REFS THREAD=ORDEREDSUBJECT MULTIAPPEND URL-PARTIAL CATENATE UNSELECT CHILDREN "
     "NAMESPACE UIDPLUS LIST-EXTENDED I18NLEVEL=1 CONDSTORE QRESYNC ESEARCH ESORT SEARCHRES "
-    "WITHIN CONTEXT=SEARCH LIST-STATUS BINARY SNIPPET=FUZZY LITERAL+ NOTIFY SPECIAL-USE"
+    "WITHIN CONTEXT=SEARCH LIST-STATUS BINARY SNIPPET=FUZZY NOTIFY SPECIAL-USE"
 )
 
 

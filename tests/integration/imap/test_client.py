@@ -113,15 +113,18 @@ async def test_without_move_the_client_copies_marks_deleted_and_expunges_only_th
     dovecot_without_move: DovecotServer,
 ) -> None:
     """Catches a client that sends MOVE to a server that does not offer it, or that falls back
-    to a plain EXPUNGE (which would also remove other mail marked \\Deleted)."""
+    to a plain EXPUNGE (which would also remove other mail marked \\Deleted); and an APPEND
+    whose literal is sent before the server's `+` where LITERAL+ is missing."""
     srv = dovecot_without_move
     keep = srv.append("nomove", "INBOX", flags=["\\Deleted"], subject="deleted by the user")
-    move = srv.append("nomove", "INBOX", subject="to archive")
     client = ImapClient("127.0.0.1", srv.ports.imaps, username="nomove", password="pw-nomove",
                         ssl_context=srv.ssl_context(), timeout=10)  # fmt: skip
     mark = srv.log_mark()
     async with client:
-        assert "MOVE" not in client.capabilities
+        assert not {"MOVE", "LITERAL+"} & client.capabilities
+        appended = await client.append("INBOX", make_message(subject="to archive"))
+        assert appended is not None
+        [move] = appended.uids
         await client.select("INBOX")
         copied = await client.uid_move([move], "Archive")
     assert copied is not None and copied.sources == (move,)
