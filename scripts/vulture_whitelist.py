@@ -31,3 +31,19 @@ _.first_name  # chat/telegram/client.py: BotIdentity, the Bot API's getMe answer
 # Read only by tests (left for their owners: not part of issue #24's dead-code list).
 _.session_url  # mail/jmap/client.py: tests check the URL a client was built with
 _.digests  # mail/reconcile.py: a pass's digest entries, in its result; only tests read it
+
+# The IMAP client's API (mail/imap/, issue #33): built and tested first against real Dovecot and
+# Cyrus; the mail-source seam, the IDLE holder and the cursor that call it come next (same issue).
+_.connected  # mail/imap/client.py: ImapClient.connected
+_.enable  # mail/imap/client.py: ImapClient.enable (CONDSTORE / QRESYNC for the cursor)
+_.noop  # mail/imap/client.py: ImapClient.noop
+_.idle  # mail/imap/client.py: ImapClient.idle (the IDLE holder)
+_.select  # mail/imap/mailbox.py: MailboxCommands.select
+_.special_use  # mail/imap/mailbox.py: MailboxCommands.special_use (Archive, Sent)
+_.uid_search  # mail/imap/mailbox.py: MailboxCommands.uid_search
+_.uid_fetch  # mail/imap/mailbox.py: MailboxCommands.uid_fetch
+_.uid_move  # mail/imap/mailbox.py: MailboxCommands.uid_move
+_.uidvalidity  # mail/imap/mailbox.py: MailboxState / Copied fields, the cursor's
+_.highestmodseq  # mail/imap/mailbox.py: MailboxState.highestmodseq, the cursor's
+_.encoding  # mail/imap/responses.py: BodyPart.encoding (decoding a downloaded part)
+_.content_id  # mail/imap/responses.py: BodyPart.content_id (inline images)

