@@ -38,7 +38,7 @@ _.connected  # mail/imap/client.py: ImapClient.connected
 _.enable  # mail/imap/client.py: ImapClient.enable (CONDSTORE / QRESYNC for the cursor)
 _.noop  # mail/imap/client.py: ImapClient.noop
 _.idle  # mail/imap/client.py: ImapClient.idle (the IDLE holder)
-_.select  # mail/imap/mailbox.py: MailboxCommands.select
+_.select  # mail/imap/mailbox.py: MailboxCommands.select (also the catch-up's)
 _.special_use  # mail/imap/mailbox.py: MailboxCommands.special_use (Archive, Sent)
 _.uid_search  # mail/imap/mailbox.py: MailboxCommands.uid_search
 _.uid_fetch  # mail/imap/mailbox.py: MailboxCommands.uid_fetch
@@ -47,3 +47,5 @@ _.uidvalidity  # mail/imap/mailbox.py: MailboxState / Copied fields, the cursor'
 _.highestmodseq  # mail/imap/mailbox.py: MailboxState.highestmodseq, the cursor's
 _.encoding  # mail/imap/responses.py: BodyPart.encoding (decoding a downloaded part)
 _.content_id  # mail/imap/responses.py: BodyPart.content_id (inline images)
+catch_up  # mail/imap/catchup.py: the IMAP catch-up pass; the IDLE holder and the scheduler call it next (issue #33)
+parse_mail_id  # mail/imap/ids.py: reading an IMAP mail id back; the IMAP source's chat features call it next (issue #33)

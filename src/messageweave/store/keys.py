@@ -242,6 +242,10 @@ CATCHUP_WAKE_CHANNEL = "reconcile:catchup-wake"
 # Unix seconds of the latest reconcile first run: mail received before it was never meant to be
 # notified, so the auditor never looks at it.
 RECONCILE_BASELINE = "state:jmap:baseline_at"
+# The IMAP catch-up (issue #33, `mail.imap.catchup`): per notify mailbox (a hash field named
+# after it) `{uidvalidity}:{last_uid}:{highestmodseq}`; and the newest INTERNALDATE seen (Unix s).
+IMAP_CURSOR = "state:imap:cursor"
+IMAP_WATERMARK = "state:imap:watermark"
 # Cluster-wide slot of the periodic audit (EX = `audit_interval_s`).
 AUDIT_SCHEDULE = "schedule:gap-audit"
 # JSON of the last audit run (any instance, any trigger), shown by the admin page.
