@@ -97,7 +97,7 @@ class Cursor:
 
 
 @dataclass
-class Progress:
+class CatchupProgress:
     """What a pass did: mailboxes baselined, re-baselined (UIDVALIDITY changed), mails
     enqueued, digest entries; `complete` False when the budget cut it."""
 
@@ -128,13 +128,13 @@ class ImapCatchup:
         self.mailboxes = list(dict.fromkeys(mailboxes))
         self.account = account
         self.digest_threshold = max(0, digest_threshold)
-        self.progress = Progress()
+        self.progress = CatchupProgress()
         self._deadline = time.monotonic() + seconds
         self._held: list[str] = []
         self._held_cursors: dict[str, tuple[Cursor, int | None]] = {}
         self._digested = False
 
-    async def run(self) -> Progress:
+    async def run(self) -> CatchupProgress:
         cursors = await read_cursors(self.redis)
         watermark = await read_watermark(self.redis)
         if watermark is None:
@@ -263,7 +263,7 @@ class ImapCatchup:
 
 async def catch_up(redis: Redis, client: ImapClient, mailboxes: Sequence[str], account: str, *,
                    digest_threshold: int = 0, seconds: float = 20.0,
-                   source: str = "reconcile") -> Progress:
+                   source: str = "reconcile") -> CatchupProgress:
     """One pass under `lock:reconcile` (`CatchupBusy` when another pass holds it). IMAP and
     Redis errors propagate; the cursors keep their last checkpoint."""
     lock = reconcile_lock(redis)
