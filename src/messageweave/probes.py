@@ -101,7 +101,11 @@ async def _get_on_origin(client: httpx.AsyncClient, url: str, auth: httpx.Auth
 async def jmap_session_failure(cfg: BusinessConfig,
                                timeout_s: float = PROBE_TIMEOUT_S) -> ProbeFailure | None:
     """None when `GET {origin}/.well-known/jmap` with Basic auth answers 2xx (after redirects
-    on that origin only), else why not."""
+    on that origin only), else why not. An IMAP wire (issue #33) has no JMAP session: not
+    probed, it fails as not configured."""
+    if cfg.mail_source != "jmap":
+        return ProbeFailure("jmap not configured", "mail_source is imap, which this version "
+                            "cannot read yet", "set mail_source to jmap")
     url = jmap_origin_probe_url(cfg.jmap_session_url)
     origin = url.removesuffix(WELL_KNOWN)  # the configured URL holds no credentials
     auth = httpx.BasicAuth(cfg.jmap_username, cfg.jmap_password)

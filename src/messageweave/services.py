@@ -56,12 +56,22 @@ class Runtime:
 
 
 def jmap_settings(cfg: BusinessConfig, outbound: OutboundConfig) -> tuple[object, ...]:
-    """Everything `new_jmap_client` builds the client from."""
-    return (cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password, cfg.account_id,
-            cfg.jmap_extra_ca, outbound.jmap_timeout_ms)
+    """Everything `new_jmap_client` builds the client from (the mail source included: a switch
+    to IMAP keeps no JMAP client)."""
+    return (cfg.mail_source, cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password,
+            cfg.account_id, cfg.jmap_extra_ca, outbound.jmap_timeout_ms)
+
+
+# Issue #33: an IMAP wire can be stored before anything can read an IMAP mailbox; until the mail
+# source is built, such a configuration has no mail client (never a JMAP one from the JMAP
+# fields an earlier wire left behind).
+IMAP_NOT_BUILT = "mail_source is imap: this version cannot read an IMAP mailbox yet"
 
 
 def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient:
+    """`NotConfigured` when the configured mail source is not JMAP."""
+    if cfg.mail_source != "jmap":
+        raise NotConfigured(IMAP_NOT_BUILT)
     return JmapClient(
         cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password,
         account_id=cfg.account_id or None, timeout=outbound.jmap_timeout_ms / 1000,
@@ -87,8 +97,8 @@ async def build_runtime(
     secrets = cfg.secrets()
     try:
         client: JmapClient | None = new_jmap_client(cfg, outbound)
-    except ValueError as exc:  # the trust store (SSL_CERT_FILE, jmap_ca_pem) cannot be loaded
-        client = None
+    except (ValueError, NotConfigured) as exc:  # the trust store (SSL_CERT_FILE, jmap_ca_pem)
+        client = None  # cannot be loaded, or the mail source is not JMAP
         warnings.append(PeerWarning("jmap", "build", scrub(str(exc), secrets)))
     try:
         if client is not None:

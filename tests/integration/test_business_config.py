@@ -32,7 +32,7 @@ async def test_nothing_saved_reads_as_unconfigured(client: httpx.AsyncClient) ->
     assert body["configured"] is False and body["revision"] == 0
     assert body["values"]["timezone"] == "Asia/Shanghai"
     assert body["values"]["chat_allowlist"] == [] and body["values"]["telegram_chat_id"] is None
-    assert not any(body["secrets_present"].values()) and len(body["secrets_present"]) == 6
+    assert not any(body["secrets_present"].values()) and len(body["secrets_present"]) == 8
 
 
 async def test_first_save_persists_encrypted_and_reports_runtime_failure(
@@ -57,7 +57,8 @@ async def test_first_save_persists_encrypted_and_reports_runtime_failure(
 
 
 async def test_readback_shows_values_and_presence_never_secrets(client: httpx.AsyncClient) -> None:
-    await first_save(client, llm_api_key="sk-SECRET-llm")
+    await first_save(client, llm_api_key="sk-SECRET-llm", imap_password="imap-SECRET",
+                     smtp_password="smtp-SECRET")
     response = await client.get("/api/business-config", headers=await login(client))
     body = response.json()
     assert body["configured"] is True and body["revision"] == 1
@@ -65,7 +66,7 @@ async def test_readback_shows_values_and_presence_never_secrets(client: httpx.As
     assert body["values"]["telegram_chat_id"] == 4242
     assert body["values"]["reconcile_interval_s"] == 60
     assert all(body["secrets_present"].values())
-    for secret in (*SECRET_VALUES, "sk-SECRET-llm"):
+    for secret in (*SECRET_VALUES, "sk-SECRET-llm", "imap-SECRET", "smtp-SECRET"):
         assert secret not in response.text
 
 

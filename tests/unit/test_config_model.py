@@ -190,10 +190,10 @@ def test_first_save_must_name_every_required_field() -> None:
 
 
 def test_values_never_contain_a_secret_and_presence_is_reported() -> None:
-    cfg = parse_wire(wire(llm_api_key="sk-1"))
+    cfg = parse_wire(wire(llm_api_key="sk-1", imap_password="i", smtp_password="s"))
     values = cfg.values()
     for secret in ("bot_token", "jmap_password", "telegram_webhook_secret", "reconcile_token",
-                   "worker_token", "llm_api_key"):
+                   "worker_token", "llm_api_key", "imap_password", "smtp_password"):
         assert secret not in values
     assert all(cfg.secrets_present().values())
     assert "'t'" not in repr(cfg) and "sk-1" not in repr(cfg)

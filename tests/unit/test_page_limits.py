@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from messageweave import web
-from messageweave.config import features, model
+from messageweave.config import features, fields, model
 
 WEB = Path(web.__file__).parent
 
@@ -48,3 +48,19 @@ def test_the_page_falls_back_to_the_servers_default_time_zone() -> None:
     ]
     assert fallbacks, "no module of the page falls back to a zone any more"
     assert {zone for _, zone in fallbacks} == {model.DEFAULT_TIMEZONE}, fallbacks
+
+
+def test_each_field_length_the_page_allows_is_the_declared_one() -> None:
+    """Catches a business form input whose `maxlength` is not its field's declared limit
+    (`config.fields`): the page would cut a value the server takes, or let one through that
+    the save refuses with a 422."""
+    html = (WEB / "index.html").read_text(encoding="utf-8")
+    allowed = {}
+    for tag in re.findall(r"<(?:input|textarea)\b[^>]*>", html):
+        name = re.search(r'\bid="f-([a-z_]+)"', tag)
+        limit = re.search(r'\bmaxlength="(\d+)"', tag)
+        if name and limit:
+            allowed[name.group(1)] = int(limit.group(1))
+    declared = {name: fields.FIELD[name].max_chars for name in allowed if name in fields.FIELD}
+    assert len(declared) >= 13, "the business form has fewer length-limited fields than before"
+    assert {name: allowed[name] for name in declared} == declared

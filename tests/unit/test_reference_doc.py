@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from starlette.routing import Route
 
 import messageweave.api
+from messageweave.config import fields
 from messageweave.store import keys
 from messageweave.web import static
 
@@ -68,3 +69,29 @@ def test_every_route_is_documented(method: str, path: str) -> None:
     rows = [line for line in DOC.splitlines() if f"| `{path}` |" in line]
     assert rows, f"{path} has no row in docs/reference.md"
     assert any(method in row.split("|")[1] for row in rows), f"{method} {path} not documented"
+
+
+def _section(title: str) -> str:
+    start = DOC.index(f"\n### {title}")
+    return DOC[start:DOC.index("\n### ", start + 1)]
+
+
+def test_every_configuration_field_has_its_row_and_secrecy_in_the_fields_table() -> None:
+    """Catches a business configuration field declared (`config.fields`) without its row in
+    §5.1, a row for a field that no longer exists, or a row that calls a secret not secret
+    (or the other way round)."""
+    rows = {cells[1].strip().strip("`"): cells[3].strip()
+            for cells in (line.replace("\\|", "or").split("|")
+                          for line in _section("5.1").splitlines() if line.startswith("| `"))}
+    assert set(rows) == set(fields.FIELD_NAMES)
+    for spec in fields.FIELDS:
+        assert rows[spec.name].startswith("yes") == spec.secret, spec.name
+
+
+def test_the_length_limits_are_listed_in_the_order_they_are_checked() -> None:
+    """Catches a length limit (§5.2 step 2) missing from the reference, with another number,
+    or listed in another order than the declarations check them in."""
+    rules = " ".join(_section("5.2").split())
+    places = [rules.index(f"`{fields.MESSAGE_NAMES[name]}` {limit}")
+              for name, limit in fields.MAX_CHARS.items()]
+    assert places == sorted(places)

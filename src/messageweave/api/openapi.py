@@ -13,20 +13,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
-from messageweave.config import features
-from messageweave.config.model import (
-    CHAT_ID_MAX,
-    CHAT_ID_MIN,
-    DELIVERY_POLICIES,
-    FIELD_NAMES,
-    GENERATED_SECRETS,
-    MAX_ALLOWLIST,
-    MAX_CHARS,
-    MAX_ROLE_CHARS,
-    MAX_ROLES,
-    MIN_TOKEN_CHARS,
-    NULLABLE_FIELDS,
-)
+from messageweave.config.fields import FIELD, FIELDS, MIN_TOKEN_CHARS, Field
 from messageweave.config.outbound import (
     MAX_RETRIES_CAP,
     OUTBOUND_FIELDS,
@@ -52,64 +39,53 @@ _ERROR_RESPONSE = {
 
 
 
-_CLOCK = {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
-_RULE: dict[str, Any] = {
-    "type": "object", "required": ["name"], "additionalProperties": False,
-    "properties": {
-        "name": {"type": "string", "minLength": 1, "maxLength": features.MAX_RULE_NAME_CHARS},
-        "from": {"type": "string", "maxLength": features.MAX_RULE_FROM_CHARS},
-        "subject": {"type": "string", "maxLength": features.MAX_RULE_SUBJECT_CHARS},
-        "mailbox_role": {"type": "string", "maxLength": features.MAX_RULE_ROLE_CHARS},
-        "action": {"type": "string", "enum": list(features.RULE_ACTIONS)},
-        "chat_id": {"type": "integer", "minimum": CHAT_ID_MIN, "maximum": CHAT_ID_MAX},
-        "thread_id": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-        "silent": {"type": "boolean"},
-    },
-}
+def _bounds(spec: Field) -> dict[str, Any]:
+    return {key: value for key, value in (("minimum", spec.minimum),
+                                          ("maximum", spec.maximum)) if value is not None}
+
+
+def _string(spec: Field) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": ["string", "null"] if spec.nullable else "string"}
+    if spec.choices:
+        schema["enum"] = list(spec.choices)
+    if spec.max_chars is not None:
+        schema["maxLength"] = spec.max_chars
+    if spec.generated:
+        schema["minLength"] = MIN_TOKEN_CHARS
+    if spec.pattern is not None:
+        schema["pattern"] = spec.pattern
+    return schema
+
+
+def field_schema(spec: Field) -> dict[str, Any]:
+    """One business configuration field as its declaration bounds it (`config.fields`,
+    reference §5.2)."""
+    if spec.schema is not None:
+        return dict(spec.schema)
+    if spec.kind == "str":
+        return _string(spec)
+    if spec.kind == "bool":
+        return {"type": "boolean"}
+    if spec.kind == "int":
+        return {"type": "integer", **_bounds(spec)}
+    items: dict[str, Any] = (
+        {"type": "integer", **_bounds(spec)} if spec.kind == "int_list"
+        else {"type": "string", "maxLength": spec.max_chars})
+    schema: dict[str, Any] = {"type": "array", "items": items}
+    if spec.min_items is not None:
+        schema["minItems"] = spec.min_items
+    if spec.max_items is not None:
+        schema["maxItems"] = spec.max_items
+    return schema
 
 
 def _wire_field(name: str) -> dict[str, Any]:
-    """One business configuration field as the validation rules bound it (reference §5.2)."""
-    if name in MAX_CHARS:
-        schema: dict[str, Any] = {"type": "string", "maxLength": MAX_CHARS[name]}
-        if name in GENERATED_SECRETS:
-            schema["minLength"] = MIN_TOKEN_CHARS
-        if name == "telegram_webhook_secret":
-            schema["pattern"] = "^[A-Za-z0-9_-]+$"
-        if name in NULLABLE_FIELDS:
-            schema["type"] = ["string", "null"]
-        return schema
-    chat_id = {"type": "integer", "minimum": CHAT_ID_MIN, "maximum": CHAT_ID_MAX}
-    others: dict[str, dict[str, Any]] = {
-        "telegram_chat_id": chat_id,
-        "chat_allowlist": {"type": "array", "items": chat_id, "minItems": 1,
-                           "maxItems": MAX_ALLOWLIST},
-        "notify_mailbox_roles": {"type": "array", "minItems": 1, "maxItems": MAX_ROLES,
-                                 "items": {"type": "string", "maxLength": MAX_ROLE_CHARS}},
-        "delivery_policy": {"type": "string", "enum": list(DELIVERY_POLICIES)},
-        "llm_enabled": {"type": "boolean"},
-        "llm_allow_net": {"type": "boolean"},
-        "notify_rules": {"type": "array", "maxItems": features.MAX_RULES, "items": _RULE},
-        "quiet_hours": {"oneOf": [{"type": "null"}, {
-            "type": "object", "required": ["start", "end"], "additionalProperties": False,
-            "properties": {"start": _CLOCK, "end": _CLOCK}}]},
-        "digest_threshold": {"type": "integer", "minimum": 0,
-                             "maximum": features.DIGEST_THRESHOLD_MAX},
-        "bot_language": {"type": "string", "enum": list(features.BOT_LANGUAGES)},
-        "telegram_updates": {"type": "string", "enum": list(features.TELEGRAM_UPDATES)},
-        "push_mode": {"type": "string", "enum": list(features.PUSH_MODES)},
-        "retry_window_s": {"type": "integer", "minimum": 0,
-                           "maximum": features.RETRY_WINDOW_MAX_S},
-        "read_in_chat": {"type": "boolean"},
-        "owner_user_ids": {"type": "array", "maxItems": features.MAX_OWNERS, "items": {
-            "type": "integer", "minimum": 1, "maximum": features.USER_ID_MAX}},
-    }
-    return others.get(name, {"type": "integer"})
+    return field_schema(FIELD[name])
 
 
 _WIRE: dict[str, Any] = {
     "type": "object",
-    "properties": {name: _wire_field(name) for name in FIELD_NAMES},
+    "properties": {spec.name: field_schema(spec) for spec in FIELDS},
     "additionalProperties": False,
 }
 _PATCH = {**_WIRE, "properties": {**_WIRE["properties"],

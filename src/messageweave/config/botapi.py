@@ -4,12 +4,9 @@ token before anything is saved (issue #22)."""
 
 from __future__ import annotations
 
-from messageweave.config.model import _MESSAGE_NAMES as MESSAGE_NAMES
-from messageweave.config.model import MAX_CHARS, ConfigInvalid
-from messageweave.config.model import _blank as blank
-from messageweave.config.model import _clean_origin as clean_origin
-from messageweave.config.model import _https_or_loopback_http as https_or_loopback_http
-from messageweave.config.model import _url as parse_url
+from messageweave.config.checks import blank, clean_origin, https_or_loopback_http, parse_url
+from messageweave.config.errors import ConfigInvalid
+from messageweave.config.fields import MAX_CHARS, MESSAGE_NAMES
 
 
 def validate_bot_api(bot_token: str, telegram_api_base_url: str) -> None:

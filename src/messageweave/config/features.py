@@ -271,19 +271,6 @@ def parse_owner_user_ids(value: object) -> tuple[int, ...]:
     return tuple(dict.fromkeys(value))
 
 
-PARSERS = {
-    "notify_rules": parse_rules,
-    "quiet_hours": parse_quiet_hours,
-    "digest_threshold": parse_digest_threshold,
-    "bot_language": parse_bot_language,
-    "telegram_updates": parse_telegram_updates,
-    "push_mode": parse_push_mode,
-    "retry_window_s": parse_retry_window,
-    "read_in_chat": parse_read_in_chat,
-    "owner_user_ids": parse_owner_user_ids,
-}
-
-
 def check_rule_chats(rules: Iterable[NotifyRule], allowlist: Iterable[int]) -> None:
     """A rule may only send to a chat of the allowlist."""
     allowed = frozenset(allowlist)
