@@ -9,7 +9,8 @@ response parser (`parser.py`, fuzzed in tests/unit/test_imap_parser.py) and type
 what it uses (`responses.py`).
 """
 
-from messageweave.mail.imap.client import Answer, ImapClient, Security
+from messageweave.config.fields import Security
+from messageweave.mail.imap.client import Answer, ImapClient
 from messageweave.mail.imap.errors import (
     ImapArgumentError,
     ImapAuthError,

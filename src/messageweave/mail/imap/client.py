@@ -22,10 +22,10 @@ import ssl
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from typing import Literal as TypingLiteral
 
 from messageweave.aio import AsyncClosing
-from messageweave.config.model import is_loopback_host
+from messageweave.config.checks import is_loopback_host
+from messageweave.config.fields import Security  # the wire's imap_security / smtp_security
 from messageweave.mail.imap.errors import (
     ImapAuthError,
     ImapCapabilityError,
@@ -50,7 +50,6 @@ from messageweave.mail.imap.parser import (
 from messageweave.mail.imap.wire import Literal, Text, WireArg, atom, string
 from messageweave.mail.jmap import build_ssl_context
 
-Security = TypingLiteral["tls", "starttls", "none"]
 IDLE_EVENTS = frozenset({"EXISTS", "EXPUNGE", "FETCH", "VANISHED"})
 T = TypeVar("T")
 _LITERAL_PLUS_MAX = 4096  # LITERAL- (RFC 7888) takes non-synchronizing literals up to this
