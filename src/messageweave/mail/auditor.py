@@ -43,7 +43,8 @@ from messageweave.mail.jmap import (
     InvalidArguments,
     JmapClient,
 )
-from messageweave.mail.reconcile import Replay, Walk, in_any_mailbox, mailbox_sets, parse_cursor
+from messageweave.mail.jmap.mailboxes import in_any_mailbox, mailbox_sets
+from messageweave.mail.reconcile import Replay, Walk, parse_cursor
 from messageweave.ops import metrics
 from messageweave.ops.audit import record_audit
 from messageweave.store import gaps, keys

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from messageweave.config.live import ConfigService
 from messageweave.mail.jmap import JmapClient
+from messageweave.mail.source import MailSource
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
 
@@ -34,6 +35,9 @@ class MailContext(Protocol):
 
     async def jmap(self) -> JmapClient:
         """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
+
+    async def mail(self) -> MailSource:
+        """The live mail source, connected on demand (`MailError`, `NotConfigured`)."""
 
     def secrets(self) -> list[str | None]:
         """Every secret value the instance knows, kept out of an audit record (`ops.audit`)."""

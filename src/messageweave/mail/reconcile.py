@@ -53,10 +53,9 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from messageweave.aio import cancel
 from messageweave.config.model import EXCLUDED_ROLES
@@ -66,9 +65,9 @@ from messageweave.mail.jmap import (
     EmailMeta,
     InvalidArguments,
     JmapClient,
-    Mailbox,
     MailboxList,
 )
+from messageweave.mail.jmap.mailboxes import mailbox_sets
 from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
@@ -137,22 +136,6 @@ class Walk:
 class Replay:
     state: str
 
-
-def mailbox_sets(boxes: Sequence[Mailbox], roles: Iterable[str]
-                 ) -> tuple[frozenset[str], frozenset[str]]:
-    """(the notify mailboxes, the excluded ones): the ids of the boxes whose role is one of
-    `roles` (any case; Drafts / Sent / Junk / Trash never notify), and of the boxes with one of
-    those excluded roles. A mail notifies when it is in a notify box and in no excluded one."""
-    wanted = frozenset(r.lower() for r in roles) - EXCLUDED_ROLES
-    notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in wanted)
-    excluded = frozenset(b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES)
-    return notify, excluded
-
-
-def in_any_mailbox(mailbox_ids: Iterable[str]) -> dict[str, Any]:
-    """An `Email/query` filter: in at least one of `mailbox_ids` (at least one id)."""
-    boxes: list[dict[str, Any]] = [{"inMailbox": m} for m in sorted(mailbox_ids)]
-    return boxes[0] if len(boxes) == 1 else {"operator": "OR", "conditions": boxes}
 
 
 def encode_walk(state: str, position: int) -> str:
