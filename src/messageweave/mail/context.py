@@ -11,6 +11,7 @@ from typing import Protocol
 from messageweave.config.live import ConfigService
 from messageweave.mail.jmap import JmapClient
 from messageweave.mail.source import MailSource
+from messageweave.mail.watch import MailWatch
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
 
@@ -38,6 +39,10 @@ class MailContext(Protocol):
 
     async def mail(self) -> MailSource:
         """The live mail source, connected on demand (`MailError`, `NotConfigured`)."""
+
+    async def watch(self) -> MailWatch:
+        """The live source's watching side: catch-up passes and gap audits (`MailError`,
+        `NotConfigured`)."""
 
     def secrets(self) -> list[str | None]:
         """Every secret value the instance knows, kept out of an audit record (`ops.audit`)."""

@@ -53,7 +53,7 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -68,6 +68,13 @@ from messageweave.mail.jmap import (
     MailboxList,
 )
 from messageweave.mail.jmap.mailboxes import mailbox_sets
+from messageweave.mail.passes import (
+    Budget,
+    Progress,
+    ProgressCallback,
+    ReconcileBusy,
+    ReconcileError,
+)
 from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
@@ -99,28 +106,6 @@ NEXT_PAGE_TASK = "reconcile-next-page"
 # goes with its client (a new configuration, a new client: a fresh read).
 _known_mailboxes: weakref.WeakKeyDictionary[JmapClient, MailboxList] = (
     weakref.WeakKeyDictionary())
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Per-pass limits (reference §1.5). A pass cut by one saves its cursor and ends cleanly."""
-
-    page_size: int = 100  # BASELINE_PAGE_SIZE
-    max_walk_pages: int = 100  # BASELINE_MAX_PAGES
-    max_walk_emails: int = 10_000  # BASELINE_MAX_EMAILS
-    max_change_pages: int = 100  # RECONCILE_MAX_PAGES
-    seconds: float = 20.0  # RECONCILE_BUDGET
-    initial_window: int = 4096  # CHANGE_WINDOW_CAP from the first page (module docstring)
-    window_cap: int = 4096  # CHANGE_WINDOW_CAP
-
-
-class ReconcileError(Exception):
-    """A pass could not run or finish (the cursor keeps its last checkpoint)."""
-
-
-class ReconcileBusy(ReconcileError):
-    """Another pass holds `lock:reconcile`. (A pass that loses the lock midway raises
-    `store.mailbox.LockLost`: the cursor was not moved.)"""
 
 
 # ---------------------------------------------------------------------------------- cursor
@@ -159,23 +144,6 @@ def parse_cursor(raw: str) -> Walk | Replay | None:
 
 
 # ---------------------------------------------------------------------------------- pass
-
-
-@dataclass
-class Progress:
-    """What a pass did so far (also its result). `phase`: first_run, replay, walk, done."""
-
-    phase: str = "start"
-    pages: int = 0
-    emails: int = 0
-    enqueued: int = 0
-    digests: int = 0  # digest entries enqueued (their mails are counted in `enqueued`)
-    rebaselined: bool = False
-    complete: bool = False
-    cursor: str | None = None
-
-
-ProgressCallback = Callable[[Progress], None]
 
 
 class _Lease:
