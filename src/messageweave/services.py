@@ -5,7 +5,10 @@ commands are handed. Layers below this module never import it: `mail/` states wh
 `mail.context.MailContext` and `ops.audit` as `ops.audit.AuditContext`; `Services` satisfies
 both.
 
-`Peers` holds the peer clients (Telegram, JMAP) of the configuration in force. The config
+`Peers` holds the peer clients (Telegram, JMAP) of the configuration in force, and is the one
+place that knows which mail protocol is configured: `Peers.mail` hands everyone else a
+`mail.source.MailSource` and, for the loops, its `mail.watch.MailWatch` (today the JMAP client
+and `mail.jmap_watch.JmapWatch`; `mail_source` will choose). The config
 service calls it on every new revision (`apply`, which replaces the two clients independently)
 and for a preflight (`probe`); a client that could not be built becomes a warning with every
 credential scrubbed.
@@ -27,6 +30,9 @@ from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import failure_text, redis_url_password, scrub
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
+from messageweave.mail.jmap_watch import JmapWatch
+from messageweave.mail.source import MailSource
+from messageweave.mail.watch import MailWatch
 from messageweave.settings import Settings
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
@@ -213,6 +219,15 @@ class Peers:
             raise NotConfigured
         return runtime.jmap
 
+    async def mail(self, outbound: OutboundConfig) -> MailSource:
+        """The mail source of the configuration in force, connected on demand (`MailError`,
+        `NotConfigured`): the only place that chooses between protocols."""
+        return await self.jmap(outbound)
+
+    async def watch(self, outbound: OutboundConfig) -> MailWatch:
+        """The watching side of the same source (catch-up passes, gap audits)."""
+        return JmapWatch(await self.jmap(outbound))
+
     async def aclose(self) -> None:
         if self.runtime is not None:
             await self.runtime.aclose()
@@ -254,6 +269,14 @@ class Services:
     async def jmap(self) -> JmapClient:
         """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
         return await self.peers.jmap(self.config.outbound)
+
+    async def mail(self) -> MailSource:
+        """The live mail source, connected on demand (`MailError`, `NotConfigured`)."""
+        return await self.peers.mail(self.config.outbound)
+
+    async def watch(self) -> MailWatch:
+        """The live source's watching side (`MailError`, `NotConfigured`)."""
+        return await self.peers.watch(self.config.outbound)
 
     def secrets(self) -> list[str | None]:
         """Every secret value this instance knows, for redaction (logs, audit records).

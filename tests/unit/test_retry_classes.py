@@ -13,7 +13,7 @@ from messageweave.mail.jmap import (
     ServerUnavailable,
 )
 from messageweave.pipeline.attempt import BACKOFF_CAP_S, backoff_s
-from messageweave.pipeline.events import DeliveryFailure, jmap_failure
+from messageweave.pipeline.events import DeliveryFailure, mail_failure
 
 
 @pytest.mark.parametrize(("exc", "peer"), [
@@ -27,7 +27,7 @@ def test_only_an_unreachable_mail_server_is_waited_for(exc: JmapError, peer: str
     """Catches a window that waits on answers a retry will not change: a mail server out of
     reach (network, timeout, 5xx, serverUnavailable) is waited for; a protocol or method
     error stays a fast retry counted by `max_retries`. Both are `transient`, as before."""
-    failure = jmap_failure(exc)
+    failure = mail_failure(exc)
     assert failure.failure_class == FailureClass.TRANSIENT
     assert failure.peer == peer
 

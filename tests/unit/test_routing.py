@@ -11,8 +11,9 @@ import pytest
 from messageweave.config.features import MailFacts
 from messageweave.config.model import BusinessConfig, parse_wire, validate
 from messageweave.mail.jmap import Mailbox
+from messageweave.mail.jmap.source import roles_by_id, roles_in
 from messageweave.pipeline import routing
-from messageweave.pipeline.routing import Route, in_quiet_hours, roles_by_id, roles_in, route_for
+from messageweave.pipeline.routing import Route, in_quiet_hours, route_for
 from tests.helpers import sample_wire
 
 HOME, TEAM = 4242, -100777

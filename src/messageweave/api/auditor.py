@@ -13,7 +13,7 @@ from messageweave.api.credentials import require_admin, require_enabled, service
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.mail.auditor import TRIGGER_API, run_audit
-from messageweave.mail.jmap import JmapError
+from messageweave.mail.errors import MailError
 from messageweave.store import gaps
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ async def post_audit(request: Request) -> JSONResponse:
     await require_enabled(request)
     try:
         result = await run_audit(services(request), TRIGGER_API)
-    except (RedisError, JmapError, NotConfigured) as exc:
+    except (RedisError, MailError, NotConfigured) as exc:
         log.warning("gap audit failed: %s", type(exc).__name__)
         raise service_unavailable() from exc
     return JSONResponse(result.answer())

@@ -24,9 +24,10 @@ from messageweave.api.credentials import (
 from messageweave.config.live import NotConfigured
 from messageweave.errors import ApiError, conflict, json_object, service_unavailable
 from messageweave.mail import push
+from messageweave.mail.errors import MailError
 from messageweave.mail.eventsource import read_in_force
 from messageweave.mail.jmap import JmapClient, JmapError
-from messageweave.mail.reconcile import ReconcileBusy, ReconcileError
+from messageweave.mail.passes import ReconcileBusy, ReconcileError
 from messageweave.mail.scheduler import run_pass
 from messageweave.ops import audit
 from messageweave.pipeline.polling import read_label
@@ -83,7 +84,7 @@ async def post_reconcile(request: Request) -> Response:
         raise conflict() from exc
     except RedisError as exc:
         raise service_unavailable() from exc
-    except (ReconcileError, LockLost, JmapError, NotConfigured) as exc:
+    except (ReconcileError, LockLost, MailError, NotConfigured) as exc:
         log.warning("reconcile failed: %s", type(exc).__name__)
         raise _reconcile_retry() from exc
     return Response(status_code=204)

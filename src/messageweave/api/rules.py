@@ -21,7 +21,7 @@ from messageweave.config.model import (
     validate,
 )
 from messageweave.errors import invalid_request, json_object, service_unavailable
-from messageweave.mail.jmap import JmapError
+from messageweave.mail.errors import MailError
 from messageweave.pipeline.routing import dry_run
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,8 @@ async def post_dry_run(request: Request) -> JSONResponse:
         raise service_unavailable()
     tried = _tried(cfg, body)
     try:
-        answer = await dry_run(tried, await svc.jmap())
-    except (JmapError, NotConfigured) as exc:
+        answer = await dry_run(tried, await svc.mail())
+    except (MailError, NotConfigured) as exc:
         log.warning("rules dry run failed: %s", type(exc).__name__)
         raise service_unavailable() from exc
     return JSONResponse(answer)

@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 from messageweave.api.credentials import require_admin, services
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
-from messageweave.mail.jmap import JmapError
+from messageweave.mail.errors import MailError
 from messageweave.pipeline.trace import InvalidQuery, trace
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ async def get_trace(request: Request) -> JSONResponse:
         answer = await trace(services(request), request.query_params.get("q") or "")
     except InvalidQuery as exc:
         raise invalid_request() from exc
-    except (RedisError, JmapError, NotConfigured) as exc:
+    except (RedisError, MailError, NotConfigured) as exc:
         log.warning("trace failed: %s", type(exc).__name__)
         raise service_unavailable() from exc
     return JSONResponse(answer)

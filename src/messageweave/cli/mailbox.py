@@ -20,9 +20,9 @@ from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
-from messageweave.mail.auditor import TRIGGER_CLI, AuditResult, run_audit
-from messageweave.mail.jmap import JmapError
-from messageweave.mail.reconcile import Budget, Progress, ReconcileBusy, ReconcileError, reconcile
+from messageweave.mail.auditor import TRIGGER_CLI, run_audit
+from messageweave.mail.errors import MailError
+from messageweave.mail.passes import AuditResult, Budget, Progress, ReconcileBusy, ReconcileError
 from messageweave.settings import Settings
 from messageweave.store.mailbox import LockLost
 
@@ -35,7 +35,7 @@ async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> 
         cfg = svc.config.config
         if cfg is None:  # stored but not loadable on this process
             raise RuntimeError("nothing configured yet: save a configuration first")
-        client = await svc.jmap()
+        watch = await svc.watch()
         task = bar.add_task("reconcile", total=None)
 
         def show(p: Progress) -> None:
@@ -44,9 +44,9 @@ async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> 
 
         total = Progress()
         for _ in range(1 if once else max_passes):
-            result = await reconcile(svc.redis, client, cfg.notify_mailbox_roles,
-                                     budget=Budget(), on_progress=show,
-                                     digest_threshold=cfg.digest_threshold)
+            result = await watch.catch_up(svc.redis, cfg.notify_mailbox_roles,
+                                          budget=Budget(), on_progress=show,
+                                          digest_threshold=cfg.digest_threshold)
             total.emails += result.emails
             total.enqueued += result.enqueued
             total.pages += result.pages
@@ -75,7 +75,7 @@ def reconcile_command(
     except ReconcileBusy:
         console.print("[yellow]busy[/] another reconcile pass is running")
         raise typer.Exit(EXIT_BUSY) from None
-    except (ReconcileError, LockLost, JmapError, RuntimeError, StoreUnavailable,
+    except (ReconcileError, LockLost, MailError, RuntimeError, StoreUnavailable,
             StoredConfigInvalid, OSError) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     state = "caught up" if result.complete else "not caught up yet (run again)"
@@ -98,7 +98,7 @@ def audit_command(data_dir: DataDirOption = None) -> None:
     settings = load_settings(data_dir)
     try:
         result = asyncio.run(_audit(settings))
-    except (JmapError, RedisError, RuntimeError, StoreUnavailable, StoredConfigInvalid,
+    except (MailError, RedisError, RuntimeError, StoreUnavailable, StoredConfigInvalid,
             OSError) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     if result.since is None:

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
 from messageweave.config.live import NotConfigured, StoredConfigInvalid, StoreUnavailable
-from messageweave.mail.jmap import JmapError
+from messageweave.mail.errors import MailError
 from messageweave.pipeline.trace import MAX_QUERY, InvalidQuery, trace
 from messageweave.settings import Settings
 
@@ -131,7 +131,7 @@ def trace_command(
     settings = load_settings(data_dir)
     try:
         answer = asyncio.run(_trace(settings, text))
-    except (InvalidQuery, JmapError, RedisError, RuntimeError, NotConfigured, StoreUnavailable,
+    except (InvalidQuery, MailError, RedisError, RuntimeError, NotConfigured, StoreUnavailable,
             StoredConfigInvalid, OSError) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     if as_json:

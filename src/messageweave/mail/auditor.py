@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +43,9 @@ from messageweave.mail.jmap import (
     InvalidArguments,
     JmapClient,
 )
-from messageweave.mail.reconcile import Replay, Walk, in_any_mailbox, mailbox_sets, parse_cursor
+from messageweave.mail.jmap.mailboxes import in_any_mailbox, mailbox_sets
+from messageweave.mail.passes import AuditResult
+from messageweave.mail.reconcile import Replay, Walk, parse_cursor
 from messageweave.ops import metrics
 from messageweave.ops.audit import record_audit
 from messageweave.store import gaps, keys
@@ -64,33 +66,6 @@ PROPERTIES = ("mailboxIds", "receivedAt")
 TRIGGER_SCHEDULE = "schedule"
 TRIGGER_API = "api"
 TRIGGER_CLI = "cli"
-
-
-@dataclass
-class AuditResult:
-    """`checked`: mails compared with the ledger; `missing`: of those, owned by nobody;
-    `enqueued`: of those, re-enqueued now (a mail the auditor already re-enqueued once is only
-    reported). `undiscovered`: listed mails left to the reconcile. `complete` is False when
-    `AUDIT_MAX_EMAILS` cut the listing. `since` is None when nothing could be audited yet (no
-    reconcile first run)."""
-
-    at: int
-    since: int | None = None
-    checked: int = 0
-    missing: int = 0
-    enqueued: int = 0
-    undiscovered: int = 0
-    complete: bool = True
-    baseline_started: bool = False
-    missing_ids: list[str] = field(default_factory=list)
-    reasons: dict[str, int] = field(default_factory=dict)
-
-    def answer(self) -> dict[str, int]:
-        return {"checked": self.checked, "missing": self.missing, "enqueued": self.enqueued}
-
-    def summary(self) -> dict[str, Any]:
-        return {**self.answer(), "at": self.at, "since": self.since,
-                "undiscovered": self.undiscovered, "complete": self.complete}
 
 
 def _utc(ts: int) -> str:
@@ -237,14 +212,14 @@ async def audit(redis: Redis, client: JmapClient, roles: Iterable[str], window_s
 async def run_audit(svc: MailContext, trigger: str) -> AuditResult:
     """One audit with the live configuration, then its report: the missing-mail counter, a
     `gap_audit` audit-log record (always for `api`/`cli`, for `schedule` only when mail was
-    missing) and `audit:last`. NotConfigured, JmapError and RedisError propagate (a failed
+    missing) and `audit:last`. NotConfigured, MailError and RedisError propagate (a failed
     run is still recorded in `audit:last` when Redis answers)."""
     cfg = svc.config.config
     try:
         if cfg is None:
             raise NotConfigured
-        client = await svc.jmap()
-        result = await audit(svc.redis, client, cfg.notify_mailbox_roles, cfg.audit_window_s)
+        watch = await svc.watch()
+        result = await watch.audit(svc.redis, cfg.notify_mailbox_roles, cfg.audit_window_s)
     except Exception as exc:
         raise_if_cancelling()
         try:

@@ -10,6 +10,8 @@ from typing import Protocol
 
 from messageweave.config.live import ConfigService
 from messageweave.mail.jmap import JmapClient
+from messageweave.mail.source import MailSource
+from messageweave.mail.watch import MailWatch
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
 
@@ -34,6 +36,13 @@ class MailContext(Protocol):
 
     async def jmap(self) -> JmapClient:
         """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
+
+    async def mail(self) -> MailSource:
+        """The live mail source, connected on demand (`MailError`, `NotConfigured`)."""
+
+    async def watch(self) -> MailWatch:
+        """The live source's watching side: catch-up passes and gap audits (`MailError`,
+        `NotConfigured`)."""
 
     def secrets(self) -> list[str | None]:
         """Every secret value the instance knows, kept out of an audit record (`ops.audit`)."""

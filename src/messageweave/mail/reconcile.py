@@ -53,10 +53,9 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from messageweave.aio import cancel
 from messageweave.config.model import EXCLUDED_ROLES
@@ -66,8 +65,15 @@ from messageweave.mail.jmap import (
     EmailMeta,
     InvalidArguments,
     JmapClient,
-    Mailbox,
     MailboxList,
+)
+from messageweave.mail.jmap.mailboxes import mailbox_sets
+from messageweave.mail.passes import (
+    Budget,
+    Progress,
+    ProgressCallback,
+    ReconcileBusy,
+    ReconcileError,
 )
 from messageweave.ops import metrics
 from messageweave.store import keys
@@ -102,28 +108,6 @@ _known_mailboxes: weakref.WeakKeyDictionary[JmapClient, MailboxList] = (
     weakref.WeakKeyDictionary())
 
 
-@dataclass(frozen=True)
-class Budget:
-    """Per-pass limits (reference §1.5). A pass cut by one saves its cursor and ends cleanly."""
-
-    page_size: int = 100  # BASELINE_PAGE_SIZE
-    max_walk_pages: int = 100  # BASELINE_MAX_PAGES
-    max_walk_emails: int = 10_000  # BASELINE_MAX_EMAILS
-    max_change_pages: int = 100  # RECONCILE_MAX_PAGES
-    seconds: float = 20.0  # RECONCILE_BUDGET
-    initial_window: int = 4096  # CHANGE_WINDOW_CAP from the first page (module docstring)
-    window_cap: int = 4096  # CHANGE_WINDOW_CAP
-
-
-class ReconcileError(Exception):
-    """A pass could not run or finish (the cursor keeps its last checkpoint)."""
-
-
-class ReconcileBusy(ReconcileError):
-    """Another pass holds `lock:reconcile`. (A pass that loses the lock midway raises
-    `store.mailbox.LockLost`: the cursor was not moved.)"""
-
-
 # ---------------------------------------------------------------------------------- cursor
 
 
@@ -137,22 +121,6 @@ class Walk:
 class Replay:
     state: str
 
-
-def mailbox_sets(boxes: Sequence[Mailbox], roles: Iterable[str]
-                 ) -> tuple[frozenset[str], frozenset[str]]:
-    """(the notify mailboxes, the excluded ones): the ids of the boxes whose role is one of
-    `roles` (any case; Drafts / Sent / Junk / Trash never notify), and of the boxes with one of
-    those excluded roles. A mail notifies when it is in a notify box and in no excluded one."""
-    wanted = frozenset(r.lower() for r in roles) - EXCLUDED_ROLES
-    notify = frozenset(b.id for b in boxes if b.role and b.role.lower() in wanted)
-    excluded = frozenset(b.id for b in boxes if b.role and b.role.lower() in EXCLUDED_ROLES)
-    return notify, excluded
-
-
-def in_any_mailbox(mailbox_ids: Iterable[str]) -> dict[str, Any]:
-    """An `Email/query` filter: in at least one of `mailbox_ids` (at least one id)."""
-    boxes: list[dict[str, Any]] = [{"inMailbox": m} for m in sorted(mailbox_ids)]
-    return boxes[0] if len(boxes) == 1 else {"operator": "OR", "conditions": boxes}
 
 
 def encode_walk(state: str, position: int) -> str:
@@ -176,23 +144,6 @@ def parse_cursor(raw: str) -> Walk | Replay | None:
 
 
 # ---------------------------------------------------------------------------------- pass
-
-
-@dataclass
-class Progress:
-    """What a pass did so far (also its result). `phase`: first_run, replay, walk, done."""
-
-    phase: str = "start"
-    pages: int = 0
-    emails: int = 0
-    enqueued: int = 0
-    digests: int = 0  # digest entries enqueued (their mails are counted in `enqueued`)
-    rebaselined: bool = False
-    complete: bool = False
-    cursor: str | None = None
-
-
-ProgressCallback = Callable[[Progress], None]
 
 
 class _Lease:

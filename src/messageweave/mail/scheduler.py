@@ -48,15 +48,15 @@ from messageweave.config.model import BusinessConfig
 from messageweave.logs import RepeatLog
 from messageweave.mail import push
 from messageweave.mail.context import MailContext
+from messageweave.mail.errors import MailError
 from messageweave.mail.eventsource import read_in_force
 from messageweave.mail.jmap import JmapClient, JmapError
-from messageweave.mail.reconcile import (
+from messageweave.mail.passes import (
     Budget,
     Progress,
     ProgressCallback,
     ReconcileBusy,
     ReconcileError,
-    reconcile,
 )
 from messageweave.store import keys
 from messageweave.store.mailbox import (
@@ -85,16 +85,16 @@ async def run_pass(
     svc: MailContext, *, budget: Budget | None = None, on_progress: ProgressCallback | None = None,
     source: str = "reconcile",
 ) -> Progress:
-    """One reconcile pass with the live configuration (ReconcileBusy, JmapError, RedisError,
-    NotConfigured, ReconcileError and LockLost propagate); its new mails count as ingested from
-    `source`."""
+    """One catch-up pass of the live source (`MailWatch.catch_up`) with the live configuration
+    (ReconcileBusy, MailError, RedisError, NotConfigured, ReconcileError and LockLost
+    propagate); its new mails count as ingested from `source`."""
     cfg = svc.config.config
     if cfg is None:
         raise NotConfigured
-    client = await svc.jmap()
-    return await reconcile(svc.redis, client, cfg.notify_mailbox_roles, budget=budget,
-                           on_progress=on_progress, digest_threshold=cfg.digest_threshold,
-                           source=source)
+    watch = await svc.watch()
+    return await watch.catch_up(svc.redis, cfg.notify_mailbox_roles, budget=budget,
+                                on_progress=on_progress, digest_threshold=cfg.digest_threshold,
+                                source=source)
 
 
 @dataclass
@@ -208,7 +208,7 @@ async def _pass(svc: MailContext, kind: str, timers: _Timers) -> bool:
         result = await run_pass(svc, source="jmap_push" if kind == "catch-up" else "reconcile")
     except ReconcileBusy:
         return False
-    except (ReconcileError, LockLost, JmapError, NotConfigured) as exc:
+    except (ReconcileError, LockLost, MailError, NotConfigured) as exc:
         timers.failures.failed(place, exc)
         return True
     timers.failures.recovered(place)

@@ -38,7 +38,8 @@ from messageweave.chat.telegram import Keyboard, SendOptions, TelegramClient, Te
 from messageweave.config.features import BotLanguage
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.mail.jmap import BlobTooLarge, JmapClient, JmapError, JmapSetError
+from messageweave.mail.errors import MailError, MailRefused, MailTooLarge
+from messageweave.mail.source import MailActions, MailReader
 from messageweave.pipeline import owners, reading, reply, summarize
 from messageweave.services import Services
 from messageweave.store import callbacks, drafts
@@ -195,7 +196,7 @@ class ButtonReply:
 async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list[ButtonReply]:
     """Do what the pressed button says, answer the press (always), and show the new state.
 
-    Raises `JmapError` / `NotConfigured` when the mailbox cannot be reached, so the entry is
+    Raises `MailError` / `NotConfigured` when the mailbox cannot be reached, so the entry is
     retried (a claim it took is given back first); the press is answered at once with the
     notice that it will be (the retry's own answer is then refused by Telegram, and the
     edited keyboard shows the outcome)."""
@@ -227,7 +228,7 @@ async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list
         if button.action in DRAFT_ACTIONS:
             return await _draft(press, button, svc, cfg, telegram)
         await _lasting(press, button, svc, cfg, telegram)
-    except (JmapError, NotConfigured):
+    except (MailError, NotConfigured):
         await _answer(telegram, press, table["notice_retry"])
         raise
     return []
@@ -236,7 +237,7 @@ async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list
 async def _summary(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
                    telegram: TelegramClient) -> list[ButtonReply]:
     """The `/summary <id>` path (`summarize`): without consent, the consent hint."""
-    mail = await summarize.fetch_mail(await svc.jmap(), button.email_id)
+    mail = await summarize.fetch_mail(await svc.mail(), button.email_id)
     table = texts(cfg.bot_language)
     if mail is None:
         await _answer(telegram, press, table["notice_gone"])
@@ -247,12 +248,12 @@ async def _summary(press: Press, button: Button, svc: Services, cfg: BusinessCon
     return [ButtonReply(press.chat_id, text, SendOptions(thread_id=press.thread_id))]
 
 
-async def read_replies(client: JmapClient, cfg: BusinessConfig, email_id: str,
+async def read_replies(source: MailReader, cfg: BusinessConfig, email_id: str,
                        chat_id: int, thread_id: int | None) -> list[ButtonReply] | None:
     """The messages of a Read of `email_id` (the button's and `/read`'s), the attachment
     buttons under the last; None when the mailbox does not have the mail."""
     pages = await reading.read_pages(
-        client, cfg, email_id, lambda index: callback_data(cfg, FILE, email_id, index))
+        source, cfg, email_id, lambda index: callback_data(cfg, FILE, email_id, index))
     if pages is None:
         return None
     return [ButtonReply(chat_id, page.text, SendOptions(thread_id=thread_id,
@@ -264,7 +265,7 @@ async def _read(press: Press, button: Button, svc: Services, cfg: BusinessConfig
                 telegram: TelegramClient) -> list[ButtonReply]:
     """Read: the mail's headers and text as reply messages (not deduplicated: each press is a
     new request, as `/read` twice is)."""
-    found = await read_replies(await svc.jmap(), cfg, button.email_id, press.chat_id,
+    found = await read_replies(await svc.mail(), cfg, button.email_id, press.chat_id,
                                press.thread_id)
     if found is None:
         await _answer(telegram, press, texts(cfg.bot_language)["notice_gone"])
@@ -278,8 +279,8 @@ async def _file(press: Press, button: Button, svc: Services, cfg: BusinessConfig
     """An attachment: refused above the upload limit before anything is downloaded; else
     claimed per (mail, part), downloaded into memory and uploaded once."""
     table = texts(cfg.bot_language)
-    client = await svc.jmap()
-    found = await client.attachments(button.email_id)
+    source = await svc.mail()
+    found = await source.attachments(button.email_id)
     if found is None or button.part is None or button.part >= len(found):
         await _answer(telegram, press, table["notice_gone"])
         return []
@@ -295,9 +296,9 @@ async def _file(press: Press, button: Button, svc: Services, cfg: BusinessConfig
         return []
     await _answer(telegram, press, None)  # the spinner stops while the file is fetched
     try:
-        await reading.send_attachment(client, telegram, press.chat_id, press.thread_id,
+        await reading.send_attachment(source, telegram, press.chat_id, press.thread_id,
                                       attachment)
-    except BlobTooLarge:
+    except MailTooLarge:
         await callbacks.release(svc.redis, FILE, button.email_id, owner, part=part)
         return [ButtonReply(press.chat_id, too_large, SendOptions(thread_id=press.thread_id))]
     except TelegramSendError as exc:
@@ -337,11 +338,11 @@ async def _draft(press: Press, button: Button, svc: Services, cfg: BusinessConfi
         await _answer(telegram, press, table["notice_busy" if claim == "busy"
                                              else "notice_draft_gone"])
         return []
-    client, now = await svc.jmap(), time.time()
+    source, now = await svc.mail(), time.time()
     if button.action == reply.SEND:
-        done = await reply.send(client, svc.redis, cfg, button.email_id, record, now=now)
+        done = await reply.send(source, svc.redis, cfg, button.email_id, record, now=now)
     else:
-        done = await reply.cancel(client, svc.redis, cfg, button.email_id, now=now)
+        done = await reply.cancel(source, svc.redis, cfg, button.email_id, now=now)
     if not done.settled:
         await callbacks.release(svc.redis, reply.CLAIM, button.email_id, press.entry_id)
     await _answer(telegram, press, done.notice)
@@ -375,10 +376,10 @@ async def _lasting(press: Press, button: Button, svc: Services, cfg: BusinessCon
         await _show(telegram, press, svc, cfg, button.email_id)
         return
     try:
-        found = await _act(await svc.jmap(), button)
-    except JmapSetError as exc:  # refused for good (e.g. forbidden): a retry would not help
+        found = await _act(await svc.mail(), button)
+    except MailRefused as exc:  # refused for good (e.g. forbidden): a retry would not help
         await callbacks.release(svc.redis, button.action, button.email_id, press.entry_id)
-        log.warning("a button's mailbox change was refused: %s", exc.type)
+        log.warning("a button's mailbox change was refused: %s", exc.reason)
         await _answer(telegram, press, table["notice_failed"])
         return
     except Exception:
@@ -393,12 +394,11 @@ async def _lasting(press: Press, button: Button, svc: Services, cfg: BusinessCon
     await _show(telegram, press, svc, cfg, button.email_id)
 
 
-async def _act(client: JmapClient, button: Button) -> bool:
-    """The JMAP work of a button; False when the mailbox no longer has the mail."""
+async def _act(source: MailActions, button: Button) -> bool:
+    """The mailbox work of a button; False when the mailbox no longer has the mail."""
     if button.action == READ:
-        return await client.update_email(button.email_id, {"keywords/$seen": True})
-    archive = await client.archive_mailbox()
-    return await client.update_email(button.email_id, {"mailboxIds": {archive: True}})
+        return await source.mark_seen(button.email_id)
+    return await source.archive(button.email_id)
 
 
 async def _answer(telegram: TelegramClient, press: Press, text: str | None) -> None:

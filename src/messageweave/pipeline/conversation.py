@@ -4,7 +4,7 @@ The worker calls `reply_to_update` for each `stalwart:telegram` entry and sends 
 through the same sender, rate governor and ledger as notifications, in the configured
 `bot_language` (the owner's phrases are understood in both languages). Unknown text, and a
 `/summary` for an email id the mailbox does not have, get no reply (reference §7: bot
-conversation). A mailbox that cannot be reached raises `JmapError` (or `NotConfigured`) so
+conversation). A mailbox that cannot be reached raises `MailError` (or `NotConfigured`) so
 the entry is retried.
 """
 
@@ -19,7 +19,7 @@ from messageweave.chat import consent, intents, replies
 from messageweave.chat.telegram import PLAIN, SendOptions
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.mail.jmap import JmapClient
+from messageweave.mail.source import MailSource
 from messageweave.pipeline import buttons, owners, reading, reply, search, summarize
 from messageweave.store.redis import Redis
 
@@ -66,8 +66,9 @@ class ConversationContext:
     redis: Redis
     config: BusinessConfig
     outbound: OutboundConfig
-    # Connects on demand; raises messageweave.mail.jmap.JmapError when the mailbox is unreachable.
-    jmap: Callable[[], Awaitable[JmapClient]]
+    # Connects on demand; raises messageweave.mail.errors.MailError when the mailbox is
+    # unreachable.
+    mail: Callable[[], Awaitable[MailSource]]
     now: Callable[[], float] = field(default=time.time)
 
 
@@ -134,7 +135,7 @@ async def _reply(intent: intents.ReplyMail, message: IncomingMessage,
         return []
     request = reply.ReplyRequest(intent.email_id, intent.text, message.chat_id,
                                  message.entry_id)
-    shown = await reply.draft_reply(await ctx.jmap(), ctx.redis, ctx.config, request,
+    shown = await reply.draft_reply(await ctx.mail(), ctx.redis, ctx.config, request,
                                     now=ctx.now(), sign=buttons.draft_signer(ctx.config))
     return [Reply(message.chat_id, shown.text, SendOptions(keyboard=shown.keyboard))]
 
@@ -147,7 +148,7 @@ async def _read(email_id: str, chat_id: int, ctx: ConversationContext) -> list[R
     if not reading.allowed(ctx.config, chat_id):
         log.info("a read from a chat outside the allowlist was refused")
         return []
-    found = await buttons.read_replies(await ctx.jmap(), ctx.config, email_id, chat_id, None)
+    found = await buttons.read_replies(await ctx.mail(), ctx.config, email_id, chat_id, None)
     if found is None:
         log.info("read requested for an email the mailbox does not have")
         return []
@@ -160,13 +161,13 @@ async def _search(query: str, ctx: ConversationContext) -> str:
         return replies.texts(language)["search_empty_query"]
     if len(query) > MAX_QUERY_CHARS:
         return replies.texts(language)["search_query_too_long"].format(limit=MAX_QUERY_CHARS)
-    client = await ctx.jmap()
-    result = await client.search(query, limit=search.MAX_HITS)
+    source = await ctx.mail()
+    result = await source.search(query, limit=search.MAX_HITS)
     return search.search_reply(query, result, language)
 
 
 async def _summary(email_id: str, chat_id: int, ctx: ConversationContext) -> str | None:
-    mail = await summarize.fetch_mail(await ctx.jmap(), email_id)
+    mail = await summarize.fetch_mail(await ctx.mail(), email_id)
     if mail is None:
         log.info("summary requested for an email the mailbox does not have")
         return None

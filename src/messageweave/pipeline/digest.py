@@ -30,10 +30,11 @@ from messageweave.chat.telegram import SendOptions
 from messageweave.config.features import BotLanguage
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.mail.jmap import EmailMeta, JmapClient
+from messageweave.mail.records import EmailMeta
+from messageweave.mail.source import MailReader
 from messageweave.pipeline.buttons import notification_keyboard
 from messageweave.pipeline.notify import render_notification
-from messageweave.pipeline.routing import MAIL_PROPERTIES, Route, facts_for, route_for
+from messageweave.pipeline.routing import Route, facts_for, route_for
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.mailbox import DIGEST_KIND, DIGEST_MAX_IDS
@@ -216,31 +217,31 @@ def email_ids_of(entry: Entry) -> list[str]:
     return ids
 
 
-async def _fetch(client: JmapClient, ids: Sequence[str]) -> dict[str, EmailMeta]:
+async def _fetch(source: MailReader, ids: Sequence[str]) -> dict[str, EmailMeta]:
     found: dict[str, EmailMeta] = {}
     for start in range(0, len(ids), GET_PAGE):
         page = ids[start:start + GET_PAGE]
-        for meta in await client.get_emails(page, properties=MAIL_PROPERTIES):
+        for meta in await source.metas(page, brief=True):
             found[meta.id] = meta
     return found
 
 
 async def messages(entry: Entry, svc: Services) -> list[Message]:
-    """The messages of a digest entry. `DigestInvalid`; `NotConfigured` and JMAP errors
+    """The messages of a digest entry. `DigestInvalid`; `NotConfigured` and mail errors
     propagate (the entry is retried)."""
     cfg = svc.config.config
     if cfg is None:
         raise NotConfigured
     ids = email_ids_of(entry)
-    client = await svc.jmap()
+    source = await svc.mail()
     account = entry.fields.get("account_id", "").strip()
-    if account and account != client.account_id:
+    if account and account != source.account_id:
         raise DigestInvalid("account is not the configured one")
     plan = await load_plan(svc.redis, entry.id)
     if plan is not None:
-        return render(cfg, plan, await _fetch(client, [i for p in plan.parts
+        return render(cfg, plan, await _fetch(source, [i for p in plan.parts
                                                         for i in p.email_ids]))
-    metas = await _fetch(client, ids)
-    routes = {i: route_for(cfg, await facts_for(cfg, client, meta)) for i, meta in metas.items()}
+    metas = await _fetch(source, ids)
+    routes = {i: route_for(cfg, await facts_for(cfg, source, meta)) for i, meta in metas.items()}
     plan = await _keep_plan(svc.redis, entry.id, make_plan(cfg, ids, metas, routes))
     return render(cfg, plan, metas)

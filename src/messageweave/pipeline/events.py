@@ -9,13 +9,8 @@ from dataclasses import dataclass
 
 from messageweave.chat.telegram import PLAIN, FailureClass, SendOptions
 from messageweave.config.live import NotConfigured
-from messageweave.mail.jmap import (
-    EmailMeta,
-    JmapAuthError,
-    JmapError,
-    JmapTransportError,
-    ServerUnavailable,
-)
+from messageweave.mail.errors import MailAuthError, MailError, MailUnreachable
+from messageweave.mail.records import EmailMeta
 from messageweave.pipeline import digest
 from messageweave.pipeline.buttons import Press, handle_press, notification_keyboard
 from messageweave.pipeline.conversation import (
@@ -55,12 +50,12 @@ class DeliveryFailure(Exception):
         self.peer = peer if failure_class == FailureClass.TRANSIENT else None
 
 
-def jmap_failure(exc: JmapError) -> DeliveryFailure:
+def mail_failure(exc: MailError) -> DeliveryFailure:
     """A mailbox read that failed, as a delivery failure: `transient`, waiting for the mail
-    server when it was out of reach (network, timeout, HTTP 5xx/429, `serverUnavailable`)."""
-    unreachable = isinstance(exc, JmapTransportError | ServerUnavailable)
-    return DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}",
-                           peer=waiting.JMAP if unreachable else None)
+    server (`store.waiting.JMAP`, "the mail server") when it was out of reach
+    (`MailUnreachable`: network, timeout, HTTP 5xx/429, `serverUnavailable`)."""
+    return DeliveryFailure(FailureClass.TRANSIENT, f"{exc.source}: {type(exc).__name__}",
+                           peer=waiting.JMAP if isinstance(exc, MailUnreachable) else None)
 
 
 @dataclass(frozen=True)
@@ -111,8 +106,8 @@ class MailPrefetch:
             self._held[key] = (email_id, task)
 
     async def _fetch(self, ids: list[str]) -> dict[str, EmailMeta]:
-        client = await self.svc.jmap()
-        return {meta.id: meta for meta in await client.get_emails(ids)}
+        source = await self.svc.mail()
+        return {meta.id: meta for meta in await source.metas(ids)}
 
     async def take(self, entry: Entry) -> list[EmailMeta] | None:
         """The entry's mail from its batch ([] when the server does not have it), once; None
@@ -162,10 +157,10 @@ def _mail_failures() -> Iterator[None]:
         yield
     except NotConfigured as exc:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured") from exc
-    except JmapAuthError as exc:
-        raise DeliveryFailure(FailureClass.AUTH, "jmap authentication failed") from exc
-    except JmapError as exc:
-        raise jmap_failure(exc) from exc
+    except MailAuthError as exc:
+        raise DeliveryFailure(FailureClass.AUTH, f"{exc.source} authentication failed") from exc
+    except MailError as exc:
+        raise mail_failure(exc) from exc
 
 
 async def _digest(entry: Entry, svc: Services) -> list[Outgoing]:
@@ -188,15 +183,15 @@ async def _notification(entry: Entry, svc: Services,
     if not email_id:
         raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "entry has no email_id")
     with _mail_failures():
-        client = await svc.jmap()
-        if account_id and account_id != client.account_id:
+        source = await svc.mail()
+        if account_id and account_id != source.account_id:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "account is not the configured one")
         found = await mail.take(entry) if mail is not None else None
         if found is None:
-            found = await client.get_emails([email_id])
+            found = await source.metas([email_id])
         if not found:
             raise DeliveryFailure(FailureClass.NOT_FOUND, "email not found")
-        facts = await facts_for(cfg, client, found[0])
+        facts = await facts_for(cfg, source, found[0])
     route = route_for(cfg, facts)  # the rules, and quiet hours at `routing.clock()`
     if route.muted and route.rule is not None:
         return Muted(route.rule)
@@ -232,20 +227,20 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "button press without a chat")
         try:
             pressed = await handle_press(Press.of(entry.id, entry.fields), svc, cfg)
-        except JmapError as exc:
-            raise jmap_failure(exc) from exc
+        except MailError as exc:
+            raise mail_failure(exc) from exc
         except NotConfigured as exc:
             raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
         return [Outgoing(r.chat_id, r.text, r.options) for r in pressed]
     text = entry.fields.get("text")
     if text is None or chat_id is None:
         return []  # not a text message: acknowledged, no reply
-    ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, jmap=svc.jmap)
+    ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, mail=svc.mail)
     try:
         incoming = IncomingMessage.of(chat_id, text, entry.id, entry.fields)
         replies = await reply_to_update(incoming, ctx)
-    except JmapError as exc:
-        raise jmap_failure(exc) from exc
+    except MailError as exc:
+        raise mail_failure(exc) from exc
     except NotConfigured as exc:
         raise DeliveryFailure(FailureClass.TRANSIENT, f"jmap: {type(exc).__name__}") from exc
     return [Outgoing(r.chat_id, r.text, r.options) for r in replies]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import zoneinfo
 
-from messageweave.mail.jmap import EmailMeta
+from messageweave.mail.records import EmailMeta
 from messageweave.untrusted import NAME_MAX_CHARS, SUBJECT_MAX_CHARS, clean
 
 UNKNOWN = "unknown"

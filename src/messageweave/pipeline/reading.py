@@ -3,13 +3,14 @@
 `read_pages` is what the Read button and `/read <email_id>` answer: the headers (From, Reply-To,
 To, Cc, Date, Subject; each cleaned by `untrusted.clean`, as the attachments' names are in the
 list and on their buttons) and the attachments' list, then the text (the text/plain parts, else
-the HTML converted: `mail.jmap.body.text_body`), split under Telegram's 4,096 UTF-16 units
+the HTML converted, by the mail source), split under Telegram's 4,096 UTF-16 units
 into at most `MAX_MESSAGES` messages; a longer text ends with "… N more characters, open it in
 your mail client". The last message carries one button per attachment (`pipeline.buttons`).
 
-Nothing of the text is stored or logged: it is read from JMAP for this answer, handed to the
-ledger's send as the reply's text (which holds no text in Redis: §1.3.1) and forgotten; a retry
-reads the mail again. An attachment is downloaded into memory (`JmapClient.download_blob`, at
+Nothing of the text is stored or logged: it is read from the mail source for this answer,
+handed to the ledger's send as the reply's text (which holds no text in Redis: §1.3.1) and
+forgotten; a retry reads the mail again. An attachment is downloaded into memory
+(`MailReader.download`, for JMAP `JmapClient.download_blob`, at
 most `MAX_UPLOAD_BYTES`, the Bot API's upload limit) and uploaded at once (`send_attachment`);
 never written to disk or Redis.
 """
@@ -32,7 +33,8 @@ from messageweave.chat.telegram import (
     utf16_len,
 )
 from messageweave.config.model import BusinessConfig
-from messageweave.mail.jmap import Address, Attachment, JmapClient, MailText
+from messageweave.mail.records import Address, Attachment, MailText
+from messageweave.mail.source import MailReader
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean
 
 MAX_MESSAGES = 3
@@ -66,10 +68,10 @@ def allowed(cfg: BusinessConfig, chat_id: int) -> bool:
     return chat_id == cfg.telegram_chat_id or chat_id in cfg.chat_allowlist
 
 
-async def read_pages(client: JmapClient, cfg: BusinessConfig, email_id: str,
+async def read_pages(source: MailReader, cfg: BusinessConfig, email_id: str,
                      sign: SignAttachmentButton) -> list[ChatMessage] | None:
     """The messages of a Read; None when the mailbox does not have the mail."""
-    mail = await client.read_email(email_id, text_cap=TEXT_CAP_BYTES)
+    mail = await source.read_email(email_id, text_cap=TEXT_CAP_BYTES)
     if mail is None:
         return None
     return render(mail, cfg, sign)
@@ -166,14 +168,13 @@ def as_photo(attachment: Attachment) -> bool:
     return attachment.type in PHOTO_TYPES and 0 < attachment.size <= MAX_PHOTO_BYTES
 
 
-async def send_attachment(client: JmapClient, telegram: TelegramClient, chat_id: int,
+async def send_attachment(source: MailReader, telegram: TelegramClient, chat_id: int,
                           thread_id: int | None, attachment: Attachment) -> int:
     """Download the attachment (into memory, bounded) and upload it; the message id. Raises
-    `BlobTooLarge` (the server's bytes passed the limit its size claimed to be under),
-    `JmapError`, `TelegramSendError`."""
+    `MailTooLarge` (the server's bytes passed the limit its size claimed to be under),
+    `MailError`, `TelegramSendError`."""
     name = safe_filename(attachment)
-    content = await client.download_blob(attachment.blob_id, attachment.type, name,
-                                         max_bytes=MAX_UPLOAD_BYTES)
+    content = await source.download(attachment, name, max_bytes=MAX_UPLOAD_BYTES)
     try:
         return await telegram.send_file(chat_id, content, name, attachment.type,
                                         photo=as_photo(attachment) and len(content) <=

@@ -2,10 +2,10 @@
 
 `/reply <email_id> <text>`, or a Telegram reply to a notification (the replied-to message's
 keyboard names the mail: its buttons are signed, `pipeline.buttons.replied_mail`), makes a
-draft through JMAP (`draft_reply`) and shows it with Send and Cancel buttons; `send` and
-`cancel` are what those buttons do (`pipeline.buttons`, claimed once per draft), and
-`expire_drafts` destroys the drafts not sent within `keys.REPLY_DRAFT_MAX_AGE_S` (the
-worker's maintenance pass).
+draft through the mail source (`draft_reply`, a `mail.source.ReplySender`) and shows it with
+Send and Cancel buttons; `send` and `cancel` are what those buttons do (`pipeline.buttons`,
+claimed once per draft), and `expire_drafts` destroys the drafts not sent within
+`keys.REPLY_DRAFT_MAX_AGE_S` (the worker's maintenance pass).
 
 The draft: the identity whose address the mail was sent to (`pick_identity`), `To` from the
 original's Reply-To or From, the subject with one `Re: `, `In-Reply-To` and `References`, the
@@ -29,15 +29,9 @@ from dataclasses import dataclass
 from messageweave.chat import replies
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.mail.jmap import (
-    Address,
-    Draft,
-    Identity,
-    JmapClient,
-    JmapError,
-    JmapSetError,
-    MailText,
-)
+from messageweave.mail.errors import MailError, MailRefused
+from messageweave.mail.records import Address, Draft, Identity, MailText
+from messageweave.mail.source import ReplySender
 from messageweave.pipeline import reading
 from messageweave.pipeline.reading import ChatMessage
 from messageweave.store import callbacks, drafts, keys
@@ -165,20 +159,19 @@ def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: SignDraftBut
     return ChatMessage(text, (((table["button_send"], send), (table["button_cancel"], cancel)),))
 
 
-async def draft_reply(client: JmapClient, redis: Redis, cfg: BusinessConfig,
+async def draft_reply(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig,
                       request: ReplyRequest, *, now: float, sign: SignDraftButton) -> ChatMessage:
     """Make the draft (once per stream entry) and its preview; or the answer that says why
     not (no text, no submission on this server, the mail gone, no identity, refused)."""
     table = replies.texts(cfg.bot_language)
     if not request.text.strip():
         return ChatMessage(table["reply_empty"])
-    if not await client.can_submit():
+    if not await mailbox.can_submit():
         return ChatMessage(table["reply_off"])
-    source = await client.reply_source(request.email_id)
+    source = await mailbox.reply_source(request.email_id)
     if source is None:
         return ChatMessage(table["notice_gone"])
-    chosen = pick_identity(await client.identities(), source,
-                           (await client.get_session()).username)
+    chosen = pick_identity(await mailbox.identities(), source, await mailbox.username())
     if chosen is None:
         return ChatMessage(table["reply_no_identity"])
     identity, sender = chosen
@@ -190,10 +183,10 @@ async def draft_reply(client: JmapClient, redis: Redis, cfg: BusinessConfig,
     draft_id = await drafts.made_by(redis, request.entry_id) if request.entry_id else None
     if draft_id is None:
         try:
-            draft_id = await client.create_draft(draft)
-        except JmapSetError as exc:
-            log.warning("a reply draft was refused: %s", exc.type)
-            return ChatMessage(table["reply_refused"].format(reason=exc.type))
+            draft_id = await mailbox.create_draft(draft)
+        except MailRefused as exc:
+            log.warning("a reply draft was refused: %s", exc.reason)
+            return ChatMessage(table["reply_refused"].format(reason=exc.reason))
         await drafts.remember(redis, draft_id, entry_id=request.entry_id,
                               chat_id=request.chat_id, identity_id=identity.id, now=now)
         log.info("a reply draft was made")
@@ -212,25 +205,25 @@ class Done:
     settled: bool = True  # the draft is no longer one: its buttons go
 
 
-async def send(client: JmapClient, redis: Redis, cfg: BusinessConfig, draft_id: str,
+async def send(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig, draft_id: str,
                record: drafts.DraftRecord, *, now: float) -> Done:
     """Submit the draft, claimed (`button:d:`) by the caller. A retried press whose first
     attempt submitted it (the answer lost, the worker killed) finds it sent: `$draft` is gone
     (Cyrus keeps no final EmailSubmission to look up), and it is not submitted again."""
     table = replies.texts(cfg.bot_language)
-    if not await client.can_submit():
+    if not await mailbox.can_submit():
         return Done(table["reply_off"], settled=False)
-    state = await client.draft_state(draft_id)
+    state = await mailbox.draft_state(draft_id)
     if state is None:
         await _settle(redis, draft_id, "cancelled", now)
         return Done(table["notice_draft_gone"])
     sent_at: str | None = None
     if state == "draft":
         try:
-            sent_at = await client.submit_draft(draft_id, record.identity_id)
-        except JmapSetError as exc:
-            log.warning("a reply's submission was refused: %s", exc.type)
-            return Done(table["notice_send_refused"].format(reason=exc.type), settled=False)
+            sent_at = await mailbox.submit_draft(draft_id, record.identity_id)
+        except MailRefused as exc:
+            log.warning("a reply's submission was refused: %s", exc.reason)
+            return Done(table["notice_send_refused"].format(reason=exc.reason), settled=False)
         log.info("a reply was submitted")
     at = sent_at or _rfc3339(now)
     await _settle(redis, draft_id, "sent", now, at)
@@ -238,17 +231,17 @@ async def send(client: JmapClient, redis: Redis, cfg: BusinessConfig, draft_id: 
     return Done(table["notice_reply_sent"], table["reply_sent"].format(time=when))
 
 
-async def cancel(client: JmapClient, redis: Redis, cfg: BusinessConfig, draft_id: str, *,
+async def cancel(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig, draft_id: str, *,
                  now: float) -> Done:
     """Destroy the draft (claimed by the caller); a mail that is no longer a draft (sent
     meanwhile) is left alone."""
     table = replies.texts(cfg.bot_language)
-    state = await client.draft_state(draft_id)
+    state = await mailbox.draft_state(draft_id)
     if state == "sent":
         await _settle(redis, draft_id, "sent", now)
         return Done(table["notice_sent"])
     if state == "draft":
-        await client.destroy_draft(draft_id)
+        await mailbox.destroy_draft(draft_id)
     await _settle(redis, draft_id, "cancelled", now)
     return Done(table["notice_cancelled"])
 
@@ -266,7 +259,7 @@ def _rfc3339(unix: float) -> str:
 # --- expiry ---------------------------------------------------------------------------------
 
 
-async def expire_drafts(redis: Redis, jmap: Callable[[], Awaitable[JmapClient]], *,
+async def expire_drafts(redis: Redis, mail: Callable[[], Awaitable[ReplySender]], *,
                         now: float) -> int:
     """Destroy the drafts made more than `REPLY_DRAFT_MAX_AGE_S` ago and never sent; how many
     were. Each is taken out of `reply:drafts` by one instance (ZREM) and claimed like a
@@ -283,11 +276,11 @@ async def expire_drafts(redis: Redis, jmap: Callable[[], Awaitable[JmapClient]],
                 await drafts.put_back(redis, draft_id, created)
             continue
         try:
-            client = await jmap()
-            state = await client.draft_state(draft_id)
+            mailbox = await mail()
+            state = await mailbox.draft_state(draft_id)
             if state == "draft":
-                await client.destroy_draft(draft_id)
-        except (JmapError, NotConfigured) as exc:
+                await mailbox.destroy_draft(draft_id)
+        except (MailError, NotConfigured) as exc:
             await callbacks.release(redis, CLAIM, draft_id, EXPIRY_OWNER)
             await drafts.put_back(redis, draft_id, created)
             log.warning("an old reply draft could not be destroyed: %s", type(exc).__name__)

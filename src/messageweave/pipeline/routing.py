@@ -5,33 +5,25 @@ decides the chat, the forum topic, silence or mute; quiet hours make it silent.
 roles of its mailboxes) and, optionally, the time. Without one it asks `clock`, the pipeline's
 one source of time for routing, which a test replaces to inject the time.
 
-The roles of a mail's mailboxes come from the JMAP client's mailbox list, kept per client for
-`ROLES_TTL_S` (`mailbox_roles`), and are read only when a rule looks at them (`needs_roles`),
+The roles of a mail's mailboxes come from the mail source (`MailReader.mailbox_roles`, which may
+keep its mailbox list a minute), and are read only when a rule looks at them (`needs_roles`),
 so the push fast path gains no round trip otherwise.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import time
-import weakref
 import zoneinfo
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from messageweave.config.features import MailFacts, first_match
 from messageweave.config.model import BusinessConfig
-from messageweave.mail.jmap import NEWEST_FIRST, EmailMeta, JmapClient, Mailbox
-from messageweave.mail.reconcile import in_any_mailbox, mailbox_sets
+from messageweave.mail.records import EmailMeta
+from messageweave.mail.source import MailReader
 
-ROLES_TTL_S = 60.0  # how long a client's mailbox list is trusted for rules on `mailbox_role`
-ROLES_REFRESH_MIN_S = 2.0  # a mailbox the list does not know reads it again, at most this often
 DRY_RUN_MAILS = 20
-# What a route (the rules) and a notification read of a mail: the dry run and the digest fetch
-# these, not the keywords and preview of `DEFAULT_EMAIL_PROPERTIES`.
-MAIL_PROPERTIES = ("from", "subject", "receivedAt", "mailboxIds")
 
 
 def wall_clock() -> dt.datetime:
@@ -87,67 +79,13 @@ def route_for(cfg: BusinessConfig, mail: MailFacts, now: dt.datetime | None = No
     return Route(chat, rule.thread_id, rule.silent or quiet, rule.name, quiet=quiet)
 
 
-# ----------------------------------------------------------------------------- mailbox roles
-
-
-@dataclass(frozen=True)
-class _Listing:
-    read_at: float  # time.monotonic() of the Mailbox/get
-    roles: Mapping[str, str | None]  # mailbox id → its role, lower case (None: no role)
-
-
-# Per client (a new configuration, a new client: a fresh read).
-_listings: weakref.WeakKeyDictionary[JmapClient, _Listing] = weakref.WeakKeyDictionary()
-_reading: weakref.WeakKeyDictionary[JmapClient, asyncio.Lock] = weakref.WeakKeyDictionary()
-
-
-def roles_by_id(boxes: Iterable[Mailbox]) -> dict[str, str | None]:
-    return {box.id: box.role.lower() if box.role else None for box in boxes}
-
-
-def roles_in(roles: Mapping[str, str | None], mailbox_ids: Iterable[str]) -> frozenset[str]:
-    return frozenset(role for box in mailbox_ids if (role := roles.get(box)))
-
-
-def _stale(held: _Listing | None, mailbox_ids: frozenset[str]) -> bool:
-    if held is None:
-        return True
-    age = time.monotonic() - held.read_at
-    return age >= ROLES_TTL_S or (age >= ROLES_REFRESH_MIN_S
-                                  and not mailbox_ids <= held.roles.keys())
-
-
-async def mailbox_roles(client: JmapClient, mailbox_ids: frozenset[str]) -> frozenset[str]:
-    """The roles of the mailboxes `mailbox_ids`, from `client`'s mailbox list read at most
-    `ROLES_TTL_S` ago; a mailbox the list does not know (made since) reads it again. The
-    entries of a batch that all need it share one Mailbox/get. JMAP errors propagate."""
-    if not _stale(_listings.get(client), mailbox_ids):
-        return roles_in(_listings[client].roles, mailbox_ids)
-    async with _reading.setdefault(client, asyncio.Lock()):
-        held = _listings.get(client)
-        if _stale(held, mailbox_ids):
-            held = _Listing(time.monotonic(), roles_by_id(await client.mailboxes()))
-            _listings[client] = held
-    assert held is not None
-    return roles_in(held.roles, mailbox_ids)
-
-
-async def facts_for(cfg: BusinessConfig, client: JmapClient, meta: EmailMeta) -> MailFacts:
+async def facts_for(cfg: BusinessConfig, source: MailReader, meta: EmailMeta) -> MailFacts:
     """What the rules look at in `meta`; the mailbox roles only when a rule needs them."""
-    roles = await mailbox_roles(client, meta.mailbox_ids) if needs_roles(cfg) else frozenset()
+    roles = await source.mailbox_roles(meta.mailbox_ids) if needs_roles(cfg) else frozenset()
     return facts_of(meta, roles)
 
 
 # ----------------------------------------------------------------------------- dry run
-
-
-def _listing_filter(notify: frozenset[str], excluded: frozenset[str]) -> dict[str, Any]:
-    """In a notify mailbox and in none of Drafts / Sent / Junk / Trash (the reconcile's rule)."""
-    where = in_any_mailbox(notify)
-    if not excluded:
-        return where
-    return {"operator": "AND", "conditions": [
-        where, {"operator": "NOT", "conditions": [{"inMailbox": b} for b in sorted(excluded)]}]}
 
 
 def _verdict(meta: EmailMeta, route: Route) -> dict[str, Any]:
@@ -157,20 +95,12 @@ def _verdict(meta: EmailMeta, route: Route) -> dict[str, Any]:
             "thread_id": route.thread_id, "silent": route.silent, "quiet": route.quiet}
 
 
-async def dry_run(cfg: BusinessConfig, client: JmapClient,
+async def dry_run(cfg: BusinessConfig, source: MailReader,
                   now: dt.datetime | None = None) -> dict[str, Any]:
     """`{checked, mails}`: what `cfg`'s rules and quiet hours decide, at `now`, for the newest
     `DRY_RUN_MAILS` mails of the notify mailboxes, newest first. Sends and writes nothing;
-    JMAP errors propagate."""
-    boxes = await client.mailboxes()
-    roles = roles_by_id(boxes)
-    notify, excluded = mailbox_sets(boxes, cfg.notify_mailbox_roles)
-    if not notify:
-        return {"checked": 0, "mails": []}
-    page = await client.query_and_get(_listing_filter(notify, excluded), NEWEST_FIRST,
-                                      DRY_RUN_MAILS, properties=MAIL_PROPERTIES)
+    mail errors propagate."""
+    newest = await source.newest(cfg.notify_mailbox_roles, DRY_RUN_MAILS)
     at = now or clock()
-    mails = [_verdict(meta, route_for(cfg, facts_of(meta, roles_in(roles, meta.mailbox_ids)),
-                                      at))
-             for meta in page.emails]
+    mails = [_verdict(meta, route_for(cfg, facts_of(meta, roles), at)) for meta, roles in newest]
     return {"checked": len(mails), "mails": mails}

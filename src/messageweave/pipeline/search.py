@@ -6,7 +6,7 @@ import re
 
 from messageweave.chat import replies
 from messageweave.config.features import DEFAULT_BOT_LANGUAGE, BotLanguage
-from messageweave.mail.jmap import SearchResult
+from messageweave.mail.records import SearchResult
 from messageweave.untrusted import clean
 
 MAX_HITS = 10

@@ -14,7 +14,8 @@ import logging
 from messageweave.chat import replies
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.mail.jmap import EmailMeta, JmapClient
+from messageweave.mail.records import EmailMeta
+from messageweave.mail.source import MailReader
 from messageweave.store import consent
 from messageweave.store.redis import Redis
 from messageweave.summary import llm
@@ -25,18 +26,14 @@ log = logging.getLogger(__name__)
 EXCERPT_CHARS = 300
 # Enough UTF-8 for MAX_INPUT_CHARS of any script (at most 4 bytes a character).
 BODY_MAX_BYTES = llm.MAX_INPUT_CHARS * 4
-_PROPERTIES = ("from", "subject", "receivedAt", "preview")
 
 
 def excerpt(text: str) -> str:
     return text.strip()[:EXCERPT_CHARS]
 
 
-async def fetch_mail(client: JmapClient, email_id: str) -> EmailMeta | None:
-    found = await client.get_emails(
-        [email_id], properties=_PROPERTIES, fetch_text=True, body_max_bytes=BODY_MAX_BYTES
-    )
-    return found[0] if found else None
+async def fetch_mail(source: MailReader, email_id: str) -> EmailMeta | None:
+    return await source.mail_with_text(email_id, text_max_bytes=BODY_MAX_BYTES)
 
 
 async def summary_text(

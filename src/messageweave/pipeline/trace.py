@@ -1,10 +1,12 @@
 """Where is my mail? (issue #15): every step the system recorded for one mail, read from what
 the dedup claim, the ledger, the send log and the audit log already hold. It writes nothing and
-reads no mail body: of the mailbox it asks only ids, subjects, `receivedAt` and `mailboxIds`.
+reads no mail body: of the mailbox (the live `mail.source.MailSource`) it asks only a mail's
+brief metadata (sender, subject, date, mailboxes) and which mailboxes notify.
 
-A query that is a JMAP id (RFC 8620 §1.2) the mailbox or the claims know is traced directly;
-anything else is a subject search (`Email/query {subject}` of the live JMAP client, newest
-first, `MAX_MATCHES` mails), each match traced. The steps of a mail, oldest first:
+A query shaped like an email id (`[A-Za-z0-9_-]`, as JMAP's, RFC 8620 §1.2, and an IMAP
+source's are) that the mailbox or the claims know is traced directly; anything else is a
+subject search (`MailReader.subject_matches`, newest first, `MAX_MATCHES` mails), each match
+traced. The steps of a mail, oldest first:
 
 - `received`: its `receivedAt` (from the mailbox);
 - `seen`: the claim `dedup:jmap:{account}:{email}` — written with the entry it enqueued, by the
@@ -41,8 +43,9 @@ from typing import Any
 from messageweave.config.live import NotConfigured
 from messageweave.mail.auditor import GAP_AUDIT
 from messageweave.mail.context import MailContext
-from messageweave.mail.jmap import EmailMeta, JmapClient, JmapError
-from messageweave.mail.reconcile import mailbox_sets
+from messageweave.mail.errors import MailError
+from messageweave.mail.records import EmailMeta
+from messageweave.mail.source import MailReader
 from messageweave.ops.sendlog import Outcome
 from messageweave.pipeline.digest import load_plan
 from messageweave.store import keys
@@ -56,7 +59,6 @@ MAX_MATCHES = 5  # mails a subject search traces
 MAX_REPLAYS = 3  # replays of one dead letter followed
 PUSH_HINT_S = 30
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
-_PROPERTIES = ("id", "subject", "receivedAt", "mailboxIds")
 _STREAM = keys.STREAM_JMAP
 LEFT_OUT = "left_out"  # a digest left the mail out: no longer in the mailbox (issue #16)
 
@@ -76,18 +78,18 @@ def normalize(query: str) -> str:
 async def trace(ctx: MailContext, query: str) -> dict[str, Any]:
     """`{query, by, jmap, found, mails: [{email_id, subject, received_at, seen, status, reason,
     steps}]}`; `found` when the system saw at least one of the mails. `InvalidQuery`;
-    `NotConfigured`; a `JmapError` only when the mailbox is needed and does not answer (a
+    `NotConfigured`; a `MailError` only when the mailbox is needed and does not answer (a
     subject search, or no `account_id` configured)."""
     text = normalize(query)
     cfg = ctx.config.config
     if cfg is None:
         raise NotConfigured
-    client: JmapClient | None = None
+    client: MailReader | None = None
     jmap = "ok"
     try:
-        client = await ctx.jmap()
+        client = await ctx.mail()
         account = client.account_id
-    except JmapError as exc:
+    except MailError as exc:
         if not cfg.account_id:
             raise
         jmap, account = type(exc).__name__, cfg.account_id
@@ -99,34 +101,32 @@ async def trace(ctx: MailContext, query: str) -> dict[str, Any]:
             "mails": mails}
 
 
-async def _targets(redis: Redis, client: JmapClient | None, account: str,
+async def _targets(redis: Redis, client: MailReader | None, account: str,
                    text: str) -> tuple[str, list[tuple[str, EmailMeta | None]]]:
     """The mails to trace: an id the mailbox or a claim knows, else the subject's matches,
     else (a query shaped like an id) that id, unseen."""
     looks_like_id = _EMAIL_ID.fullmatch(text) is not None
     if looks_like_id:
-        found = await client.get_emails([text], properties=_PROPERTIES) if client else []
+        found = await client.metas([text], brief=True) if client else []
         if found or await redis.exists(keys.dedup_jmap(account, text)):
             return "email_id", [(text, found[0] if found else None)]
     if client is None:
         if looks_like_id:
             return "email_id", [(text, None)]
-        raise JmapError("a subject search needs the mailbox")
-    page = await client.query_and_get({"subject": text}, limit=MAX_MATCHES,
-                                      properties=_PROPERTIES)
-    if page.emails or not looks_like_id:
-        return "subject", [(meta.id, meta) for meta in page.emails]
+        raise MailError("a subject search needs the mailbox")
+    matches = await client.subject_matches(text, MAX_MATCHES)
+    if matches or not looks_like_id:
+        return "subject", [(meta.id, meta) for meta in matches]
     return "email_id", [(text, None)]
 
 
-async def _notify_boxes(client: JmapClient | None, roles: tuple[str, ...],
+async def _notify_boxes(client: MailReader | None, roles: tuple[str, ...],
                         targets: list[tuple[str, EmailMeta | None]]) -> frozenset[str] | None:
     """The ids of the mailboxes a new mail notifies from (as the reconcile decides), read only
     when a mail to trace has mailboxes to judge; None when unknown."""
     if client is None or not any(meta is not None for _, meta in targets):
         return None
-    notify, _ = mailbox_sets(await client.mailboxes(), roles)
-    return notify
+    return await client.notify_mailbox_ids(roles)
 
 
 # ----------------------------------------------------------------------------- one mail

@@ -372,7 +372,7 @@ class Worker:
 
     async def _draft_expiry_loop(self) -> None:
         await self._repeat(DRAFT_EXPIRY, DRAFT_EXPIRY_INTERVAL_S,
-                           lambda: expire_drafts(self.svc.redis, self.svc.jmap, now=time.time()))
+                           lambda: expire_drafts(self.svc.redis, self.svc.mail, now=time.time()))
 
     async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,

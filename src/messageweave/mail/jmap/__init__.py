@@ -6,7 +6,10 @@ Where things are:
 - `mail`, `push`, `reading`, `submission`: its typed methods (Mailbox/Email/SearchSnippet,
   PushSubscription, a mail read whole and its blobs, identities, drafts and their submission);
 - `calls`: a request and its answer (`MethodCall`, `MethodResponses`, `result_ref`);
-- `models`: what the methods return; `errors`: what they raise; `parse`: reading the JSON.
+- `models`: what the methods return (with `mail.records`, the source-neutral records they
+  share with every mail source); `errors`: what they raise; `parse`: reading the JSON;
+- `source`: what makes `JmapClient` a `mail.source.MailSource` (the pipeline's and the chat's
+  view of a mailbox).
 
 Errors are typed: `JmapTransportError` (network, timeout, HTTP 5xx/429), `JmapAuthError`
 (401/403), `JmapRequestError` (RFC 8620 §3.6.1 problem JSON), `JmapMethodError` and one subclass
@@ -65,7 +68,6 @@ from messageweave.mail.jmap.mail import DEFAULT_EMAIL_PROPERTIES, NEWEST_FIRST
 from messageweave.mail.jmap.models import (
     ChangesPage,
     EmailChanges,
-    EmailMeta,
     EmailPage,
     EmailQueryResult,
     JmapSession,
@@ -74,16 +76,19 @@ from messageweave.mail.jmap.models import (
     MailboxList,
     PushSubscription,
     PushSubscriptionLookup,
-    SearchResult,
-    SearchSnippet,
 )
-from messageweave.mail.jmap.reading import Address, Attachment, BlobTooLarge, MailText
-from messageweave.mail.jmap.submission import (
-    SUBMISSION,
+from messageweave.mail.jmap.reading import BlobTooLarge
+from messageweave.mail.jmap.submission import SUBMISSION, MissingMailbox
+from messageweave.mail.records import (
+    Address,
+    Attachment,
     Draft,
     DraftState,
+    EmailMeta,
     Identity,
-    MissingMailbox,
+    MailText,
+    SearchResult,
+    SearchSnippet,
 )
 
 __all__ = [

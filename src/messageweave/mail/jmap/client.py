@@ -40,11 +40,10 @@ from messageweave.mail.jmap.errors import (
     JmapRequestError,
     JmapTransportError,
 )
-from messageweave.mail.jmap.mail import MailMethods
 from messageweave.mail.jmap.models import JmapSession
 from messageweave.mail.jmap.parse import positive_int
 from messageweave.mail.jmap.push import PushMethods
-from messageweave.mail.jmap.reading import ReadMethods
+from messageweave.mail.jmap.source import SourceMethods
 from messageweave.mail.jmap.submission import SubmitMethods
 
 WELL_KNOWN = "/.well-known/jmap"
@@ -134,7 +133,7 @@ def _new_ssl_context(cafile: str | None, capath: str | None, ca_pem: str | None
     return context
 
 
-class JmapClient(MailMethods, PushMethods, ReadMethods, SubmitMethods, AsyncClosing):
+class JmapClient(SourceMethods, PushMethods, SubmitMethods, AsyncClosing):
     """An async JMAP client for one account. Use `async with JmapClient(...) as c:`."""
 
     def __init__(

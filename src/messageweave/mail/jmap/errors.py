@@ -3,7 +3,10 @@
 `JmapTransportError` (network, timeout, HTTP 5xx/429), `JmapAuthError` (401/403),
 `JmapProtocolError` (not valid JMAP), `JmapRequestError` (request-level problem JSON),
 `JmapMethodError` with one subclass per RFC method-level error type, and `JmapSetError` for a
-refused create/update/destroy. None of them carries the password.
+refused create/update/destroy. None of them carries the password. Each is a
+`mail.errors.MailError`, and the ones the pipeline tells apart are also the source-neutral
+kind: `JmapTransportError` and `ServerUnavailable` a `MailUnreachable`, `JmapAuthError` a
+`MailAuthError`, `JmapSetError` a `MailRefused`.
 """
 
 from __future__ import annotations
@@ -11,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from messageweave.mail.errors import MailAuthError, MailError, MailRefused, MailUnreachable
 
-class JmapError(Exception):
+
+class JmapError(MailError):
     """Base of every error this client raises."""
 
+    source: ClassVar[str] = "jmap"
 
-class JmapTransportError(JmapError):
+
+class JmapTransportError(JmapError, MailUnreachable):
     """The server could not be reached or failed: network error, timeout, HTTP 5xx or 429."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
@@ -24,7 +31,7 @@ class JmapTransportError(JmapError):
         self.status = status
 
 
-class JmapAuthError(JmapError):
+class JmapAuthError(JmapError, MailAuthError):
     """The server refused the credentials (HTTP 401 or 403)."""
 
     def __init__(self, message: str, *, status: int) -> None:
@@ -122,7 +129,7 @@ class JmapMethodError(JmapError):
         )
 
 
-class ServerUnavailable(JmapMethodError):
+class ServerUnavailable(JmapMethodError, MailUnreachable):
     error_type = "serverUnavailable"
 
 
@@ -190,7 +197,7 @@ class TooManyChanges(JmapMethodError):
     error_type = "tooManyChanges"
 
 
-class JmapSetError(JmapError):
+class JmapSetError(JmapError, MailRefused):
     """A /set call refused one object (`notCreated` / `notUpdated` / `notDestroyed`)."""
 
     def __init__(
@@ -212,3 +219,7 @@ class JmapSetError(JmapError):
         if self.properties:
             text += f" properties={self.properties}"
         super().__init__(text)
+
+    @property
+    def reason(self) -> str:
+        return self.type

@@ -1,14 +1,14 @@
-"""What the JMAP client returns: the session, mailboxes, email metadata and pages, changes,
-search results and push subscriptions. Plain frozen dataclasses; `parse` and the method
-families build them from the server's JSON."""
+"""What the JMAP client returns: the session, mailboxes, pages, changes and push
+subscriptions (the email metadata and search results are `mail.records`, re-exported here).
+Plain frozen dataclasses; `parse` and the method families build them from the server's JSON."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from messageweave.mail.jmap.errors import JmapMethodError
+from messageweave.mail.records import EmailMeta, SearchResult, SearchSnippet
 
 
 @dataclass(frozen=True)
@@ -92,25 +92,6 @@ class EmailQueryResult:
     can_calculate_changes: bool
 
 
-@dataclass(frozen=True)
-class EmailMeta:
-    """What the assistant needs of one email.
-
-    `sender` is "Name <addr>" (or the bare address) of the first From address. `received_at` is
-    Unix seconds. `text` is set only when fetched: the text body parts joined in `textBody` order,
-    text/html ones converted to text (`body.text_body`), capped at `body_max_bytes` (then, or
-    when the server or the converter cut a part, `text_truncated` is true).
-    """
-
-    id: str
-    sender: str | None
-    subject: str | None
-    received_at: int | None
-    mailbox_ids: frozenset[str]
-    keywords: frozenset[str]
-    preview: str
-    text: str | None = None
-    text_truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,27 +117,8 @@ class EmailPage:
     emails: list[EmailMeta]
 
 
-@dataclass(frozen=True)
-class SearchSnippet:
-    """SearchSnippet/get (RFC 8621 §5): matched terms wrapped in `<mark>`; None if no match."""
-
-    email_id: str
-    subject: str | None
-    preview: str | None
 
 
-@dataclass(frozen=True)
-class SearchResult:
-    """Text search. `ids` and `emails` are in result order (newest first); `snippets` may be
-    empty when the server could not make them (then `snippet_error` says why)."""
-
-    ids: list[str]
-    emails: list[EmailMeta]
-    snippets: list[SearchSnippet]
-    snippet_error: JmapMethodError | None = field(default=None, compare=False)
-
-    def snippet(self, email_id: str) -> SearchSnippet | None:
-        return next((s for s in self.snippets if s.email_id == email_id), None)
 
 
 @dataclass(frozen=True)
@@ -170,3 +132,8 @@ class PushSubscription:
 class PushSubscriptionLookup:
     found: dict[str, PushSubscription]
     not_found: list[str]
+
+
+__all__ = ["MAILBOX_COUNTS", "ChangesPage", "EmailChanges", "EmailMeta", "EmailPage",
+           "EmailQueryResult", "JmapSession", "Mailbox", "MailboxChanges", "MailboxList",
+           "PushSubscription", "PushSubscriptionLookup", "SearchResult", "SearchSnippet"]

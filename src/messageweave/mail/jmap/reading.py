@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from messageweave.mail.errors import MailTooLarge
 from messageweave.mail.jmap import body
 from messageweave.mail.jmap.calls import MethodCaller
 from messageweave.mail.jmap.errors import (
@@ -28,6 +28,7 @@ from messageweave.mail.jmap.errors import (
 )
 from messageweave.mail.jmap.models import JmapSession
 from messageweave.mail.jmap.parse import dicts, opt_int, opt_str
+from messageweave.mail.records import Address, Attachment, MailText
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean
 from messageweave.untrusted import message_ids as _message_ids
 
@@ -39,54 +40,8 @@ _READ_PROPERTIES = ["id", "from", "to", "cc", "replyTo", "subject", "sentAt", "r
                     "messageId", "references", "textBody", "bodyValues", "attachments"]
 
 
-class BlobTooLarge(JmapError):
+class BlobTooLarge(JmapError, MailTooLarge):
     """The blob is larger than the caller takes; the download was stopped there."""
-
-
-@dataclass(frozen=True)
-class Address:
-    """One address of a mail. `name` is cleaned when parsed (`untrusted.clean`); `email` is
-    as the server gave it, for `untrusted.plain_address` to judge before it is used."""
-
-    name: str | None
-    email: str | None
-
-    def __str__(self) -> str:
-        """`Name <email>`, both cleaned: what a chat message may show."""
-        name, email = clean(self.name), clean(self.email)
-        if name and email:
-            return f"{name} <{email}>"
-        return email or name
-
-
-@dataclass(frozen=True)
-class Attachment:
-    part_id: str
-    blob_id: str
-    name: str | None
-    type: str  # the media type the mail gives it, lower-case, without parameters
-    size: int  # bytes, as the server reports them (decoded)
-
-
-@dataclass(frozen=True)
-class MailText:
-    """One mail as Read shows it. `text` is held only as long as the reply is made. The
-    subject, the names and the attachments' names are cleaned (`untrusted.clean`), the
-    Message-IDs kept only when `<id>`-shaped (`untrusted.message_ids`)."""
-
-    id: str
-    sender: tuple[Address, ...]
-    to: tuple[Address, ...]
-    cc: tuple[Address, ...]
-    reply_to: tuple[Address, ...]
-    subject: str | None
-    sent_at: str | None  # the Date header (RFC 3339), else None
-    received_at: str | None
-    message_ids: tuple[str, ...]  # Message-ID, without angle brackets
-    references: tuple[str, ...]
-    text: str = ""
-    text_truncated: bool = False
-    attachments: tuple[Attachment, ...] = ()
 
 
 class ReadMethods(MethodCaller):

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from messageweave.mail.jmap.calls import CORE, MAIL, MethodCaller, created_item, set_failure
 from messageweave.mail.jmap.errors import JmapProtocolError
 from messageweave.mail.jmap.models import Mailbox
 from messageweave.mail.jmap.parse import dicts, opt_str
-from messageweave.mail.jmap.reading import Address, MailText, mail_text
+from messageweave.mail.jmap.reading import mail_text
+from messageweave.mail.records import Address, Draft, DraftState, Identity, MailText
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean, message_ids, plain_address
 
 SUBMISSION = "urn:ietf:params:jmap:submission"
@@ -28,27 +28,6 @@ DRAFT_KEYWORD = "$draft"
 _USING = (CORE, MAIL, SUBMISSION)
 _SOURCE_PROPERTIES = ["id", "from", "to", "cc", "replyTo", "subject", "messageId",
                       "references"]
-
-DraftState = Literal["draft", "sent"]
-
-
-@dataclass(frozen=True)
-class Identity:
-    id: str
-    name: str
-    email: str  # may be empty (Cyrus 3.6) or `*@domain` (RFC 8621 §6.1)
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A reply to create: the owner's text is its only body part (text/plain)."""
-
-    sender: Address
-    to: tuple[Address, ...]
-    subject: str
-    in_reply_to: tuple[str, ...]
-    references: tuple[str, ...]
-    text: str
 
 
 class MissingMailbox(JmapProtocolError):
