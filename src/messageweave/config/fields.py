@@ -44,8 +44,8 @@ DeliveryPolicy = Literal["at_least_once", "at_most_once"]
 DELIVERY_POLICIES: tuple[DeliveryPolicy, ...] = ("at_least_once", "at_most_once")
 # Issue #33 (SPEC Part F.1): where the mail comes from, and how the IMAP and SMTP servers are
 # spoken to (`none` = plain text, allowed only to a loopback host).
-MailSource = Literal["jmap", "imap"]
-MAIL_SOURCES: tuple[MailSource, ...] = ("jmap", "imap")
+MailSourceName = Literal["jmap", "imap"]
+MAIL_SOURCES: tuple[MailSourceName, ...] = ("jmap", "imap")
 Security = Literal["tls", "starttls", "none"]
 SECURITIES: tuple[Security, ...] = ("tls", "starttls", "none")
 DEFAULT_IMAP_PORT = 993
@@ -76,7 +76,7 @@ WEBHOOK_SECRET_PATTERN = "^[A-Za-z0-9_-]+$"  # what Telegram's setWebhook takes 
 
 # What a field's wire value is: the JSON type the parser checks and the schema publishes.
 Kind = Literal["str", "int", "bool", "int_list", "str_list", "object"]
-_ALL: tuple[MailSource, ...] = MAIL_SOURCES
+_ALL: tuple[MailSourceName, ...] = MAIL_SOURCES
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Field:
     choices: tuple[str, ...] = ()
     pattern: str | None = None  # schema only: the rule that says so has its own message
     # The mail sources whose wire must have it (a string: not blank); a first save names it.
-    required: tuple[MailSource, ...] = ()
+    required: tuple[MailSourceName, ...] = ()
     on_first_save: bool = False  # a first save names it although a full wire may omit it
     generated: bool = False  # bootstrap generates it when left out; at least MIN_TOKEN_CHARS
     numeric_string_in_patch: bool = False  # a PUT may send the integer as a numeric string
@@ -230,7 +230,7 @@ class BusinessConfig:
         maximum=features.USER_ID_MAX, parse=features.parse_owner_user_ids)
     # Issue #33 (SPEC Part F.1): an IMAP mailbox instead of JMAP, and SMTP submission for the
     # replies (`config.sources` checks them, only on an IMAP wire).
-    mail_source: MailSource = declare("str", "MAIL_SOURCE", "jmap", choices=MAIL_SOURCES,
+    mail_source: MailSourceName = declare("str", "MAIL_SOURCE", "jmap", choices=MAIL_SOURCES,
                                       choice_when_parsed=True)
     imap_host: str = declare("str", "IMAP_HOST", "", max_chars=MAX_HOST_CHARS,
                              required=("imap",))
@@ -307,12 +307,12 @@ MAX_CHARS = {f.name: f.max_chars for f in FIELDS if f.kind == "str" and f.max_ch
 MESSAGE_NAMES = {f.name: f.message_name for f in FIELDS}
 
 
-def required_fields(source: MailSource) -> tuple[str, ...]:
+def required_fields(source: MailSourceName) -> tuple[str, ...]:
     """What a full wire of this mail source must have (a string one: not blank)."""
     return tuple(f.name for f in FIELDS if source in f.required)
 
 
-def first_save_fields(source: MailSource) -> tuple[str, ...]:
+def first_save_fields(source: MailSourceName) -> tuple[str, ...]:
     """What a first save (nothing stored yet) of this mail source must name."""
     return tuple(f.name for f in FIELDS if source in f.required or f.on_first_save)
 

@@ -42,7 +42,7 @@ from messageweave.config.fields import (
     MIN_TOKEN_CHARS,
     SECRET_FIELDS,
     BusinessConfig,
-    MailSource,
+    MailSourceName,
     empty_values,
     first_save_fields,
     required_fields,
@@ -113,7 +113,7 @@ def _build(values: dict[str, object]) -> BusinessConfig:
     return BusinessConfig(**values)  # type: ignore[arg-type]
 
 
-def _source_of(obj: dict[str, object]) -> MailSource:
+def _source_of(obj: dict[str, object]) -> MailSourceName:
     """The mail source a wire or patch names (`ConfigInvalid` for a wrong one: what the wire
     must have depends on it)."""
     if "mail_source" in obj:
