@@ -6,16 +6,32 @@ certificate or handshake failure), `ImapAuthError` (the server refused the login
 `ImapCommandError` (a NO or BAD answer, with the server's text), `ImapCapabilityError` (the
 server lacks an extension a command needs) and `ImapArgumentError` (a value we refuse to send:
 a mailbox name with CR/LF, say). None of them carries the password.
+
+They are `mail.errors` too, as the JMAP ones are: `ImapError` a `MailError`, `ImapTransportError`
+a `MailUnreachable`, `ImapAuthError` a `MailAuthError`; a NO to a change of one mail
+(`mail.imap.source`: a flag, a move) is raised as `ImapRefused`, a `MailRefused`.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
 
-class ImapError(Exception):
+from messageweave.mail.errors import (
+    MailAuthError,
+    MailError,
+    MailRefused,
+    MailTooLarge,
+    MailUnreachable,
+)
+
+
+class ImapError(MailError):
     """Base of every error this client raises."""
 
+    source: ClassVar[str] = "imap"
 
-class ImapTransportError(ImapError):
+
+class ImapTransportError(ImapError, MailUnreachable):
     """The server could not be reached, the connection broke or closed, or a command timed out.
     The connection is closed afterwards."""
 
@@ -24,7 +40,7 @@ class ImapTlsError(ImapTransportError):
     """The TLS handshake failed: an untrusted or wrong certificate, no common protocol."""
 
 
-class ImapAuthError(ImapError):
+class ImapAuthError(ImapError, MailAuthError):
     """The server refused the username or password (or offers no way to log in safely)."""
 
 
@@ -51,3 +67,21 @@ class ImapCapabilityError(ImapError):
 
 class ImapArgumentError(ImapError, ValueError):
     """A value we will not send: it could break out of its place in the command."""
+
+
+class ImapRefused(ImapError, MailRefused):
+    """The server refused a change of one mail (a NO to UID STORE or UID MOVE), or there is
+    nowhere to make it (no archive mailbox). `reason` is our word, never the server's text."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self._reason = reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+
+class ImapTooLarge(ImapError, MailTooLarge):
+    """An attachment is larger than the caller takes: refused on the size BODYSTRUCTURE gives,
+    before its bytes are fetched, or when its decoded bytes pass the limit."""
