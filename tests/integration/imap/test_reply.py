@@ -250,6 +250,23 @@ async def test_a_send_whose_sent_copy_was_lost_is_finished_by_the_retry_not_rese
     assert len(sink.matching(to_bob(subject))) == 1
 
 
+async def test_cancel_removes_only_that_draft(imap_peer: ImapPeer, sink: SubmissionSink
+                                             ) -> None:
+    """Catches a Cancel that leaves the draft in Drafts, removes another draft instead of or
+    with it, fails on a draft already gone, or a removed draft still read as one."""
+    replies = Replies(imap_peer, config(imap_peer, sink))
+    email_id = await delivered(imap_peer, "Two drafts")
+    first = await drafted(replies, email_id, "First answer")
+    second = await drafted(replies, email_id, "Second answer")
+    await replies.destroy_draft(first)
+    await replies.destroy_draft(first)  # gone already: nothing happens
+    [(_, raw)] = await mailbox_mails(imap_peer, "\\Drafts")
+    assert b"Second answer" in raw
+    assert (await replies.draft_state(first), await replies.draft_state(second)) == \
+        (None, "draft")
+    assert sink.matching(to_bob("Two drafts")) == []
+
+
 # --- SMTP alone: "Test connection" --------------------------------------------------------
 
 
