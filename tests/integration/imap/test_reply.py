@@ -194,6 +194,30 @@ async def test_a_header_value_with_cr_lf_is_refused_and_nothing_is_stored(
     assert await mailbox_mails(imap_peer, "\\Drafts") == []
 
 
+async def test_a_hostile_original_adds_no_header_to_the_reply_or_recipient_to_the_send(
+    imap_peer: ImapPeer, sink: SubmissionSink, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Catches a sender's display name or subject whose encoded CR/LF (`=0D=0A` in an RFC 2047
+    word) becomes a `Bcc:` header in the draft and a recipient of the Send, or the SMTP
+    password in a log line."""
+    replies = Replies(imap_peer, config(imap_peer, sink))
+    evil = "=?utf-8?q?x=0D=0ABcc:_eve@evil.example?="
+    imap_peer.deliver((
+        f"From: {evil} <bob@example.org>\r\nTo: {imap_peer.user}@example.org\r\n"
+        f"Subject: Hostile {imap_peer.name} {evil}\r\nMessage-ID: <{ORIGINAL_ID}>\r\n"
+        "\r\nHi\r\n").encode())
+    async with imap_peer.client() as client:
+        state = await client.select("INBOX", readonly=True)
+        [uid] = await client.uid_search("ALL")
+    draft_id = await drafted(replies, mail_id("INBOX", state.uidvalidity, uid))
+    [(_, raw)] = await mailbox_mails(imap_peer, "\\Drafts")
+    assert not any(line.lower().startswith(b"bcc") for line in raw.split(b"\r\n"))
+    await replies.submit_draft(draft_id, "smtp")
+    got = await reached(sink, f"Hostile {imap_peer.name}")
+    assert got.rcpt_tos == ("bob@example.org",) and got.message["Bcc"] is None
+    assert not [r for r in caplog.records if imap_peer.password in r.getMessage()]
+
+
 async def test_a_lost_smtp_answer_is_not_sent_again(
     imap_peer: ImapPeer, sink: SubmissionSink, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import email.errors
 import email.policy
 import email.utils
 import re
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
+from email._header_value_parser import get_address_list
+from email.header import decode_header, make_header
 from email.message import EmailMessage
-from email.parser import BytesHeaderParser, BytesParser
+from email.parser import BytesHeaderParser
 
 from messageweave.config.model import BusinessConfig
 from messageweave.mail import smtp
@@ -228,8 +231,10 @@ def build_draft(draft: Draft) -> bytes:
     """The draft as RFC 5322 bytes (CRLF): From, To, Subject, Date, Message-ID, In-Reply-To,
     References, the text as its only part (text/plain, UTF-8, quoted-printable).
     `ReplyRefused` for a value with CR, LF or another character `untrusted.clean` would
-    change, or an address that is not a bare addr-spec."""
+    change, or an address that is not a bare addr-spec (or no recipient)."""
     sender = _address(draft.sender)
+    if not draft.to:
+        raise ReplyRefused("unsafe address")
     msg = EmailMessage(policy=_SMTP_POLICY)
     msg["From"] = sender
     msg["To"] = ", ".join(_address(a) for a in draft.to)
@@ -289,28 +294,46 @@ def _header(raw: bytes, name: str) -> str:
 
 
 def _mail_text(email_id: str, raw: bytes) -> MailText:
-    msg = BytesParser(policy=email.policy.default).parsebytes(raw, headersonly=True)
+    """The header fields as `MailText`. Addresses go through the stdlib's RFC 5322 address
+    parser (what `email.policy.default` uses) without its `Address` check, which refuses a
+    whole header whose display name decodes to a CR/LF: the reply would lose its recipient.
+    The names are cleaned instead (`untrusted.clean`), as the JMAP parse does."""
+    msg = BytesHeaderParser(policy=email.policy.compat32).parsebytes(raw)
 
-    def addresses(name: str) -> tuple[Address, ...]:
-        try:
-            header = msg[name]
-            found = getattr(header, "addresses", ()) if header is not None else ()
-            return tuple(Address(clean(a.display_name) or None, a.addr_spec or None)
-                         for a in found)
-        except (ValueError, IndexError, TypeError, AttributeError):  # a malformed header
-            return ()
+    def values(name: str) -> list[str]:
+        return [str(v) for v in msg.get_all(name, [])]
 
     def ids(name: str) -> tuple[str, ...]:
-        return message_ids(_MESSAGE_ID.findall(" ".join(map(str, msg.get_all(name, [])))))
+        return message_ids(_MESSAGE_ID.findall(" ".join(values(name))))
 
-    subject = msg.get("Subject")
+    subject = values("Subject")[:1]
     return MailText(
-        id=email_id, sender=addresses("From"), to=addresses("To"), cc=addresses("Cc"),
-        reply_to=addresses("Reply-To"),
-        subject=clean(str(subject) if subject is not None else None, SUBJECT_MAX_CHARS) or None,
+        id=email_id, sender=_addresses(values("From")), to=_addresses(values("To")),
+        cc=_addresses(values("Cc")), reply_to=_addresses(values("Reply-To")),
+        subject=clean(_decoded(subject[0]) if subject else None, SUBJECT_MAX_CHARS) or None,
         sent_at=None, received_at=None, message_ids=ids("Message-ID"),
         references=ids("References"),
     )  # fmt: skip
+
+
+def _addresses(values: list[str]) -> tuple[Address, ...]:
+    found = []
+    for value in values:
+        try:
+            mailboxes = get_address_list(value)[0].mailboxes
+        except (email.errors.HeaderParseError, IndexError, ValueError):  # malformed
+            continue
+        found += [Address(clean(m.display_name) or None, m.addr_spec or None)
+                  for m in mailboxes]
+    return tuple(found)
+
+
+def _decoded(value: str) -> str:
+    """RFC 2047 encoded words decoded; the raw text when they cannot be."""
+    try:
+        return str(make_header(decode_header(value)))
+    except (email.errors.HeaderParseError, LookupError, UnicodeDecodeError, ValueError):
+        return value
 
 
 # --- mailboxes, Sent ------------------------------------------------------------------------
