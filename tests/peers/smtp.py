@@ -37,6 +37,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from tests.peers.cyrus import _make_test_pki
 
 HOST = "127.0.0.1"
+REFUSED_DOMAIN = "refused.example"  # `SubmissionSink` refuses its recipients
 
 
 @dataclass(frozen=True)
@@ -146,10 +147,10 @@ class SubmissionSink(SmtpSink):
         # aiosmtpd counts only STARTTLS as TLS for `auth_require_tls`: on the implicit-TLS
         # listener (every byte is TLS, `ssl_context`) it would never offer AUTH.
         self._listeners["tls"] = Controller(
-            _Handler(self), hostname=HOST, port=_free_port(), ready_timeout=10,
+            _SubmissionHandler(self), hostname=HOST, port=_free_port(), ready_timeout=10,
             ssl_context=context, auth_require_tls=False, **auth)
         self._listeners["starttls"] = Controller(
-            _Handler(self), hostname=HOST, port=_free_port(), ready_timeout=10,
+            _SubmissionHandler(self), hostname=HOST, port=_free_port(), ready_timeout=10,
             tls_context=context, require_starttls=True, auth_require_tls=True, **auth)
         for listener in self._listeners.values():
             listener.start()
@@ -180,6 +181,18 @@ class _Handler:
         raw = content if isinstance(content, bytes) else str(content).encode()
         user = session.auth_data if isinstance(session.auth_data, str) else None
         self._sink.add(Received(str(envelope.mail_from), tuple(envelope.rcpt_tos), raw, user))
+        return "250 OK"
+
+
+class _SubmissionHandler(_Handler):
+    """Refuses every recipient at `REFUSED_DOMAIN` (550), as a server refuses an unknown
+    user: what a refused recipient looks like to the submitting client."""
+
+    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
+                          address: str, rcpt_options: list[str]) -> str:
+        if address.lower().endswith("@" + REFUSED_DOMAIN):
+            return "550 5.1.1 no such user"
+        envelope.rcpt_tos.append(address)
         return "250 OK"
 
 

@@ -22,7 +22,7 @@ from messageweave.mail.imap.reply import SENDING, ImapReplies
 from messageweave.mail.records import Address, Draft
 from messageweave.pipeline.reply import draft_of
 from tests.integration.imap.conftest import ImapPeer
-from tests.peers.smtp import Received, SubmissionSink, running_submission
+from tests.peers.smtp import REFUSED_DOMAIN, Received, SubmissionSink, running_submission
 from tests.unit.test_config_imap_fields import imap_wire
 
 # The sink's implicit-TLS listener requires AUTH without aiosmtpd's STARTTLS-only TLS check
@@ -169,6 +169,26 @@ async def test_a_wrong_smtp_password_is_an_auth_error_and_sends_nothing(
     assert sink.matching(to_bob(subject)) == []
     [(flags, _)] = await mailbox_mails(imap_peer, "\\Drafts")
     assert SENDING not in flags
+    assert await replies.draft_state(draft_id) == "draft"
+    assert await mailbox_mails(imap_peer, "\\Sent") == []
+
+
+async def test_a_refused_recipient_is_refused_and_sends_nothing(
+    imap_peer: ImapPeer, sink: SubmissionSink,
+) -> None:
+    """Catches a recipient the submission server refuses (550) taken for an outage (retried
+    for good), or the reply sent to the other recipients anyway, or the draft left marked as
+    being sent (a second press would say "sent")."""
+    replies = Replies(imap_peer, config(imap_peer, sink))
+    draft = Draft(Address("Ada", f"{imap_peer.user}@example.org"),
+                  (Address(None, "bob@example.org"), Address(None, f"x@{REFUSED_DOMAIN}")),
+                  f"Re: refused {imap_peer.name}", (ORIGINAL_ID,), (), "Hi")
+    draft_id = await replies.create_draft(draft)
+    with pytest.raises(MailRefused) as info:
+        await replies.submit_draft(draft_id, "smtp")
+    assert info.value.reason == "SMTP 550"
+    assert sink.matching(to_bob(f"refused {imap_peer.name}")) == []
+    assert not [r for r in sink.received if f"refused {imap_peer.name}" in r.raw.decode()]
     assert await replies.draft_state(draft_id) == "draft"
     assert await mailbox_mails(imap_peer, "\\Sent") == []
 
