@@ -97,7 +97,7 @@ class ReplyRefused(MailRefused):
 
 
 class ImapReplies:
-    """`ReplySender` over IMAP + SMTP. Catches: nothing; raises `mail.errors` only."""
+    """`ReplySender` over IMAP + SMTP; every failure a `mail.errors` one."""
 
     @abc.abstractmethod
     def _imap(self) -> AbstractAsyncContextManager[ImapClient]:
