@@ -49,3 +49,5 @@ _.encoding  # mail/imap/responses.py: BodyPart.encoding (decoding a downloaded p
 _.content_id  # mail/imap/responses.py: BodyPart.content_id (inline images)
 catch_up  # mail/imap/catchup.py: the IMAP catch-up pass; the IDLE holder and the scheduler call it next (issue #33)
 parse_mail_id  # mail/imap/ids.py: reading an IMAP mail id back; the IMAP source's chat features call it next (issue #33)
+ImapReplies  # mail/imap/reply.py: the IMAP ReplySender, a mixin the IMAP source (ImapReader) composes next (issue #33)
+login_check  # mail/smtp.py: "Test connection"'s SMTP step (EHLO + AUTH), called by the page's check next (issue #33)
