@@ -30,6 +30,7 @@ class ImapPeer:
     user: str
     password: str
     deliver: Callable[[bytes], None]
+    ca_pem: str = ""  # the server's CA, as an operator pastes it into `imap_ca_pem`
 
     def client(self, *, password: str | None = None, timeout: float = 10) -> ImapClient:
         return ImapClient(
@@ -54,13 +55,13 @@ def imap_peer(request: pytest.FixtureRequest) -> ImapPeer:
         return ImapPeer(
             request.param, dovecot.ports.imaps if tls else dovecot.ports.imap,
             "tls" if tls else "starttls", dovecot.ssl_context(), user, password,
-            lambda raw: dovecot.deliver(raw, user),
+            lambda raw: dovecot.deliver(raw, user), dovecot.ca_file.read_text(),
         )  # fmt: skip
     cyrus: CyrusServer = request.getfixturevalue("cyrus")
     cyrus.add_user(user, password)
     return ImapPeer(
         request.param, cyrus.ports.imap, "starttls", cyrus.ssl_context(), user, password,
-        lambda raw: cyrus.deliver(raw, user),
+        lambda raw: cyrus.deliver(raw, user), cyrus.ca_file.read_text(),
     )  # fmt: skip
 
 

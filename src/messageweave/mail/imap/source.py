@@ -21,8 +21,10 @@ connection (`session.MailboxSession`: connected on first use, once more when it 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 
+from messageweave.config.model import BusinessConfig
 from messageweave.mail.imap import bodies, headers
 from messageweave.mail.imap.client import ImapClient
 from messageweave.mail.imap.errors import (
@@ -32,6 +34,7 @@ from messageweave.mail.imap.errors import (
     ImapTooLarge,
 )
 from messageweave.mail.imap.ids import parse_mail_id
+from messageweave.mail.imap.reply import ImapReplies
 from messageweave.mail.imap.responses import BodyPart, Fetched, MailboxInfo
 from messageweave.mail.imap.searching import ImapSearch
 from messageweave.mail.imap.session import (
@@ -222,3 +225,30 @@ def _attachments(email_id: str, root: BodyPart | None) -> tuple[Attachment, ...]
                             clean(part.filename) or None, bodies.media_type(part),
                             bodies.decoded_size(part))
                  for part in bodies.attachment_parts(root))
+
+
+class ImapSource(ImapReader, ImapReplies):
+    """The mail source of an IMAP account (`mail.source.MailSource`): the reading side and the
+    replies over one connection, each use of it alone (`MailboxSession`)."""
+
+    def __init__(self, client: ImapClient, cfg: BusinessConfig) -> None:
+        super().__init__(client, cfg.imap_notify_mailboxes)
+        self._cfg = cfg
+
+    @contextlib.asynccontextmanager
+    async def _imap(self) -> AsyncIterator[ImapClient]:
+        async with self._using:
+            if not self._client.connected:
+                await self._client.connect()
+            yield self._client
+
+    def _mail_config(self) -> BusinessConfig:
+        return self._cfg
+
+
+def new_imap_source(cfg: BusinessConfig, timeout_s: float) -> ImapSource:
+    """The source of `cfg`'s IMAP mailbox (not connected yet: the first use logs in)."""
+    client = ImapClient(cfg.imap_host, cfg.imap_port, username=cfg.imap_username,
+                        password=cfg.imap_password, security=cfg.imap_security,
+                        ca_pem=cfg.imap_ca_pem, timeout=timeout_s)
+    return ImapSource(client, cfg)
