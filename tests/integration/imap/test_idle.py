@@ -255,3 +255,39 @@ async def test_a_dovecot_restart_while_idling_reconnects_catches_up_and_doubles_
         uids = await c.uid_search("ALL")
     assert sorted(queued) == sorted(mail_id("INBOX", state.uidvalidity, u) for u in uids)
     assert len(set(queued)) == len(queued) == 3
+
+
+async def test_a_switch_to_jmap_on_hot_reload_lets_the_idle_holder_go(
+    dovecot: DovecotServer, client: httpx.AsyncClient, redis_client: aioredis.Redis,
+    telegram_emulator: TelegramEmulator,
+) -> None:
+    """Catches an IDLE holder that goes on idling (and asking for IMAP catch-ups) after the
+    configuration switched the mail source to JMAP, or does not take the lease again when it
+    switches back."""
+    user = f"switch{time.monotonic_ns() % 10**9}"
+    dovecot.add_user(user, f"pw-{user}")
+    peer = ImapPeer("dovecot-tls", dovecot.ports.imaps, "tls", dovecot.ssl_context(),
+                    user, f"pw-{user}", lambda raw: dovecot.deliver(raw, user))
+    wire = imap_wire(peer, telegram_emulator)
+    admin = await configure(client, wire)
+    await _watching(client, redis_client, admin)
+
+    switched = await client.put("/api/business-config", headers=admin,
+                                json={**wire, "mail_source": "jmap"})
+    assert switched.status_code == 200, switched.text
+
+    async def let_go() -> bool:
+        return (await redis_client.get(keys.IMAP_IDLE_LOCK) is None
+                and await _idle_status(redis_client) == "off")
+
+    await eventually(let_go, "the IDLE holder released its lease and said off")
+    status = (await client.get("/api/push/status", headers=admin)).json()
+    assert status["in_force"] != "ok (idle)"
+
+    back = await client.put("/api/business-config", headers=admin, json=wire)
+    assert back.status_code == 200, back.text
+
+    async def idling() -> bool:
+        return await _idle_status(redis_client) == "connected"
+
+    await eventually(idling, "the IDLE holder idles again after the switch back")
