@@ -1,4 +1,5 @@
-"""Readiness probes shared by `/ready` and the debug surface: JMAP session and Telegram getMe.
+"""Readiness probes shared by `/ready` and the debug surface: JMAP session (or, for an IMAP
+wire, the IMAP login: `imap_login_failure`, the `mail` check) and Telegram getMe.
 
 `/ready` needs no credential and the gateway forwards it, so it must not turn requests into
 calls to the peers: it runs each probe through a `Shared` check, at most one per peer at a time,
@@ -20,7 +21,15 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 
 from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import CERTIFICATE_REMEDY, is_certificate_failure
+from messageweave.mail.imap.errors import (
+    ImapAuthError,
+    ImapError,
+    ImapTlsError,
+    ImapTransportError,
+)
+from messageweave.mail.imap.watch import new_imap_client
 from messageweave.mail.jmap import build_ssl_context
 
 WELL_KNOWN = "/.well-known/jmap"
@@ -53,6 +62,8 @@ class ProbeFailure:
 
 _JMAP_FAILED = "jmap session probe failed"
 _CHECK_SERVER = "check jmap_session_url and that the server is up"
+_IMAP_FAILED = "imap login probe failed"
+_CHECK_IMAP = "check imap_host, imap_port, imap_security and that the server is up"
 _REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 MAX_PROBE_REDIRECTS = 5
 
@@ -139,6 +150,49 @@ async def jmap_session_failure(cfg: BusinessConfig,
             "check jmap_username and jmap_password")
     return ProbeFailure(_JMAP_FAILED, f"{WELL_KNOWN} answered HTTP {status}",
                         "check jmap_session_url: it must be the JMAP server's address")
+
+
+async def imap_login_failure(cfg: BusinessConfig,
+                             timeout_s: float = PROBE_TIMEOUT_S) -> ProbeFailure | None:
+    """None when the IMAP server takes the login (then LOGOUT), else why not (never the
+    password: the client's errors leave it out)."""
+    where = f"{cfg.imap_host}:{cfg.imap_port}"
+    try:
+        client = new_imap_client(cfg, OutboundConfig(jmap_timeout_ms=int(timeout_s * 1000)))
+        async with asyncio.timeout(timeout_s), client:
+            return None
+    except ValueError as exc:
+        return ProbeFailure(_IMAP_FAILED, str(exc), "check imap_security and imap_ca_pem")
+    except TimeoutError:
+        return ProbeFailure("imap login probe timed out",
+                            f"no answer from {where} within {timeout_s:g} s", _CHECK_IMAP)
+    except ImapAuthError:
+        return ProbeFailure(_IMAP_FAILED, "the server refused the username or password",
+                            "check imap_username and imap_password (an app password where "
+                            "the provider asks for one)")
+    except ImapTlsError:
+        return ProbeFailure(_IMAP_FAILED, "TLS failed (certificate or handshake)",
+                            CERTIFICATE_REMEDY)
+    except ImapTransportError:
+        return ProbeFailure(_IMAP_FAILED, f"could not connect to {where}", _CHECK_IMAP)
+    except ImapError as exc:
+        return ProbeFailure(_IMAP_FAILED, type(exc).__name__, _CHECK_IMAP)
+
+
+async def probe_mail_login(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S
+                           ) -> str | None:
+    """None when the IMAP login works, else the short text of `imap_login_failure`."""
+    failure = await imap_login_failure(cfg, timeout_s)
+    return None if failure is None else f"{failure.detail}: {failure.cause}"
+
+
+def mail_probe(cfg: BusinessConfig) -> tuple[str, Callable[[BusinessConfig],
+                                                            Awaitable[str | None]]]:
+    """`/ready`'s check of the mail server: `jmap` (the session) for a JMAP wire, `mail` (the
+    IMAP login) for an IMAP one (SPEC F.1)."""
+    if cfg.mail_source == "imap":
+        return "mail", probe_mail_login
+    return "jmap", probe_jmap_session
 
 
 async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:

@@ -23,6 +23,7 @@ from messageweave.config.live import ConfigService
 from messageweave.logs import add_secret_source, remove_secret_source
 from messageweave.mail.auditor import run_auditor
 from messageweave.mail.eventsource import run_eventsource
+from messageweave.mail.imap.idle import run_idle
 from messageweave.mail.scheduler import run_scheduler
 from messageweave.pipeline.polling import run_poller
 from messageweave.pipeline.worker import Worker, run_worker
@@ -79,6 +80,7 @@ def background(svc: Services, worker: Worker) -> list[asyncio.Task[None]]:
         asyncio.create_task(run_auditor(svc), name="gap-auditor"),
         asyncio.create_task(run_poller(svc), name="telegram-poller"),
         asyncio.create_task(run_eventsource(svc), name="jmap-eventsource"),
+        asyncio.create_task(run_idle(svc), name="imap-idle"),
     ]
 
 

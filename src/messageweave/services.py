@@ -7,11 +7,11 @@ both.
 
 `Peers` holds the peer clients (Telegram, JMAP) of the configuration in force, and is the one
 place that knows which mail protocol is configured: `Peers.mail` hands everyone else a
-`mail.source.MailSource` and, for the loops, its `mail.watch.MailWatch` (today the JMAP client
-and `mail.jmap_watch.JmapWatch`; `mail_source` will choose). The config
-service calls it on every new revision (`apply`, which replaces the two clients independently)
-and for a preflight (`probe`); a client that could not be built becomes a warning with every
-credential scrubbed.
+`mail.source.MailSource` and, for the loops, its `mail.watch.MailWatch` (`mail_source`
+chooses: the JMAP client and `mail.jmap_watch.JmapWatch`, or `mail.imap.watch.ImapWatch`).
+The config service calls it on every new revision (`apply`, which replaces the two clients
+independently) and for a preflight (`probe`); a client that could not be built becomes a
+warning with every credential scrubbed.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from messageweave.config.live import ConfigService, NotConfigured, PeerWarning
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import failure_text, redis_url_password, scrub
+from messageweave.mail.imap.watch import ImapWatch, new_imap_client
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 from messageweave.mail.jmap_watch import JmapWatch
 from messageweave.mail.source import MailSource
@@ -68,16 +69,19 @@ def jmap_settings(cfg: BusinessConfig, outbound: OutboundConfig) -> tuple[object
             cfg.account_id, cfg.jmap_extra_ca, outbound.jmap_timeout_ms)
 
 
-# Issue #33: an IMAP wire can be stored before anything can read an IMAP mailbox; until the mail
-# source is built, such a configuration has no mail client (never a JMAP one from the JMAP
-# fields an earlier wire left behind).
-IMAP_NOT_BUILT = "mail_source is imap: this version cannot read an IMAP mailbox yet"
+# Issue #33: the IMAP source's reading side (`mail.imap.source.ImapReader`, `mail.imap.reply`)
+# is composed into `Peers.mail` at its merge; until then an IMAP wire is watched (catch-up,
+# IDLE, gap audit: `Peers.watch`) but has no mail source for the chat and the pipeline (never a
+# JMAP one from the JMAP fields an earlier wire left behind).
+IMAP_NOT_BUILT = ("mail_source is imap: new mail is watched, but reading, mail actions and "
+                  "replies over IMAP are not built into this version yet")
+NOT_JMAP = "mail_source is imap: there is no JMAP client"
 
 
 def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient:
     """`NotConfigured` when the configured mail source is not JMAP."""
     if cfg.mail_source != "jmap":
-        raise NotConfigured(IMAP_NOT_BUILT)
+        raise NotConfigured(NOT_JMAP)
     return JmapClient(
         cfg.jmap_session_url, cfg.jmap_username, cfg.jmap_password,
         account_id=cfg.account_id or None, timeout=outbound.jmap_timeout_ms / 1000,
@@ -101,11 +105,14 @@ async def build_runtime(
     )
     warnings: list[PeerWarning] = []
     secrets = cfg.secrets()
-    try:
-        client: JmapClient | None = new_jmap_client(cfg, outbound)
-    except (ValueError, NotConfigured) as exc:  # the trust store (SSL_CERT_FILE, jmap_ca_pem)
-        client = None  # cannot be loaded, or the mail source is not JMAP
-        warnings.append(PeerWarning("jmap", "build", scrub(str(exc), secrets)))
+    client: JmapClient | None = None
+    if cfg.mail_source == "imap":
+        warnings.append(PeerWarning("mail", "build", IMAP_NOT_BUILT))
+    else:
+        try:
+            client = new_jmap_client(cfg, outbound)
+        except ValueError as exc:  # the trust store (SSL_CERT_FILE, jmap_ca_pem) cannot load
+            warnings.append(PeerWarning("jmap", "build", scrub(str(exc), secrets)))
     try:
         if client is not None:
             await client.get_session()
@@ -221,12 +228,40 @@ class Peers:
 
     async def mail(self, outbound: OutboundConfig) -> MailSource:
         """The mail source of the configuration in force, connected on demand (`MailError`,
-        `NotConfigured`): the only place that chooses between protocols."""
+        `NotConfigured`): the only place that chooses between protocols. IMAP: not until
+        the IMAP reader and replies are composed here (`IMAP_NOT_BUILT`)."""
+        runtime = self.runtime
+        if runtime is not None and runtime.config.mail_source == "imap":
+            raise NotConfigured(IMAP_NOT_BUILT)
         return await self.jmap(outbound)
 
     async def watch(self, outbound: OutboundConfig) -> MailWatch:
-        """The watching side of the same source (catch-up passes, gap audits)."""
-        return JmapWatch(await self.jmap(outbound))
+        """The watching side of the same source (catch-up passes, gap audits): an IMAP one
+        opens its own connection per pass (`NotConfigured` for a trust store that cannot be
+        loaded)."""
+        runtime = self.runtime
+        if runtime is None:
+            raise NotConfigured
+        cfg = runtime.config
+        if cfg.mail_source != "imap":
+            return JmapWatch(await self.jmap(outbound))
+        try:
+            new_imap_client(cfg, outbound)  # no I/O: the settings' errors surface here
+        except ValueError as exc:
+            raise NotConfigured(scrub(str(exc), cfg.secrets())) from None
+        return ImapWatch(lambda: new_imap_client(cfg, outbound), cfg.imap_notify_mailboxes,
+                         cfg.imap_username)
+
+    def account(self) -> str | None:
+        """The account whose catch-up flags the scheduler takes (no I/O): the connected JMAP
+        session's, or the IMAP user name; None while neither is known."""
+        runtime = self.runtime
+        if runtime is None:
+            return None
+        if runtime.config.mail_source == "imap":
+            return runtime.config.imap_username
+        client = runtime.jmap
+        return client.account_id if client is not None and client.session is not None else None
 
     async def aclose(self) -> None:
         if self.runtime is not None:
@@ -265,6 +300,11 @@ class Services:
     def live_jmap(self) -> JmapClient | None:
         """The JMAP client in use when it is connected; None otherwise (no I/O)."""
         return self.peers.runtime.jmap if self.peers.runtime is not None else None
+
+    @property
+    def live_account(self) -> str | None:
+        """The mail account in use (`Peers.account`; no I/O)."""
+        return self.peers.account()
 
     async def jmap(self) -> JmapClient:
         """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""

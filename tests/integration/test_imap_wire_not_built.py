@@ -1,8 +1,8 @@
-"""Issue #33: an IMAP wire can be saved before anything reads an IMAP mailbox. Until the IMAP
-source exists, such a configuration must say it has no mail client — never keep or build a
-JMAP client from the JMAP fields an earlier wire left behind (the runtime would go on reading
-and answering from the old mailbox while the page says IMAP). Real Redis, Cyrus and the Bot
-API emulator."""
+"""Issue #33: an IMAP wire is watched (`Peers.watch`) before the IMAP reader and replies are
+composed into `Peers.mail`. Until then such a configuration must say it has no mail source —
+never keep or build a JMAP client from the JMAP fields an earlier wire left behind (the runtime
+would go on reading and answering from the old mailbox while the page says IMAP). Real Redis,
+Cyrus and the Bot API emulator."""
 
 from __future__ import annotations
 
@@ -39,10 +39,12 @@ async def test_a_switch_to_imap_keeps_no_jmap_client(
         assert peers.runtime is not None and peers.runtime.jmap is not None
         warnings = await peers.apply(imap, outbound, current=lambda: True)
         assert [(w.component, w.step, w.detail) for w in warnings] == \
-            [("jmap", "build", IMAP_NOT_BUILT)]
+            [("mail", "build", IMAP_NOT_BUILT)]
         assert peers.runtime.config is imap and peers.runtime.jmap is None
         with pytest.raises(NotConfigured):
             await peers.jmap(outbound)
+        with pytest.raises(NotConfigured, match="not built"):
+            await peers.mail(outbound)
     finally:
         await peers.aclose()
 
@@ -51,16 +53,17 @@ async def test_an_imap_wire_is_stored_read_back_and_not_ready(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, cyrus: CyrusServer,
     trust_cyrus: None, telegram_emulator: TelegramEmulator,
 ) -> None:
-    """Catches `/ready` passing `jmap` (by probing the JMAP server an earlier wire named) for
-    a configuration whose mail comes over IMAP, which nothing can read yet; and the readback
-    of an IMAP wire showing its password or losing the defaults the page fills from."""
+    """Catches `/ready` passing (by probing the JMAP server an earlier wire named) for a
+    configuration whose IMAP server cannot be reached: its `mail` check (the IMAP login) fails;
+    and the readback of an IMAP wire showing its password or losing the defaults the page fills
+    from."""
     session = await login(client)
     saved = await client.put("/api/business-config", headers=session,
                              json={**peer_wire(cyrus, telegram_emulator), **IMAP})
     assert saved.status_code == 200, saved.text
     assert saved.json()["runtime_applied"] is False
     assert saved.json()["warnings"] == [
-        {"component": "jmap", "step": "build", "detail": IMAP_NOT_BUILT}]
+        {"component": "mail", "step": "build", "detail": IMAP_NOT_BUILT}]
     readback = await client.get("/api/business-config", headers=session)
     body = readback.json()
     assert body["values"]["mail_source"] == "imap" and body["values"]["imap_port"] == 993
@@ -72,7 +75,7 @@ async def test_an_imap_wire_is_stored_read_back_and_not_ready(
 
     ready = await client.get("/ready")
     assert ready.status_code == 503
-    assert ready.headers["x-ready-failed"] == "jmap"  # Redis and Telegram answer
+    assert ready.headers["x-ready-failed"] == "mail"  # Redis and Telegram answer; port 993 not
 
     cfg = parse_wire({**peer_wire(cyrus, telegram_emulator), **IMAP})
     failure = await jmap_session_failure(cfg)

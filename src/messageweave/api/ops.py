@@ -17,7 +17,7 @@ from messageweave.pipeline.polling import read_label
 from messageweave.probes import (
     Shared,
     guarded,
-    probe_jmap_session,
+    mail_probe,
     probe_telegram_get_me,
     probe_ttl,
 )
@@ -110,8 +110,10 @@ async def _local_check(svc: Services) -> _Local:
 
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
-    """200 when the configuration is complete, Redis answers and both peers' probes pass; the
-    push in force (`ok (eventsource)`, `ok (subscription)`, `degraded: <reason>`, `off`) and the
+    """200 when the configuration is complete, Redis answers and both peers' probes pass (the
+    mail server's is `jmap`, or `mail` for an IMAP wire: `probes.mail_probe`); the
+    push in force (`ok (eventsource)`, `ok (subscription)`, for an IMAP wire `ok (idle)`;
+    `degraded: <reason>`, `off`) and the
     way Telegram's updates arrive (`updates`: `ok (polling)`, `ok (webhook)`,
     `degraded: <reason>`, `off`) are reported but never fail readiness: mail still arrives
     through the reconcile schedule, and the page says what is wrong. Else 503 (the error
@@ -127,11 +129,12 @@ async def ready(request: Request) -> JSONResponse:
     cfg, revision = svc.config.config, svc.config.revision
     checks = {"configured": cfg is not None, "redis": local.redis}
     if cfg is not None:  # the peers can only be probed with a configuration
-        jmap_error, telegram_error = await asyncio.gather(
-            shared.jmap.get(revision, lambda: guarded(probe_jmap_session, cfg)),
+        mail_check, mail_probe_of = mail_probe(cfg)
+        mail_error, telegram_error = await asyncio.gather(
+            shared.jmap.get(revision, lambda: guarded(mail_probe_of, cfg)),
             shared.telegram.get(revision, lambda: guarded(probe_telegram_get_me, cfg)),
         )
-        checks.update(jmap=jmap_error is None, telegram=telegram_error is None)
+        checks.update({mail_check: mail_error is None, "telegram": telegram_error is None})
     failed = [name for name, ok in checks.items() if not ok]
     if failed:  # only the names of the checks: a probe's reason stays in the debug surface
         raise ApiError(503, "service_unavailable", retry=True,

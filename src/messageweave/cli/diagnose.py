@@ -21,7 +21,11 @@ from messageweave.config.model import BusinessConfig
 from messageweave.mail.eventsource import read_in_force
 from messageweave.pipeline import owners
 from messageweave.pipeline.polling import updates_label
-from messageweave.probes import jmap_session_failure, probe_telegram_get_me
+from messageweave.probes import (
+    imap_login_failure,
+    jmap_session_failure,
+    probe_telegram_get_me,
+)
 from messageweave.settings import Settings
 from messageweave.store import keys
 from messageweave.store.opstats import stream_stats
@@ -109,13 +113,17 @@ async def _enabled(store: ConfigStore) -> Check:
 
 
 async def _peers(cfg: BusinessConfig) -> list[Check]:
-    jmap_failure, telegram_error = await asyncio.gather(
-        jmap_session_failure(cfg), probe_telegram_get_me(cfg)
+    imap = cfg.mail_source == "imap"
+    mail_failure, telegram_error = await asyncio.gather(
+        imap_login_failure(cfg) if imap else jmap_session_failure(cfg),
+        probe_telegram_get_me(cfg)
     )
+    name = "imap login" if imap else "jmap session"
+    where = f"{cfg.imap_host}:{cfg.imap_port}" if imap else cfg.jmap_session_url
     checks = [
-        _ok("jmap session", cfg.jmap_session_url) if jmap_failure is None else
-        Check("jmap session", "fail", f"{jmap_failure.detail}: {jmap_failure.cause}",
-              jmap_failure.remedy),
+        _ok(name, where) if mail_failure is None else
+        Check(name, "fail", f"{mail_failure.detail}: {mail_failure.cause}",
+              mail_failure.remedy),
         _ok("telegram getMe", "the bot token is accepted") if telegram_error is None else
         Check("telegram getMe", "fail", telegram_error,
               "check the bot token and the Telegram API base URL"),
@@ -190,6 +198,13 @@ async def _push(redis: Redis, cfg: BusinessConfig, now: float, enabled: bool) ->
     """Push is `warn` unless `ok`: while it is off or degraded mail still arrives by reconcile
     (every `degraded_reconcile_interval_s` while degraded)."""
     force = await read_in_force(redis, cfg, now, enabled=enabled)
+    if force.way == "idle":  # an IMAP wire (`mail.imap.idle`)
+        if force.state == "ok":
+            return _ok("imap push", force.label)
+        return Check("imap push", "warn", f"{force.label}: new mail waits for the reconcile "
+                     f"every {cfg.degraded_reconcile_interval_s} s",
+                     "check the IMAP server, the credentials and imap_notify_mailboxes; the "
+                     "service reconnects with a backoff")
     if force.way == "eventsource" and force.state == "ok":
         last = ("no event yet" if force.last_event is None
                 else f"last event {_age(now - force.last_event)} ago")

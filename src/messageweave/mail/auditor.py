@@ -182,22 +182,29 @@ class Auditor:
         return _Undiscovered(frozenset(ids), after)
 
     async def _check(self, result: AuditResult, email_ids: list[str]) -> None:
-        verdicts = await gaps.check_and_claim(self.redis, self.client.account_id, email_ids)
-        result.checked = len(verdicts)
-        for verdict in verdicts:
-            if not verdict.missing:
-                continue
-            result.missing += 1
-            result.missing_ids.append(verdict.email_id)
-            result.reasons[verdict.detail] = result.reasons.get(verdict.detail, 0) + 1
-            if verdict.entry_id is not None:
-                result.enqueued += 1
-                log.warning("gap audit: mail %s was missing (%s); re-enqueued as %s",
-                            verdict.email_id, verdict.detail, verdict.entry_id)
-            else:
-                log.warning("gap audit: mail %s is missing (%s) again after the auditor "
-                            "re-enqueued it once; not re-enqueued", verdict.email_id,
-                            verdict.detail)
+        await check(self.redis, self.client.account_id, result, email_ids)
+
+
+async def check(redis: Redis, account_id: str, result: AuditResult,
+                email_ids: list[str]) -> None:
+    """Check the listed mails against the ledger, re-enqueue the missing ones once, and count
+    them into `result` (the IMAP audit, `mail.imap.watch`, shares it)."""
+    verdicts = await gaps.check_and_claim(redis, account_id, email_ids)
+    result.checked = len(verdicts)
+    for verdict in verdicts:
+        if not verdict.missing:
+            continue
+        result.missing += 1
+        result.missing_ids.append(verdict.email_id)
+        result.reasons[verdict.detail] = result.reasons.get(verdict.detail, 0) + 1
+        if verdict.entry_id is not None:
+            result.enqueued += 1
+            log.warning("gap audit: mail %s was missing (%s); re-enqueued as %s",
+                        verdict.email_id, verdict.detail, verdict.entry_id)
+        else:
+            log.warning("gap audit: mail %s is missing (%s) again after the auditor "
+                        "re-enqueued it once; not re-enqueued", verdict.email_id,
+                        verdict.detail)
 
 
 async def audit(redis: Redis, client: JmapClient, roles: Iterable[str], window_s: int,

@@ -34,6 +34,11 @@ class MailContext(Protocol):
     def live_jmap(self) -> JmapClient | None:
         """The JMAP client in use when it is connected; None otherwise (no I/O)."""
 
+    @property
+    def live_account(self) -> str | None:
+        """The mail account in use, whose catch-up flags the scheduler takes: the connected
+        JMAP session's or the IMAP user name; None while unknown (no I/O)."""
+
     async def jmap(self) -> JmapClient:
         """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
 

@@ -20,7 +20,9 @@ client (it is the JMAP client's own connection pool; the URL must be on the sess
 
 `push_mode` (`auto`, `eventsource`, `subscription`, `off`) decides whether it runs;
 `in_force` says which push delivers mail now (`/ready`, `diagnose`, `/metrics`, the page), from
-the holder's status (`push:eventsource:status`) and the PushSubscription lifecycle.
+the holder's status (`push:eventsource:status`) and the PushSubscription lifecycle; for an IMAP
+wire `read_in_force` answers with the IDLE holder's (`mail.imap.idle`), and this holder stands
+down (a switch of source on hot reload hands over between the two).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class PushInForce:
     subscription (None when off), the reason while degraded, and the last event's time."""
 
     state: push_lifecycle.PushState
-    way: Literal["eventsource", "subscription"] | None = None
+    way: Literal["eventsource", "subscription", "idle"] | None = None
     reason: str | None = None
     last_event: int | None = None
     subscription: push_lifecycle.PushHealth | None = None
@@ -137,6 +139,11 @@ async def read_in_force(redis: Redis, cfg: BusinessConfig | None, now: float, *,
     sub = await push_lifecycle.health(redis, now)
     if not enabled:
         return PushInForce("off", reason="processing is switched off", subscription=sub)
+    if cfg is not None and cfg.mail_source == "imap":
+        # IMAP's push is the IDLE holder's (`mail.imap.idle`, which imports this module).
+        from messageweave.mail.imap import idle
+
+        return await idle.read_in_force(redis)
     return in_force(cfg, await read_status(redis, keys.EVENTSOURCE_STATUS), sub)
 
 
@@ -218,7 +225,8 @@ class EventSourceHolder:
 
     async def _wanted(self) -> bool:
         cfg = self.svc.config.config
-        if cfg is None or cfg.push_mode not in WANTS_EVENTSOURCE or not self.svc.live:
+        if (cfg is None or cfg.mail_source != "jmap" or cfg.push_mode not in WANTS_EVENTSOURCE
+                or not self.svc.live):
             return False
         try:
             return await self.svc.store.enabled()

@@ -140,9 +140,8 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     cfg = svc.config.config
     if cfg is None or not svc.live or not await svc.store.enabled():
         return
-    client = svc.live_jmap
-    if client is not None and client.session is not None:
-        account = client.account_id
+    account = svc.live_account
+    if account is not None:
         if not timers.started:
             timers.started = True
             await _start_pass(svc, cfg, account)
@@ -169,7 +168,8 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
         svc.redis, keys.PUSH_DEGRADED_RECONCILE_SCHEDULE, cfg.degraded_reconcile_interval_s)
     if periodic or backup:
         await _pass(svc, "periodic" if periodic else "degraded-push", timers)
-    if await claim_slot(svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
+    if cfg.mail_source == "jmap" and await claim_slot(  # the subscriptions are JMAP's own
+            svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
         try:
             cleaned = await push.sweep_orphans(svc.redis, await svc.jmap())
         except (NotConfigured, JmapError) as exc:

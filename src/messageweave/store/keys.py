@@ -373,6 +373,13 @@ EVENTSOURCE_LOCK_TTL_S = 15
 # EX `EVENTSOURCE_STATUS_TTL_S`.
 EVENTSOURCE_STATUS = "push:eventsource:status"
 EVENTSOURCE_STATUS_TTL_S = 120
+# The one instance that holds the IMAP IDLE connections (`mail.imap.idle`; `Lock`, as above).
+IMAP_IDLE_LOCK = "lock:imap-idle"
+IMAP_IDLE_LOCK_TTL_S = 15
+# What the IDLE holder last saw: a hash as `EVENTSOURCE_STATUS`'s, EX `IMAP_IDLE_STATUS_TTL_S`
+# (rewritten every `mail.imap.idle.STATUS_S` while it holds).
+IMAP_IDLE_STATUS = "push:imap-idle:status"
+IMAP_IDLE_STATUS_TTL_S = 120
 
 
 def telegram_poll_offset(bot_id: str) -> str:
