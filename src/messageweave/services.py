@@ -29,6 +29,7 @@ from messageweave.config.live import ConfigService, NotConfigured, PeerWarning
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import failure_text, redis_url_password, scrub
+from messageweave.mail.imap.source import ImapSource
 from messageweave.mail.imap.watch import ImapWatch, new_imap_client
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 from messageweave.mail.jmap_watch import JmapWatch
@@ -46,7 +47,8 @@ log = logging.getLogger(__name__)
 class Runtime:
     """The clients built for one configuration revision.
 
-    `jmap` is None when the session could not be fetched (the warning says why);
+    `jmap` is None when the session could not be fetched (the warning says why); `imap` is
+    the IMAP mail source of an IMAP wire (built without I/O: it logs in on first use);
     `telegram` always exists (building it does no network I/O). `jmap_settings` is what the
     JMAP client is built from, so a new revision can tell whether its JMAP part changed.
     """
@@ -54,9 +56,12 @@ class Runtime:
     config: BusinessConfig
     telegram: TelegramClient
     jmap: JmapClient | None = None
+    imap: ImapSource | None = None
     jmap_settings: tuple[object, ...] = ()
 
     async def aclose(self) -> None:
+        if self.imap is not None:
+            await self.imap.aclose()
         if self.jmap is not None:
             await self.jmap.aclose()
         await self.telegram.aclose()
@@ -69,12 +74,6 @@ def jmap_settings(cfg: BusinessConfig, outbound: OutboundConfig) -> tuple[object
             cfg.account_id, cfg.jmap_extra_ca, outbound.jmap_timeout_ms)
 
 
-# Issue #33: the IMAP source's reading side (`mail.imap.source.ImapReader`, `mail.imap.reply`)
-# is composed into `Peers.mail` at its merge; until then an IMAP wire is watched (catch-up,
-# IDLE, gap audit: `Peers.watch`) but has no mail source for the chat and the pipeline (never a
-# JMAP one from the JMAP fields an earlier wire left behind).
-IMAP_NOT_BUILT = ("mail_source is imap: new mail is watched, but reading, mail actions and "
-                  "replies over IMAP are not built into this version yet")
 NOT_JMAP = "mail_source is imap: there is no JMAP client"
 
 
@@ -107,7 +106,10 @@ async def build_runtime(
     secrets = cfg.secrets()
     client: JmapClient | None = None
     if cfg.mail_source == "imap":
-        warnings.append(PeerWarning("mail", "build", IMAP_NOT_BUILT))
+        try:  # no I/O: the source logs in on first use; `/ready`'s `mail` check probes it
+            runtime.imap = ImapSource(new_imap_client(cfg, outbound), cfg)
+        except ValueError as exc:  # the trust store (imap_ca_pem) cannot load
+            warnings.append(PeerWarning("mail", "build", scrub(str(exc), secrets)))
     else:
         try:
             client = new_jmap_client(cfg, outbound)
@@ -228,11 +230,12 @@ class Peers:
 
     async def mail(self, outbound: OutboundConfig) -> MailSource:
         """The mail source of the configuration in force, connected on demand (`MailError`,
-        `NotConfigured`): the only place that chooses between protocols. IMAP: not until
-        the IMAP reader and replies are composed here (`IMAP_NOT_BUILT`)."""
+        `NotConfigured`): the only place that chooses between protocols."""
         runtime = self.runtime
         if runtime is not None and runtime.config.mail_source == "imap":
-            raise NotConfigured(IMAP_NOT_BUILT)
+            if runtime.imap is None:  # its settings could not be built (the warning says why)
+                raise NotConfigured("mail_source is imap: the IMAP source could not be built")
+            return runtime.imap
         return await self.jmap(outbound)
 
     async def watch(self, outbound: OutboundConfig) -> MailWatch:

@@ -245,10 +245,3 @@ class ImapSource(ImapReader, ImapReplies):
     def _mail_config(self) -> BusinessConfig:
         return self._cfg
 
-
-def new_imap_source(cfg: BusinessConfig, timeout_s: float) -> ImapSource:
-    """The source of `cfg`'s IMAP mailbox (not connected yet: the first use logs in)."""
-    client = ImapClient(cfg.imap_host, cfg.imap_port, username=cfg.imap_username,
-                        password=cfg.imap_password, security=cfg.imap_security,
-                        ca_pem=cfg.imap_ca_pem, timeout=timeout_s)
-    return ImapSource(client, cfg)

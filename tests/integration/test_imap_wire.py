@@ -1,8 +1,7 @@
-"""Issue #33: an IMAP wire is watched (`Peers.watch`) before the IMAP reader and replies are
-composed into `Peers.mail`. Until then such a configuration must say it has no mail source —
-never keep or build a JMAP client from the JMAP fields an earlier wire left behind (the runtime
-would go on reading and answering from the old mailbox while the page says IMAP). Real Redis,
-Cyrus and the Bot API emulator."""
+"""Issue #33: an IMAP wire's mail source is the IMAP one (`Peers.mail`), never a JMAP client kept
+or built from the JMAP fields an earlier wire left behind (the runtime would go on reading and
+answering from the old mailbox while the page says IMAP). Real Redis, Cyrus and the Bot API
+emulator."""
 
 from __future__ import annotations
 
@@ -13,8 +12,9 @@ import redis.asyncio as aioredis
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import parse_wire
 from messageweave.config.outbound import OutboundConfig
+from messageweave.mail.imap.source import ImapSource
 from messageweave.probes import jmap_session_failure
-from messageweave.services import IMAP_NOT_BUILT, Peers
+from messageweave.services import Peers
 from tests.helpers import login
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -37,14 +37,12 @@ async def test_a_switch_to_imap_keeps_no_jmap_client(
     try:
         assert await peers.apply(jmap, outbound, current=lambda: True) == []
         assert peers.runtime is not None and peers.runtime.jmap is not None
-        warnings = await peers.apply(imap, outbound, current=lambda: True)
-        assert [(w.component, w.step, w.detail) for w in warnings] == \
-            [("mail", "build", IMAP_NOT_BUILT)]
+        assert await peers.apply(imap, outbound, current=lambda: True) == []  # no I/O yet
         assert peers.runtime.config is imap and peers.runtime.jmap is None
         with pytest.raises(NotConfigured):
             await peers.jmap(outbound)
-        with pytest.raises(NotConfigured, match="not built"):
-            await peers.mail(outbound)
+        source = await peers.mail(outbound)
+        assert isinstance(source, ImapSource) and source.account_id == "ada@example.org"
     finally:
         await peers.aclose()
 
@@ -61,9 +59,7 @@ async def test_an_imap_wire_is_stored_read_back_and_not_ready(
     saved = await client.put("/api/business-config", headers=session,
                              json={**peer_wire(cyrus, telegram_emulator), **IMAP})
     assert saved.status_code == 200, saved.text
-    assert saved.json()["runtime_applied"] is False
-    assert saved.json()["warnings"] == [
-        {"component": "mail", "step": "build", "detail": IMAP_NOT_BUILT}]
+    assert saved.json()["warnings"] == []  # built without I/O: `/ready` probes the login
     readback = await client.get("/api/business-config", headers=session)
     body = readback.json()
     assert body["values"]["mail_source"] == "imap" and body["values"]["imap_port"] == 993
