@@ -33,6 +33,8 @@ from messageweave.mail.imap.source import ImapSource
 from messageweave.mail.imap.watch import ImapWatch, new_imap_client
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 from messageweave.mail.jmap_watch import JmapWatch
+from messageweave.mail.preflight import imap_preflight
+from messageweave.mail.smtp import SmtpSettings
 from messageweave.mail.source import MailSource
 from messageweave.mail.watch import MailWatch
 from messageweave.settings import Settings
@@ -131,6 +133,7 @@ async def build_runtime(
     return runtime, warnings
 
 
+SMTP_OFF = "smtp_host is not set: replies from the chat are off"
 REPLIES_OFF = ("the mail server does not offer sending (urn:ietf:params:jmap:submission): "
                "replies from the chat are off")
 
@@ -192,10 +195,16 @@ class Peers:
     async def probe(self, cfg: BusinessConfig, outbound: OutboundConfig) -> list[PeerWarning]:
         """What a preflight reports: the runtime's build, whether the mail server can send
         (issue #25: replies from the chat need JMAP submission; read from the session just
-        fetched), and Telegram's getMe for the bot token at the configured Bot API address
-        (issue #22: "Test connection" tests Telegram too)."""
+        fetched), for an IMAP wire the steps of "Test connection" (issue #33,
+        `mail.preflight.imap_preflight`: login, each notify mailbox, IDLE, the SMTP login;
+        replies off while `smtp_host` is null), and Telegram's getMe for the bot token at the
+        configured Bot API address (issue #22: "Test connection" tests Telegram too)."""
         runtime, warnings = await build_runtime(cfg, outbound)
         try:
+            if cfg.mail_source == "imap" and runtime.imap is not None:
+                warnings += await imap_preflight(cfg)
+                if SmtpSettings.of(cfg) is None:
+                    warnings.append(PeerWarning("replies", "smtp", SMTP_OFF))
             if runtime.jmap is not None and not await runtime.jmap.can_submit():
                 warnings.append(PeerWarning("replies", "submission", REPLIES_OFF))
             await runtime.telegram.get_me()

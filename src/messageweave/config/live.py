@@ -298,14 +298,16 @@ class ConfigService:
             errors = [w.to_json() for w in warnings if w.component == name]
             return {"ok": True} if not errors else {"ok": False, "errors": errors}
 
-        return {
-            "persisted": False,
-            "validation": {"ok": True, "errors": []},
-            "components": {
-                "jmap": component("jmap"),
-                # Replies from the chat (issue #25): unknown (null) while JMAP is not reached.
-                "replies": component("replies") if component("jmap")["ok"] else None,
-                "telegram": component("telegram"),
-                "llm": component("llm") if cfg.llm_active else None,
-            },
+        components: dict[str, Any] = {
+            "jmap": component("jmap"),
+            # Replies from the chat (issue #25): unknown (null) while JMAP is not reached.
+            "replies": component("replies") if component("jmap")["ok"] else None,
+            "telegram": component("telegram"),
+            "llm": component("llm") if cfg.llm_active else None,
         }
+        if cfg.mail_source == "imap":  # issue #33: the IMAP steps, and SMTP when it is set
+            smtp_set = bool((cfg.smtp_host or "").strip())
+            components.update(jmap=None, mail=component("mail"), replies=component("replies"),
+                              smtp=component("smtp") if smtp_set else None)
+        return {"persisted": False, "validation": {"ok": True, "errors": []},
+                "components": components}
