@@ -154,7 +154,9 @@ def test_every_field_has_a_help_line_that_explains_it(
                 .find(h => h && h.classList.contains('hint'));
             return [el.id.replace(/^(f|rt)-/, ''), help ? help.textContent.trim() : ''];
         })""")
-    assert len(helps) == 33  # bot language, message and mail ways: #22; Read: #25; owners: #32
+    # bot language, message and mail ways: #22; Read: #25; owners: #32; the mail source and
+    # the IMAP and SMTP fields: #33
+    assert len(helps) == 47
     assert [name for name, text in helps if not text] == []
     text = dict(helps)
     assert "Telegram's servers" in text["read_in_chat"]  # what switching Read on means
@@ -288,7 +290,8 @@ def test_every_secret_you_make_up_has_generate_and_the_others_say_where_they_com
     secrets = page.evaluate("""() => Array.from(
         document.querySelectorAll('#biz-form input[type="password"]')).map(el => el.id.slice(2))""")
     assert sorted(secrets) == sorted(
-        ["jmap_password", "bot_token", *MADE_UP, "llm_api_key"])
+        ["jmap_password", "bot_token", *MADE_UP, "llm_api_key", "imap_password",
+         "smtp_password"])
     for name in secrets:
         generate = page.locator(f"[data-generate='{name}']")
         help_text = page.inner_text(f"#h-{name}")
@@ -316,4 +319,5 @@ def test_help_lines_exist_in_both_languages_with_no_missing_key(
         return {count: helps.length, missing: mw.missing,
                 wrong: helps.filter(h => h.textContent !== table[h.dataset.i18n]).length};
     }""")
-    assert report == {"count": 36, "missing": [], "wrong": 0}  # 32 + the rules card's 4
+    # 32 + the rules card's 4 + the mail source and the IMAP and SMTP fields' 14 (issue #33)
+    assert report == {"count": 50, "missing": [], "wrong": 0}

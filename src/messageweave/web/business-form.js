@@ -4,7 +4,8 @@ import { $ } from "./dom.js";
 import { t } from "./i18n.js";
 
 // kind: text | nullable (blank = null) | pem (nullable, line ends as a textarea keeps them) |
-// secret | int | intlist | strlist | bool | choice
+// secret | nullsecret (blank = null on a first save) | int | intlist | strlist | names (split
+// at commas only: a mailbox name may hold spaces) | bool | choice
 export const FIELDS = [
   ["jmap_session_url", "text"], ["jmap_username", "text"], ["jmap_password", "secret"],
   ["account_id", "nullable"], ["jmap_ca_pem", "pem"], ["notify_mailbox_roles", "strlist"],
@@ -17,10 +18,22 @@ export const FIELDS = [
   ["degraded_reconcile_interval_s", "int"], ["audit_interval_s", "int"],
   ["audit_window_s", "int"], ["push_mode", "choice"], ["bot_language", "choice"],
   ["telegram_updates", "choice"], ["read_in_chat", "bool"],
+  // Issue #33: the mail source and its IMAP and SMTP fields (SPEC F.1).
+  ["mail_source", "choice"], ["imap_host", "text"], ["imap_port", "int"],
+  ["imap_security", "choice"], ["imap_username", "text"], ["imap_password", "secret"],
+  ["imap_ca_pem", "pem"], ["imap_notify_mailboxes", "names"], ["smtp_host", "nullable"],
+  ["smtp_port", "int"], ["smtp_security", "choice"], ["smtp_username", "nullable"],
+  ["smtp_password", "nullsecret"], ["smtp_from", "nullable"],
 ];
 const REQUIRED = ["bot_token", "telegram_chat_id", "chat_allowlist", "telegram_webhook_secret",
-  "timezone", "jmap_session_url", "jmap_username", "jmap_password", "llm_enabled",
-  "llm_allow_net", "reconcile_token", "worker_token"];
+  "timezone", "llm_enabled", "llm_allow_net", "reconcile_token", "worker_token"];
+// What else a first save needs, by the mail source chosen.
+const REQUIRED_BY_SOURCE = {
+  jmap: ["jmap_session_url", "jmap_username", "jmap_password"],
+  imap: ["imap_host", "imap_username", "imap_password"],
+};
+const SECRET_KINDS = ["secret", "nullsecret"];
+export function isSecret(kind) { return SECRET_KINDS.indexOf(kind) >= 0; }
 
 // `fields`: every field the message names (the first gets the focus).
 export class FormError extends Error {
@@ -119,11 +132,14 @@ function readField(name, kind) {
     }
     case "strlist":
       return raw.split(/[\s,]+/).filter(Boolean);
+    case "names":
+      return raw.split(/[,\n]/).map(function (name) { return name.trim(); }).filter(Boolean);
     case "nullable":
       return raw.trim() === "" ? null : raw.trim();
     case "pem":
       return pemValue(raw);
     case "secret":
+    case "nullsecret":
       return raw;
     default:
       return raw.trim();
@@ -138,7 +154,7 @@ export function readForm() {
 
 function comparable(kind, value) {
   if (kind === "intlist") return value.map(String).sort().join(",");
-  if (kind === "strlist") return value.join(",");
+  if (kind === "strlist" || kind === "names") return value.join("\n");
   return value === null ? "\u0000null" : String(value);
 }
 
@@ -147,11 +163,13 @@ function comparable(kind, value) {
 export function fullWire(values) {
   const wire = {};
   const missing = [];
+  const required = REQUIRED.concat(REQUIRED_BY_SOURCE[values.mail_source] || []);
   FIELDS.forEach(function (pair) {
     const name = pair[0], kind = pair[1];
     let value = values[name];
     if (kind === "secret" && value.trim() === "") value = name === "llm_api_key" ? null : "";
-    if (REQUIRED.indexOf(name) >= 0 &&
+    if (kind === "nullsecret" && value.trim() === "") value = null;
+    if (required.indexOf(name) >= 0 &&
         (value === null || value === "" || (kind === "intlist" && value.length === 0))) {
       missing.push(name);
     }
@@ -171,7 +189,7 @@ export function changedFields(values, baseline) {
   FIELDS.forEach(function (pair) {
     const name = pair[0], kind = pair[1];
     const value = values[name];
-    if (kind === "secret") {
+    if (isSecret(kind)) {
       if (value.trim() !== "") patch[name] = value;
       return;
     }
@@ -187,10 +205,10 @@ export function baselineFrom(values) {
   FIELDS.forEach(function (pair) {
     const name = pair[0], kind = pair[1];
     let value = values[name];
-    if (kind === "secret") return;
+    if (isSecret(kind)) return;
     if (kind === "int") value = value === null || value === undefined ? null : BigInt(value);
     if (kind === "intlist") value = (value || []).map(function (v) { return BigInt(v); });
-    if (kind === "strlist") value = value || [];
+    if (kind === "strlist" || kind === "names") value = value || [];
     if (kind === "text") value = value || "";
     if (kind === "nullable") value = value === undefined || value === "" ? null : value;
     if (kind === "pem") value = pemValue(value);

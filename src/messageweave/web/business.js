@@ -3,8 +3,9 @@
 import { api, reasonOf, session } from "./api.js";
 import {
   addFieldHelp, baselineFrom, businessLabelKey, changedFields, checkLlm, checkTokens, FIELDS,
-  FormError, fullWire, label, randomToken, readForm, TOKEN_FIELDS, withLabels,
+  FormError, fullWire, isSecret, label, randomToken, readForm, TOKEN_FIELDS, withLabels,
 } from "./business-form.js";
+import { imapLines, showSource, wireSource } from "./business-imap.js";
 import { $, say } from "./dom.js";
 import { known, lang, t } from "./i18n.js";
 import { loadStatus } from "./status.js";
@@ -13,7 +14,7 @@ import { browserZone, selectZone } from "./zones.js";
 const state = {
   configured: false, revision: 0, baseline: null, secretsPresent: {}, generated: new Set(),
 };
-const SECRETS = FIELDS.filter(function (pair) { return pair[1] === "secret"; })
+const SECRETS = FIELDS.filter(function (pair) { return isSecret(pair[1]); })
   .map(function (pair) { return pair[0]; });
 
 export function savedState() {
@@ -84,14 +85,14 @@ function prefill(body) {
     const name = pair[0], kind = pair[1];
     const el = $("f-" + name);
     const value = state.baseline[name];
-    if (kind === "secret") {
+    if (isSecret(kind)) {
       el.value = "";
       el.type = "password";
-      el.required = !state.configured && name !== "llm_api_key";
+      el.required = !state.configured && kind === "secret" && name !== "llm_api_key";
       updateMarker(name);
     } else if (kind === "bool") {
       el.checked = value === true;
-    } else if (kind === "intlist" || kind === "strlist") {
+    } else if (kind === "intlist" || kind === "strlist" || kind === "names") {
       el.value = value.map(String).join(", ");
     } else if (name === "timezone") {
       // A first setup proposes the browser's zone (when the server has it), not the
@@ -103,6 +104,7 @@ function prefill(body) {
       el.value = value === null ? "" : String(value);
     }
   });
+  showSource();
   say("biz-state", state.configured ? t("biz.configured", { n: state.revision }) : t("biz.notConfigured"));
   updateDirty();
   readbackListeners.forEach(function (listener) { listener(body); });
@@ -311,10 +313,13 @@ async function testConnection() {
     let allOk = true;
     // Telegram is tested too (issue #22): getMe for the token at the Bot API address. A
     // server that does not report it yet shows no line for it.
-    ["jmap", "telegram", "llm"].forEach(function (name) {
+    // An IMAP wire (issue #33) has `mail` and `smtp` (null while no SMTP server is set) and
+    // no `jmap`; a JMAP wire neither of the two.
+    ["jmap", "mail", "smtp", "telegram", "llm"].forEach(function (name) {
       const component = result.components && result.components[name];
       const label = t("biz.component." + name);
       if (component === undefined && name === "telegram") return;
+      if (!component && name !== "llm") return;
       if (!component) {
         lines.push({ text: t("biz.componentSkipped", { component: label }) });
       } else if (component.ok) {
@@ -323,13 +328,20 @@ async function testConnection() {
       } else {
         allOk = false;
         lines.push({ text: t("biz.componentFailed", { component: label }), kind: "error" });
+        if (name === "mail" || name === "smtp") {
+          lines.push.apply(lines, imapLines(name, component.errors));
+        }
         lines.push.apply(lines, name === "telegram" ? telegramLines(component.errors)
           : failureLines(component.errors));
       }
     });
     // Replies from the chat need JMAP submission (issue #25): said, not counted as a failure.
     const replies = result.components && result.components.replies;
-    if (replies && !replies.ok) lines.push({ text: t("biz.repliesOff"), kind: "error" });
+    if (replies && !replies.ok) {
+      const smtpOff = replies.errors && replies.errors[0] && replies.errors[0].step === "smtp";
+      lines.push(smtpOff ? { text: t("biz.repliesOffSmtp"), kind: "error", field: "smtp_host" }
+        : { text: t("biz.repliesOff"), kind: "error" });
+    }
     // The headline is the outcome: "passed" only when every probed peer answered.
     say("preflight-result", t(allOk ? "biz.testOk" : "biz.testFailed"), allOk ? "ok" : "error");
     report("preflight-issues", lines);
@@ -357,6 +369,7 @@ export function reset() {
 
 export function wire() {
   addFieldHelp();
+  wireSource();
   $("biz-form").addEventListener("submit", saveBusiness);
   $("biz-form").addEventListener("input", function (event) {
     const name = event.target.id.replace(/^f-/, "");

@@ -29,9 +29,9 @@ _JS = "text/javascript; charset=utf-8"
 SCRIPTS = (
     "main.js", "i18n.js", "strings-common.js", "strings-config.js", "strings-rules.js",
     "strings-ops.js", "api.js", "dom.js", "status.js", "session.js", "processing.js",
-    "business.js", "business-form.js", "rules.js", "rules-editor.js", "dry-run.js", "zones.js",
-    "callbacks.js", "delivery.js", "gap-audit.js", "logs.js", "chats.js", "trace.js",
-    "discover.js",
+    "business.js", "business-form.js", "business-imap.js", "rules.js", "rules-editor.js",
+    "dry-run.js", "zones.js", "callbacks.js", "delivery.js", "gap-audit.js", "logs.js",
+    "chats.js", "trace.js", "discover.js",
 )
 # Every file served under /assets/, with its media type.
 ASSETS: dict[str, str] = {**dict.fromkeys(SCRIPTS, _JS), "styles.css": "text/css; charset=utf-8"}
