@@ -109,15 +109,15 @@ def button(app: ServedApp, message: SentMessage, action: str) -> str:
     return data
 
 
-async def mailbox_of(peer: ImapPeer, attribute: str) -> list[bytes]:
-    """The bytes of every mail of the mailbox marked `attribute`, not `\\Deleted`."""
+async def mailbox_of(peer: ImapPeer, attribute: str) -> list[tuple[set[str], bytes]]:
+    """(flags, bytes) of every mail of the mailbox marked `attribute`, not `\\Deleted`."""
     async with peer.client() as client:
         name = await client.special_use(attribute)
         assert name is not None, attribute
         await client.select(name, readonly=True)
         uids = await client.uid_search("NOT", "DELETED")
-        found = await client.uid_fetch(uids, ["UID", "BODY.PEEK[]"]) if uids else {}
-    return [f.sections["BODY[]"] or b"" for f in found.values()]
+        found = await client.uid_fetch(uids, ["UID", "FLAGS", "BODY.PEEK[]"]) if uids else {}
+    return [(set(f.flags or ()), f.sections["BODY[]"] or b"") for f in found.values()]
 
 
 async def test_search_read_and_archive_through_the_chat(
@@ -156,8 +156,8 @@ async def test_search_read_and_archive_through_the_chat(
     await press(app, message, button(app, message, buttons.ARCHIVE))
 
     async def archived() -> bool:
-        return any(b"Quarterly on IMAP" in raw for raw in await mailbox_of(imap_peer,
-                                                                           "\\Archive"))
+        return any(b"Quarterly on IMAP" in raw
+                   for _, raw in await mailbox_of(imap_peer, "\\Archive"))
 
     await eventually(archived, "the mail in \\Archive", WAIT_S)
     async with imap_peer.client() as client:
@@ -205,13 +205,20 @@ async def test_a_telegram_reply_then_send_reaches_the_sink_once_threaded_and_lan
     assert got.message["References"].split() == ["<root-7@example.org>", message_id]
     assert ANSWER_MARK in got.body_text() and got.auth_user == imap_peer.user
 
-    async def in_sent() -> bool:
-        return any(f"Re: {subject}".encode() in raw and ANSWER_MARK.encode() in raw
-                   for raw in await mailbox_of(imap_peer, "\\Sent"))
+    async def in_sent() -> list[set[str]]:
+        return [flags for flags, raw in await mailbox_of(imap_peer, "\\Sent")
+                if f"Re: {subject}".encode() in raw and ANSWER_MARK.encode() in raw]
 
-    await eventually(in_sent, "the reply in Sent", WAIT_S)
+    async def sent_copy() -> bool:
+        return bool(await in_sent())
+
+    await eventually(sent_copy, "the reply in Sent", WAIT_S)
     await press(app, preview, send)  # a second press sends nothing more
     assert len(sink.matching(to_bob)) == 1
+    [flags] = await in_sent()
+    assert "\\Seen" in flags
+    assert [raw for _, raw in await mailbox_of(imap_peer, "\\Drafts")
+            if ANSWER_MARK.encode() in raw] == []
     assert ANSWER_MARK not in await redis_text(app.redis)
     assert ANSWER_MARK not in caplog.text
 

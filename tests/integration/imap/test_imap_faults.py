@@ -6,13 +6,11 @@ notifications the Bot API emulator received, one per mail."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import httpx
 import pytest
@@ -20,16 +18,14 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from tests.helpers import (
-    ADMIN_KEY,
     WAIT_S,
     configure,
-    console_script,
     eventually,
     every_entry_finished,
-    free_port,
 )
 from tests.integration.imap.conftest import ImapPeer
 from tests.integration.imap.test_idle import _drop_into_maildir, _raw, _watching, imap_wire
+from tests.integration.receivers.test_poller_takeover import serve
 from tests.peers.dovecot import DovecotServer
 from tests.peers.dovecot import running as running_dovecot
 from tests.peers.telegram import TelegramEmulator
@@ -102,33 +98,6 @@ async def test_a_dovecot_restart_while_connected_loses_and_doubles_no_notificati
 # ------------------------------------------------------------------------ kill -9 of serve
 
 
-@contextlib.asynccontextmanager
-async def _serve(redis_url: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """A `messageweave serve` process, healthy when the block starts; (process, base URL).
-    Killed on the way out when still running."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
-    env.update(REDIS_URL=redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port))
-    proc = await asyncio.create_subprocess_exec(
-        console_script("messageweave"), "serve", "--host", "127.0.0.1", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as http:
-            async def healthy() -> bool:
-                assert proc.returncode is None, "serve exited early"
-                try:
-                    return (await http.get(url + "/healthz", timeout=1)).status_code == 200
-                except httpx.HTTPError:
-                    return False
-            await eventually(healthy, "serve answering /healthz")
-        yield proc, url
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-        await asyncio.wait_for(proc.wait(), 20)
-
-
 async def test_kill_9_of_serve_during_a_burst_then_a_start_notifies_each_mail_once(
     dovecot: DovecotServer, embedded_redis_url: str, redis_client: aioredis.Redis,
     telegram_emulator: TelegramEmulator,
@@ -145,7 +114,7 @@ async def test_kill_9_of_serve_during_a_burst_then_a_start_notifies_each_mail_on
     token = str(wire["bot_token"])
     subjects = [f"mwkill{n:02d}" for n in range(BURST)]
     delivering = threading.Thread(target=lambda: [peer.deliver(_raw(s)) for s in subjects])
-    async with _serve(embedded_redis_url) as (first, url):
+    async with serve(embedded_redis_url) as (first, url):
         async with httpx.AsyncClient(base_url=url, timeout=15) as api:
             admin = await configure(api, wire, applied=True)
             await _watching(api, redis_client, admin)
@@ -158,7 +127,7 @@ async def test_kill_9_of_serve_during_a_burst_then_a_start_notifies_each_mail_on
         first.send_signal(signal.SIGKILL)
         await first.wait()
     await asyncio.to_thread(delivering.join)
-    async with _serve(embedded_redis_url):
+    async with serve(embedded_redis_url):
         # The dead holder's IDLE lease runs out before the new one idles.
         await _each_notified(telegram_emulator, token, set(subjects), WAIT_S + 15)
         await every_entry_finished(redis_client)
