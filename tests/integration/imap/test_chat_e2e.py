@@ -130,21 +130,30 @@ async def test_search_read_and_archive_through_the_chat(
     leaves the mail in INBOX or moves it elsewhere than `\\Archive`."""
     caplog.set_level(logging.DEBUG)
     app = on_imap
-    imap_peer.deliver(multipart("Quarterly on IMAP", f"Hello Alice,\n{BODY_MARK} inside."))
+    imap_peer.deliver(multipart("Quarterly 季度报告 on IMAP",
+                                f"Hello Alice,\n{BODY_MARK} inside, Grüße aus Zürich."))
     email_id = await _inbox_id(imap_peer)
     message = await notification_of(app, email_id)
     assert [m for m in await app.emulator.sent_messages(app.token, app.chat)
             if "already there" in m.text] == []
 
+    assert "Quarterly 季度报告 on IMAP" in message.text, message.text
     await app.say(f"/search {BODY_MARK}")
     [answer] = await messages_after(app, message.message_id, 1)
-    assert email_id in answer.text and "Quarterly on IMAP" in answer.text, answer.text
+    assert email_id in answer.text and "Quarterly 季度报告 on IMAP" in answer.text, answer.text
+    await app.say("/search Zürich")
+    [_, accented] = await messages_after(app, message.message_id, 2)
+    assert email_id in accented.text, accented.text
+    await app.say(f"/read {email_id}")
+    [*_, by_command] = await messages_after(app, message.message_id, 3)
+    assert f"{BODY_MARK} inside" in by_command.text, by_command.text
+    answer = by_command
 
     await press(app, message, button(app, message, buttons.READ_MAIL))
     [reply] = await messages_after(app, answer.message_id, 1)
     assert reply.text.startswith("发件人：Bob Example <bob@example.org>\n"), reply.text
-    assert f"Hello Alice,\n{BODY_MARK} inside." in reply.text
-    assert "主题：Quarterly on IMAP" in reply.text
+    assert f"Hello Alice,\n{BODY_MARK} inside, Grüße aus Zürich." in reply.text
+    assert "主题：Quarterly 季度报告 on IMAP" in reply.text
     for _, data in keyboard(reply):
         await press(app, reply, data)
     pdf, photo = sorted(await files(app, 2), key=lambda f: f.method)
@@ -156,7 +165,7 @@ async def test_search_read_and_archive_through_the_chat(
     await press(app, message, button(app, message, buttons.ARCHIVE))
 
     async def archived() -> bool:
-        return any(b"Quarterly on IMAP" in raw
+        return any(BODY_MARK.encode() in raw
                    for _, raw in await mailbox_of(imap_peer, "\\Archive"))
 
     await eventually(archived, "the mail in \\Archive", WAIT_S)
