@@ -21,7 +21,15 @@ import redis.asyncio as aioredis
 from messageweave.config.model import parse_wire
 from messageweave.pipeline import buttons
 from messageweave.store import keys
-from tests.helpers import WAIT_S, eventually, keyboard, press, redis_text
+from tests.helpers import (
+    ADMIN_KEY,
+    WAIT_S,
+    eventually,
+    keyboard,
+    press,
+    redis_text,
+    run_cli,
+)
 from tests.integration.imap.conftest import ImapPeer
 from tests.integration.imap.test_idle import _ca_pem, _inbox_id, _raw, _watching
 from tests.integration.imap.test_watch import _past_the_baseline
@@ -232,12 +240,13 @@ async def test_a_telegram_reply_then_send_reaches_the_sink_once_threaded_and_lan
     assert ANSWER_MARK not in caplog.text
 
 
-async def test_the_audit_route_finds_nothing_missing_after_a_burst_then_a_removed_claim(
-    imap_peer: ImapPeer, on_imap: ServedApp,
+async def test_the_audit_finds_nothing_missing_after_a_burst_then_a_removed_claim(
+    imap_peer: ImapPeer, on_imap: ServedApp, embedded_redis_url: str,
 ) -> None:
-    """Catches, through `POST /api/audit` on IMAP: a burst the catch-up notified reported as
-    missing (the route auditing with the JMAP client, or ids or the claim's account that do not
-    match the catch-up's), and a mail whose claim was removed left unnoticed."""
+    """Catches, through `POST /api/audit` and `messageweave audit` on IMAP: a burst the
+    catch-up notified reported as missing (auditing with the JMAP client, or ids or the claim's
+    account that do not match the catch-up's), and a mail whose claim was removed left
+    unnoticed (the CLI's own services built from the stored IMAP wire)."""
     app = on_imap
     await _past_the_baseline(app.redis)
     for n in range(5):
@@ -258,3 +267,9 @@ async def test_the_audit_route_finds_nothing_missing_after_a_burst_then_a_remove
     healed = await app.client.post("/api/audit", headers=app.admin)
     assert healed.status_code == 200, healed.text
     assert healed.json() == {"checked": 5, "missing": 1, "enqueued": 1}
+
+    assert await app.redis.delete(keys.dedup_jmap(imap_peer.user, ids[4])) == 1
+    code, out = await run_cli("audit", REDIS_URL=embedded_redis_url,
+                              CONFIG_ENCRYPTION_KEY=ADMIN_KEY)
+    assert code == 3, out
+    assert "5 checked, 1 missing, 1 re-enqueued" in out and ids[4] in out, out
