@@ -44,7 +44,7 @@ from messageweave.mail import smtp
 from messageweave.mail.imap.client import ImapClient
 from messageweave.mail.imap.errors import ImapRefused
 from messageweave.mail.imap.ids import ImapMailId, mail_id, mailbox_key, parse_mail_id
-from messageweave.mail.imap.wire import Text, uid_set
+from messageweave.mail.imap.wire import Text
 from messageweave.mail.records import Address, Draft, DraftState, Identity, MailText
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean, message_ids, plain_address
 
@@ -350,5 +350,4 @@ async def _expunge(client: ImapClient, uid: int) -> None:
     marked `\\Deleted`, which `draft_state` reads as gone, until a client expunges)."""
     await client.uid_store([uid], ["\\Deleted"])
     if "UIDPLUS" in client.capabilities:
-        # The client has no public UID EXPUNGE (only `uid_move`'s fallback uses it).
-        await client._run("UID EXPUNGE", uid_set([uid]))
+        await client.uid_expunge([uid])
