@@ -32,22 +32,10 @@ _.first_name  # chat/telegram/client.py: BotIdentity, the Bot API's getMe answer
 _.session_url  # mail/jmap/client.py: tests check the URL a client was built with
 _.digests  # mail/reconcile.py: a pass's digest entries, in its result; only tests read it
 
-# The IMAP client's API (mail/imap/, issue #33): built and tested first against real Dovecot and
-# Cyrus; the mail-source seam, the IDLE holder and the cursor that call it come next (same issue).
-_.connected  # mail/imap/client.py: ImapClient.connected
-_.enable  # mail/imap/client.py: ImapClient.enable (CONDSTORE / QRESYNC for the cursor)
-_.noop  # mail/imap/client.py: ImapClient.noop
-_.idle  # mail/imap/client.py: ImapClient.idle (the IDLE holder)
-_.select  # mail/imap/mailbox.py: MailboxCommands.select (also the catch-up's)
-_.special_use  # mail/imap/mailbox.py: MailboxCommands.special_use (Archive, Sent)
-_.uid_search  # mail/imap/mailbox.py: MailboxCommands.uid_search
-_.uid_fetch  # mail/imap/mailbox.py: MailboxCommands.uid_fetch
-_.uid_move  # mail/imap/mailbox.py: MailboxCommands.uid_move
-_.uidvalidity  # mail/imap/mailbox.py: MailboxState / Copied fields, the cursor's
-_.highestmodseq  # mail/imap/mailbox.py: MailboxState.highestmodseq, the cursor's
-_.encoding  # mail/imap/responses.py: BodyPart.encoding (decoding a downloaded part)
-_.content_id  # mail/imap/responses.py: BodyPart.content_id (inline images)
-catch_up  # mail/imap/catchup.py: the IMAP catch-up pass; the IDLE holder and the scheduler call it next (issue #33)
-parse_mail_id  # mail/imap/ids.py: reading an IMAP mail id back; the IMAP source's chat features call it next (issue #33)
-ImapReplies  # mail/imap/reply.py: the IMAP ReplySender, a mixin the IMAP source (ImapReader) composes next (issue #33)
-login_check  # mail/smtp.py: "Test connection"'s SMTP step (EHLO + AUTH), called by the page's check next (issue #33)
+# The IMAP client's API (mail/imap/, issue #33) that src does not call (every other method is
+# now called by the source, the catch-up, the watch or the IDLE holder).
+_.enable  # mail/imap/client.py: ImapClient.enable (CONDSTORE / QRESYNC); no caller and no test yet: the catch-up reads UIDs only
+_.noop  # mail/imap/client.py: ImapClient.noop; no caller and no test yet: the IDLE holder re-issues IDLE instead
+_.special_use  # mail/imap/mailbox.py: MailboxCommands.special_use; only tests call it (the source and the replies read the LIST's attributes once for every role)
+_.content_id  # mail/imap/responses.py: BodyPart.content_id, BODYSTRUCTURE's body-fld-id kept as sent; nothing reads it yet (inline images)
+login_check  # mail/smtp.py: "Test connection"'s SMTP step (EHLO + AUTH), for the page's check, a part of issue #33 not built yet; tests call it

@@ -2,14 +2,15 @@
 with no public URL and no PushSubscription.
 
 Every instance runs `run_eventsource`; one at a time holds `lock:jmap-eventsource`
-(`store.receivers.hold`) and keeps one connection to the session's `eventSourceUrl`, expanded
-with `types=Email`, `closeafter=no` and `ping=PING_S`, authenticated and trusted like the JMAP
-client (it is the JMAP client's own connection pool; the URL must be on the session's origin).
+(`mail.holder.LeaseHolder`: the lease, the backoff, the status) and keeps one connection to the
+session's `eventSourceUrl`, expanded with `types=Email`, `closeafter=no` and `ping=PING_S`,
+authenticated and trusted like the JMAP client (it is the JMAP client's own connection pool;
+the URL must be on the session's origin).
 
 - Right after a (re)connect the holder asks for a catch-up pass, so mail that arrived while
   it was away does not wait for the periodic one (the server sends no state on connect); at
   most one per `RECONNECT_CATCHUP_S`: one asked inside it is owed to the interval's end
-  (`ReconnectCatchups`).
+  (`mail.holder.ReconnectCatchups`).
 - Each `state` event that names our account's `Email` (or `EmailDelivery`) asks for one
   exactly as a StateChange does (`store.mailbox.request_catchup` + `announce_catchup`): many
   events, one pending pass. The reconcile stays the truth; an event is only a hint.
@@ -31,28 +32,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from redis.exceptions import RedisError
-
-from messageweave.aio import cancel, jittered_backoff, raise_if_cancelling
+from messageweave.aio import cancel
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.logs import RepeatLog
 from messageweave.mail import push_lifecycle
 from messageweave.mail.context import MailContext
+from messageweave.mail.holder import BACKOFF_BASE_S, REFUSED_BASE_S, LeaseHolder, ask_catchup
 from messageweave.mail.jmap import JmapAuthError, JmapClient, JmapError, JmapProtocolError
 from messageweave.mail.jmap.eventsource import Event, state_change
-from messageweave.store import keys, mailbox
-from messageweave.store.receivers import (
-    LoopStatus,
-    eventsource_lock,
-    hold,
-    read_status,
-    write_status,
-)
+from messageweave.store import keys
+from messageweave.store.mailbox import Lock
+from messageweave.store.receivers import LoopStatus, eventsource_lock, read_status
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
@@ -60,13 +54,7 @@ log = logging.getLogger(__name__)
 PING_S = 30
 TYPES = ("Email",)
 CATCHUP_TYPES = frozenset({"Email", "EmailDelivery"})
-RENEWALS_PER_LEASE = 3  # the lease is renewed this many times per its TTL
-RECONNECT_CATCHUP_S = 10.0
-BACKOFF_BASE_S = 1.0
-BACKOFF_CAP_S = 60.0
-REFUSED_BASE_S = 30.0  # refused credentials or no event stream: a fix needs a person
 UNAVAILABLE_RECHECK_S = 60.0  # the session offers no EventSource: look again this often
-IDLE_S = 1.0
 PLACE = "jmap eventsource"
 WANTS_EVENTSOURCE = ("auto", "eventsource")
 
@@ -123,13 +111,20 @@ def in_force(cfg: BusinessConfig | None, es: LoopStatus | None,
         if mode == "auto" and es is not None:  # no EventSource and no subscription
             return PushInForce("off", reason=REASONS["unavailable"], subscription=sub)
         return PushInForce("off", subscription=sub)
-    if es is None or es.state == "off":
-        return PushInForce("degraded", "eventsource", "no instance holds the EventSource yet",
-                           subscription=sub)
-    reason = REASONS.get(es.state, es.state)
-    if es.detail:
-        reason = f"{reason} ({es.detail})"
-    return PushInForce("degraded", "eventsource", reason, es.last_event, sub)
+    return degraded("eventsource", es, REASONS, "no instance holds the EventSource yet", sub)
+
+
+def degraded(way: Literal["eventsource", "idle"], status: LoopStatus | None,
+             reasons: Mapping[str, str], nobody: str,
+             sub: push_lifecycle.PushHealth) -> PushInForce:
+    """A holder's push while it is not connected: `nobody` when no instance holds it (no
+    status, or `off`), else its state's words and the status's detail."""
+    if status is None or status.state == "off":
+        return PushInForce("degraded", way, nobody, subscription=sub)
+    reason = reasons.get(status.state, status.state)
+    if status.detail:
+        reason = f"{reason} ({status.detail})"
+    return PushInForce("degraded", way, reason, status.last_event, sub)
 
 
 async def read_in_force(redis: Redis, cfg: BusinessConfig | None, now: float, *,
@@ -147,98 +142,28 @@ async def read_in_force(redis: Redis, cfg: BusinessConfig | None, now: float, *,
     return in_force(cfg, await read_status(redis, keys.EVENTSOURCE_STATUS), sub)
 
 
-async def ask_catchup(redis: Redis, account_id: str) -> None:
-    """One pending catch-up for the account, the schedulers woken when it is new."""
-    if await mailbox.request_catchup(redis, account_id):
-        await mailbox.announce_catchup(redis, account_id)
+class EventSourceHolder(LeaseHolder):
+    """The EventSource loop of one instance (`mail.holder.LeaseHolder.run`); `clock` is what
+    the statuses call now, `lease_s` the TTL of its lease (`keys.EVENTSOURCE_LOCK_TTL_S`; a
+    test shortens it)."""
 
-
-class ReconnectCatchups:
-    """The catch-ups a holder asks for on (re)connect: at most one per `interval_s`; one asked
-    inside the interval is owed and asked at its end (once, however many reconnects)."""
-
-    def __init__(self, redis: Redis, interval_s: float = RECONNECT_CATCHUP_S, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.redis = redis
-        self.interval_s = interval_s
-        self.clock = clock
-        self._next = float("-inf")
-        self._owed: asyncio.Task[None] | None = None
-
-    async def reconnected(self, account: str) -> None:
-        wait = self._next - self.clock()
-        if wait <= 0:
-            await self._ask(account)
-        elif self._owed is None or self._owed.done():
-            self._owed = asyncio.create_task(self._ask_later(account, wait))
-
-    async def close(self) -> None:
-        if self._owed is not None and not self._owed.done():
-            await cancel(self._owed)
-
-    async def _ask(self, account: str) -> None:
-        self._next = self.clock() + self.interval_s
-        await ask_catchup(self.redis, account)
-
-    async def _ask_later(self, account: str, wait: float) -> None:
-        await asyncio.sleep(wait)
-        with contextlib.suppress(RedisError):  # the periodic pass still finds the mail
-            await self._ask(account)
-
-
-class EventSourceHolder:
-    """The EventSource loop of one instance (`run`); `clock` is what the statuses call now,
-    `lease_s` the TTL of its lease (`keys.EVENTSOURCE_LOCK_TTL_S`; a test shortens it)."""
+    place = PLACE
+    status_key = keys.EVENTSOURCE_STATUS
+    status_ttl_s = keys.EVENTSOURCE_STATUS_TTL_S
+    reasons = REASONS
+    log_prefix = "jmap push"
+    connected_line = "EventSource connected"
 
     def __init__(self, svc: MailContext, *, clock: Callable[[], float] = time.time,
                  lease_s: int = keys.EVENTSOURCE_LOCK_TTL_S) -> None:
-        self.svc = svc
-        self.clock = clock
-        self.lease_s = lease_s
-        self.renew_s = lease_s / RENEWALS_PER_LEASE
-        self.failures = RepeatLog(log)
-        self.catchups = ReconnectCatchups(svc.redis)
-        self._state = ""
-        self._since = 0
-        self._last_event: int | None = None
+        super().__init__(svc, log, clock=clock, lease_s=lease_s)
         self._heard = False  # this connection brought a ping or an event
 
-    async def run(self) -> None:
-        lost = 0
-        while True:
-            raise_if_cancelling()
-            if not await self._wanted():
-                await self.svc.config.changed_within(IDLE_S)
-                continue
-            try:
-                held = await hold(eventsource_lock(self.svc.redis, self.lease_s), self._hold,
-                                  self.renew_s)
-                lost = 0
-            except Exception as exc:  # LockLost, RedisError, a client closed under it
-                raise_if_cancelling()
-                self.failures.failed(PLACE, exc)
-                lost += 1
-                await asyncio.sleep(jittered_backoff(lost, BACKOFF_BASE_S, BACKOFF_CAP_S))
-                continue
-            if not held:
-                await asyncio.sleep(self.renew_s)
+    def _lock(self) -> Lock:
+        return eventsource_lock(self.svc.redis, self.lease_s)
 
-    async def _wanted(self) -> bool:
-        cfg = self.svc.config.config
-        if (cfg is None or cfg.mail_source != "jmap" or cfg.push_mode not in WANTS_EVENTSOURCE
-                or not self.svc.live):
-            return False
-        try:
-            return await self.svc.store.enabled()
-        except RedisError:
-            return False
-
-    async def _hold(self) -> None:
-        """The holder's loop: connect, read, reconnect; returns when it is no longer wanted."""
-        try:
-            await self._connections()
-        finally:
-            await self.catchups.close()
+    def _wants(self, cfg: BusinessConfig) -> bool:
+        return cfg.mail_source == "jmap" and cfg.push_mode in WANTS_EVENTSOURCE
 
     async def _connections(self) -> None:
         failures = 0
@@ -305,30 +230,12 @@ class EventSourceHolder:
                 await ask_catchup(self.svc.redis, account)
         await self._report("connected")
 
-    async def _failed(self, exc: BaseException, failures: int) -> None:
-        raise_if_cancelling()
-        self.failures.failed(PLACE, exc)
+    def _failure_state(self, exc: BaseException) -> tuple[str, float]:
         if isinstance(exc, JmapAuthError):
-            state, base = "refused", REFUSED_BASE_S
-        elif isinstance(exc, JmapProtocolError):
-            state = "bad_url" if "origin" in str(exc) else "not_event_stream"
-            base = REFUSED_BASE_S
-        else:
-            state, base = "failing", BACKOFF_BASE_S
-        await self._report(state, type(exc).__name__ if state == "failing" else "")
-        await self.svc.config.changed_within(jittered_backoff(failures, base, BACKOFF_CAP_S))
-
-    async def _report(self, state: str, detail: str = "") -> None:
-        now = int(self.clock())
-        if state != self._state:
-            self._state, self._since = state, now
-            if state == "connected":
-                log.info("jmap push: EventSource connected")
-            elif state != "off":
-                log.warning("jmap push: %s", REASONS.get(state, state))
-        await write_status(self.svc.redis, keys.EVENTSOURCE_STATUS, keys.EVENTSOURCE_STATUS_TTL_S,
-                           LoopStatus(state, detail, now, self._since, self._last_event,
-                                      self.svc.config.revision))
+            return "refused", REFUSED_BASE_S
+        if isinstance(exc, JmapProtocolError):
+            return "bad_url" if "origin" in str(exc) else "not_event_stream", REFUSED_BASE_S
+        return "failing", BACKOFF_BASE_S
 
 
 async def run_eventsource(svc: MailContext) -> None:

@@ -109,6 +109,22 @@ async def test_move_to_the_special_use_archive(imap: ImapClient, imap_peer: Imap
     assert len(await imap.uid_search("SUBJECT", Text("to archive"))) == 1
 
 
+async def test_uid_expunge_removes_only_the_given_mail_marked_deleted(
+    imap: ImapClient, imap_peer: ImapPeer
+) -> None:
+    """Catches: no public UID EXPUNGE (a caller reaching into the client's private `_run`), or
+    one that expunges every mail marked \\Deleted (the owner's own, not only ours) or leaves
+    the given one."""
+    ours = await imap.append("INBOX", make_message(subject="ours"), flags=["\\Deleted"])
+    theirs = await imap.append("INBOX", make_message(subject="theirs"), flags=["\\Deleted"])
+    assert ours is not None and theirs is not None
+    await imap.select("INBOX")
+    await imap.uid_expunge(ours.uids)
+    assert await imap.uid_search("ALL") == list(theirs.uids)
+    left = await imap.uid_fetch(theirs.uids, ["FLAGS"])
+    assert "\\Deleted" in (left[theirs.uids[0]].flags or ())
+
+
 async def test_without_move_the_client_copies_marks_deleted_and_expunges_only_that_mail(
     dovecot_without_move: DovecotServer,
 ) -> None:

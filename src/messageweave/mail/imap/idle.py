@@ -2,12 +2,12 @@
 lease pattern of the JMAP EventSource holder (`mail.eventsource`).
 
 Every instance runs `run_idle`; while `mail_source` is `imap`, one at a time holds
-`lock:imap-idle` (`store.receivers.hold`) and keeps one IMAP connection per notify mailbox,
-each `SELECT`ed read-only and idling (`ImapClient.idle`), IDLE re-issued every `IDLE_RENEW_S`
-(RFC 2177: before the server's 30-minute cut).
+`lock:imap-idle` (`mail.holder.LeaseHolder`: the lease, the backoff, the status) and keeps one IMAP
+connection per notify mailbox, each `SELECT`ed read-only and idling (`ImapClient.idle`), IDLE
+re-issued every `IDLE_RENEW_S` (RFC 2177: before the server's 30-minute cut).
 
 - On every (re)connect it asks for a catch-up pass, at most one per `RECONNECT_CATCHUP_S`
-  (`mail.eventsource.ReconnectCatchups`): mail that came while nobody idled is not left for the
+  (`mail.holder.ReconnectCatchups`): mail that came while nobody idled is not left for the
   periodic pass.
 - Any news during IDLE (EXISTS, EXPUNGE, FETCH) asks for one exactly as an EventSource event
   does (`store.mailbox.request_catchup` + `announce_catchup`): the catch-up pass stays the
@@ -31,16 +31,15 @@ import logging
 import time
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
-from messageweave.aio import cancel, jittered_backoff, raise_if_cancelling
+from messageweave.aio import cancel
 from messageweave.config.model import BusinessConfig
-from messageweave.logs import RepeatLog
 from messageweave.mail.context import MailContext
-from messageweave.mail.eventsource import (
+from messageweave.mail.eventsource import PushInForce, degraded
+from messageweave.mail.holder import (
+    BACKOFF_BASE_S,
     RECONNECT_CATCHUP_S,
-    PushInForce,
-    ReconnectCatchups,
+    REFUSED_BASE_S,
+    LeaseHolder,
     ask_catchup,
 )
 from messageweave.mail.imap.client import ImapClient
@@ -54,18 +53,13 @@ from messageweave.mail.imap.watch import new_imap_client
 from messageweave.mail.push_lifecycle import PushHealth
 from messageweave.store import keys
 from messageweave.store.mailbox import Lock
-from messageweave.store.receivers import LoopStatus, hold, read_status, write_status
+from messageweave.store.receivers import LoopStatus, read_status
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
 
 IDLE_RENEW_S = 28 * 60.0  # IDLE is re-issued this often: before RFC 2177's 29 minutes
 STATUS_S = 30.0  # the status is rewritten this often while held (its EX is 120 s)
-RENEWALS_PER_LEASE = 3
-BACKOFF_BASE_S = 1.0
-BACKOFF_CAP_S = 60.0
-REFUSED_BASE_S = 30.0  # refused credentials, no such mailbox, no IDLE: a fix needs a person
-IDLE_S = 1.0
 PLACE = "imap idle"
 
 REASONS = {
@@ -87,72 +81,37 @@ def in_force(status: LoopStatus | None) -> PushInForce:
     sub = PushHealth("off")  # a JMAP PushSubscription has no say for an IMAP wire
     if status is not None and status.state == "connected":
         return PushInForce("ok", "idle", last_event=status.last_event, subscription=sub)
-    if status is None or status.state == "off":
-        return PushInForce("degraded", "idle", "no instance holds the IMAP IDLE yet",
-                           subscription=sub)
-    reason = REASONS.get(status.state, status.state)
-    if status.detail:
-        reason = f"{reason} ({status.detail})"
-    return PushInForce("degraded", "idle", reason, status.last_event, sub)
+    return degraded("idle", status, REASONS, "no instance holds the IMAP IDLE yet", sub)
 
 
 async def read_in_force(redis: Redis) -> PushInForce:
     return in_force(await read_status(redis, keys.IMAP_IDLE_STATUS))
 
 
-class IdleHolder:
-    """The IDLE loop of one instance (`run`). `lease_s`, `idle_s` and `catchup_s` are the
-    lease's TTL, the IDLE renewal and the reconnect catch-up interval (tests shorten them)."""
+class IdleHolder(LeaseHolder):
+    """The IDLE loop of one instance (`mail.holder.LeaseHolder.run`). `lease_s`, `idle_s` and
+    `catchup_s` are the lease's TTL, the IDLE renewal and the reconnect catch-up interval
+    (tests shorten them)."""
+
+    place = PLACE
+    status_key = keys.IMAP_IDLE_STATUS
+    status_ttl_s = keys.IMAP_IDLE_STATUS_TTL_S
+    reasons = REASONS
+    log_prefix = "imap push"
+    connected_line = "IDLE connected"
 
     def __init__(self, svc: MailContext, *, clock: Callable[[], float] = time.time,
                  lease_s: int = keys.IMAP_IDLE_LOCK_TTL_S, idle_s: float = IDLE_RENEW_S,
                  catchup_s: float = RECONNECT_CATCHUP_S) -> None:
-        self.svc = svc
-        self.clock = clock
-        self.lease_s = lease_s
-        self.renew_s = lease_s / RENEWALS_PER_LEASE
+        super().__init__(svc, log, clock=clock, lease_s=lease_s, catchup_s=catchup_s)
         self.idle_s = idle_s
-        self.failures = RepeatLog(log)
-        self.catchups = ReconnectCatchups(svc.redis, catchup_s)
-        self._state = ""
-        self._since = 0
-        self._last_event: int | None = None
         self._healthy = False  # an IDLE round completed on this connection
 
-    async def run(self) -> None:
-        lost = 0
-        while True:
-            raise_if_cancelling()
-            if not await self._wanted():
-                await self.svc.config.changed_within(IDLE_S)
-                continue
-            try:
-                held = await hold(idle_lock(self.svc.redis, self.lease_s), self._hold,
-                                  self.renew_s)
-                lost = 0
-            except Exception as exc:  # LockLost, RedisError
-                raise_if_cancelling()
-                self.failures.failed(PLACE, exc)
-                lost += 1
-                await asyncio.sleep(jittered_backoff(lost, BACKOFF_BASE_S, BACKOFF_CAP_S))
-                continue
-            if not held:
-                await asyncio.sleep(self.renew_s)
+    def _lock(self) -> Lock:
+        return idle_lock(self.svc.redis, self.lease_s)
 
-    async def _wanted(self) -> bool:
-        cfg = self.svc.config.config
-        if cfg is None or cfg.mail_source != "imap" or not self.svc.live:
-            return False
-        try:
-            return await self.svc.store.enabled()
-        except RedisError:
-            return False
-
-    async def _hold(self) -> None:
-        try:
-            await self._connections()
-        finally:
-            await self.catchups.close()
+    def _wants(self, cfg: BusinessConfig) -> bool:
+        return cfg.mail_source == "imap"
 
     async def _connections(self) -> None:
         failures = 0
@@ -218,30 +177,14 @@ class IdleHolder:
             if news:
                 await ask_catchup(self.svc.redis, account)
 
-    async def _failed(self, exc: BaseException, failures: int) -> None:
-        raise_if_cancelling()
-        self.failures.failed(PLACE, exc)
-        state, base = "failing", BACKOFF_BASE_S
+    def _failure_state(self, exc: BaseException) -> tuple[str, float]:
         if isinstance(exc, ImapAuthError):
-            state, base = "refused", REFUSED_BASE_S
-        elif isinstance(exc, ImapCapabilityError):
-            state, base = "no_idle", REFUSED_BASE_S
-        elif isinstance(exc, ImapCommandError) and exc.command in ("SELECT", "EXAMINE"):
-            state, base = "no_mailbox", REFUSED_BASE_S
-        await self._report(state, type(exc).__name__ if state == "failing" else "")
-        await self.svc.config.changed_within(jittered_backoff(failures, base, BACKOFF_CAP_S))
-
-    async def _report(self, state: str, detail: str = "") -> None:
-        now = int(self.clock())
-        if state != self._state:
-            self._state, self._since = state, now
-            if state == "connected":
-                log.info("imap push: IDLE connected")
-            elif state != "off":
-                log.warning("imap push: %s", REASONS.get(state, state))
-        await write_status(self.svc.redis, keys.IMAP_IDLE_STATUS, keys.IMAP_IDLE_STATUS_TTL_S,
-                           LoopStatus(state, detail, now, self._since, self._last_event,
-                                      self.svc.config.revision))
+            return "refused", REFUSED_BASE_S
+        if isinstance(exc, ImapCapabilityError):
+            return "no_idle", REFUSED_BASE_S
+        if isinstance(exc, ImapCommandError) and exc.command in ("SELECT", "EXAMINE"):
+            return "no_mailbox", REFUSED_BASE_S
+        return "failing", BACKOFF_BASE_S
 
 
 async def run_idle(svc: MailContext) -> None:

@@ -1,5 +1,6 @@
 """The mailbox commands of `ImapClient`: SELECT / EXAMINE, LIST, STATUS, UID SEARCH, UID FETCH,
-UID STORE, UID MOVE (COPY + STORE \\Deleted + UID EXPUNGE where MOVE is missing) and APPEND.
+UID STORE, UID EXPUNGE, UID MOVE (COPY + STORE \\Deleted + UID EXPUNGE where MOVE is missing) and
+APPEND.
 
 Mailbox names go through `wire.mailbox` (CR / LF refused), user text through `wire.Text`
 (quoted or a literal), and every token we spell through `wire.atom`.
@@ -149,8 +150,16 @@ class MailboxCommands:
             raise ImapCapabilityError("neither MOVE nor UIDPLUS: cannot move only these mails")
         copied = _copied(await self._run("UID COPY", _uids(wanted), mailbox(target)))
         await self.uid_store(wanted, ["\\Deleted"])
-        await self._run("UID EXPUNGE", _uids(wanted))
+        await self.uid_expunge(wanted)
         return copied
+
+    async def uid_expunge(self, uids: Iterable[int]) -> None:
+        """UID EXPUNGE (RFC 4315): of the selected mailbox's mail marked \\Deleted, removes
+        only these UIDs. `ImapCapabilityError` without UIDPLUS: a plain EXPUNGE would also
+        remove other mail marked \\Deleted (another client's, the owner's)."""
+        if "UIDPLUS" not in self.capabilities:
+            raise ImapCapabilityError("no UIDPLUS: cannot expunge only these mails")
+        await self._run("UID EXPUNGE", _uids(uids))
 
     async def append(
         self,

@@ -33,8 +33,7 @@ import email.errors
 import email.policy
 import email.utils
 import re
-from collections.abc import Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager
 from email._header_value_parser import get_address_list
 from email.header import decode_header, make_header
 from email.message import EmailMessage
@@ -42,17 +41,10 @@ from email.parser import BytesHeaderParser
 
 from messageweave.config.model import BusinessConfig
 from messageweave.mail import smtp
-from messageweave.mail.errors import MailAuthError, MailRefused, MailUnreachable
 from messageweave.mail.imap.client import ImapClient
-from messageweave.mail.imap.errors import (
-    ImapAuthError,
-    ImapCommandError,
-    ImapError,
-    ImapProtocolError,
-    ImapTransportError,
-)
+from messageweave.mail.imap.errors import ImapRefused
 from messageweave.mail.imap.ids import ImapMailId, mail_id, mailbox_key, parse_mail_id
-from messageweave.mail.imap.wire import Text, uid_set
+from messageweave.mail.imap.wire import Text
 from messageweave.mail.records import Address, Draft, DraftState, Identity, MailText
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean, message_ids, plain_address
 
@@ -66,34 +58,6 @@ HEADER_CAP = 64 * 1024  # bytes of the original's header fields read for a reply
 _SOURCE_FIELDS = "FROM TO CC REPLY-TO SUBJECT MESSAGE-ID REFERENCES"
 _MESSAGE_ID = re.compile(r"<[^<>\s]*>")
 _SMTP_POLICY = email.policy.SMTP
-
-
-class ReplyUnreachable(MailUnreachable):
-    """The IMAP server could not be reached for a reply (network, TLS, timeout)."""
-
-    source = "imap"
-
-
-class ReplyLoginRefused(MailAuthError):
-    """The IMAP server refused the login while a reply was made or sent."""
-
-    source = "imap"
-
-
-class ReplyRefused(MailRefused):
-    """The IMAP server refused one step of a reply, or the draft cannot be made or sent as it
-    is (a header value not on one clean line, an address that is not a bare addr-spec, no
-    Drafts or Sent mailbox). `why` is a word of ours, never the server's text."""
-
-    source = "imap"
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-        super().__init__(f"imap reply: {why}")
-
-    @property
-    def reason(self) -> str:
-        return self.why
 
 
 class ImapReplies:
@@ -127,36 +91,34 @@ class ImapReplies:
         parsed = parse_mail_id(email_id)
         if parsed is None:
             return None
-        with _failures():
-            async with self._imap() as client:
-                names = [i.name for i in await client.list_mailboxes() if i.selectable]
-                name = next((n for n in names if mailbox_key(n) == parsed.box), None)
-                if name is None or (await client.select(name, readonly=True)
-                                    ).uidvalidity != parsed.uidvalidity:
-                    return None
-                item = f"BODY.PEEK[HEADER.FIELDS ({_SOURCE_FIELDS})]<0.{HEADER_CAP}>"
-                found = (await client.uid_fetch([parsed.uid], ["UID", item])).get(parsed.uid)
+        async with self._imap() as client:
+            names = [i.name for i in await client.list_mailboxes() if i.selectable]
+            name = next((n for n in names if mailbox_key(n) == parsed.box), None)
+            if name is None or (await client.select(name, readonly=True)
+                                ).uidvalidity != parsed.uidvalidity:
+                return None
+            item = f"BODY.PEEK[HEADER.FIELDS ({_SOURCE_FIELDS})]<0.{HEADER_CAP}>"
+            found = (await client.uid_fetch([parsed.uid], ["UID", item])).get(parsed.uid)
         raw = next((v for k, v in (found.sections if found else {}).items()
                     if k.startswith("BODY[HEADER.FIELDS")), None)
         return None if found is None else _mail_text(email_id, raw or b"")
 
     async def create_draft(self, draft: Draft) -> str:
         """The reply built with `email.policy.SMTP` and APPENDed to `\\Drafts` with `\\Draft
-        \\Seen`; its id (the APPENDUID's). `ReplyRefused` when a header value is not on one
+        \\Seen`; its id (the APPENDUID's). `ImapRefused` when a header value is not on one
         clean line (a CR/LF would start a header of its own) or an address is not a bare
         addr-spec: nothing is stored then."""
         raw = build_draft(draft)
-        with _failures():
-            async with self._imap() as client:
-                drafts = await _mailbox(client, DRAFTS)
-                copied = await client.append(drafts, raw, flags=["\\Draft", "\\Seen"])
-                if copied is not None and len(copied.uids) == 1:
-                    return mail_id(drafts, copied.uidvalidity, copied.uids[0])
-                state = await client.select(drafts)  # no UIDPLUS: find it by its Message-ID
-                uids = await client.uid_search("HEADER", "MESSAGE-ID",
-                                               Text(_header(raw, "Message-ID")))
+        async with self._imap() as client:
+            drafts = await _mailbox(client, DRAFTS)
+            copied = await client.append(drafts, raw, flags=["\\Draft", "\\Seen"])
+            if copied is not None and len(copied.uids) == 1:
+                return mail_id(drafts, copied.uidvalidity, copied.uids[0])
+            state = await client.select(drafts)  # no UIDPLUS: find it by its Message-ID
+            uids = await client.uid_search("HEADER", "MESSAGE-ID",
+                                           Text(_header(raw, "Message-ID")))
         if len(uids) != 1:
-            raise ReplyRefused("draft stored without a UID")
+            raise ImapRefused("draft stored without a UID")
         return mail_id(drafts, state.uidvalidity, uids[0])
 
     async def draft_state(self, email_id: str) -> DraftState | None:
@@ -165,19 +127,18 @@ class ImapReplies:
         parsed = parse_mail_id(email_id)
         if parsed is None:
             return None
-        with _failures():
-            async with self._imap() as client:
-                drafts = await _mailbox(client, DRAFTS)
-                flags = await _draft_flags(client, drafts, parsed)
-                if flags is None or "\\Deleted" in flags:
-                    return "sent" if await _in_sent(client, email_id) else None
-                if SENT_KEYWORD in flags:
-                    raw = await _draft_bytes(client, parsed.uid)
-                    await _file_sent(client, drafts, email_id, parsed.uid, raw, check=True)
-                    return "sent"
-                if SENDING in flags:
-                    return "sent"
-                return "draft" if "\\Draft" in flags else None
+        async with self._imap() as client:
+            drafts = await _mailbox(client, DRAFTS)
+            flags = await _draft_flags(client, drafts, parsed)
+            if flags is None or "\\Deleted" in flags:
+                return "sent" if await _in_sent(client, email_id) else None
+            if SENT_KEYWORD in flags:
+                raw = await _draft_bytes(client, parsed.uid)
+                await _file_sent(client, drafts, email_id, parsed.uid, raw, check=True)
+                return "sent"
+            if SENDING in flags:
+                return "sent"
+            return "draft" if "\\Draft" in flags else None
 
     async def submit_draft(self, email_id: str, identity_id: str) -> str | None:
         """The draft's bytes sent by SMTP as they are (envelope: its From, To and Cc), then
@@ -187,28 +148,27 @@ class ImapReplies:
         settings = smtp.SmtpSettings.of(self._mail_config())
         parsed = parse_mail_id(email_id)
         if settings is None or parsed is None:
-            raise ReplyRefused("no submission" if settings is None else "not a draft")
-        with _failures():
-            async with self._imap() as client:
-                drafts = await _mailbox(client, DRAFTS)
-                flags = await _draft_flags(client, drafts, parsed)
-                if flags is None or "\\Deleted" in flags:
-                    raise ReplyRefused("draft gone")
-                if {SENDING, SENT_KEYWORD} & flags:
-                    return None  # an earlier attempt sent it (or may have): never twice
-                raw = await _draft_bytes(client, parsed.uid)
-                mail_from, rcpt_to = envelope_of(raw)
-                await client.uid_store([parsed.uid], [SENDING])
-                try:
-                    await smtp.send_message(settings, raw, mail_from, rcpt_to)
-                except smtp.SmtpUncertain:
-                    raise
-                except smtp.SmtpError:
-                    await client.uid_store([parsed.uid], [SENDING], mode="-")
-                    raise
-                at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                await client.uid_store([parsed.uid], [SENT_KEYWORD])
-                await _file_sent(client, drafts, email_id, parsed.uid, raw, check=False)
+            raise ImapRefused("no submission" if settings is None else "not a draft")
+        async with self._imap() as client:
+            drafts = await _mailbox(client, DRAFTS)
+            flags = await _draft_flags(client, drafts, parsed)
+            if flags is None or "\\Deleted" in flags:
+                raise ImapRefused("draft gone")
+            if {SENDING, SENT_KEYWORD} & flags:
+                return None  # an earlier attempt sent it (or may have): never twice
+            raw = await _draft_bytes(client, parsed.uid)
+            mail_from, rcpt_to = envelope_of(raw)
+            await client.uid_store([parsed.uid], [SENDING])
+            try:
+                await smtp.send_message(settings, raw, mail_from, rcpt_to)
+            except smtp.SmtpUncertain:
+                raise
+            except smtp.SmtpError:
+                await client.uid_store([parsed.uid], [SENDING], mode="-")
+                raise
+            at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            await client.uid_store([parsed.uid], [SENT_KEYWORD])
+            await _file_sent(client, drafts, email_id, parsed.uid, raw, check=False)
         return at
 
     async def destroy_draft(self, email_id: str) -> None:
@@ -217,11 +177,10 @@ class ImapReplies:
         parsed = parse_mail_id(email_id)
         if parsed is None:
             return
-        with _failures():
-            async with self._imap() as client:
-                drafts = await _mailbox(client, DRAFTS)
-                if await _draft_flags(client, drafts, parsed) is not None:
-                    await _expunge(client, parsed.uid)
+        async with self._imap() as client:
+            drafts = await _mailbox(client, DRAFTS)
+            if await _draft_flags(client, drafts, parsed) is not None:
+                await _expunge(client, parsed.uid)
 
 
 # --- the draft ------------------------------------------------------------------------------
@@ -230,11 +189,11 @@ class ImapReplies:
 def build_draft(draft: Draft) -> bytes:
     """The draft as RFC 5322 bytes (CRLF): From, To, Subject, Date, Message-ID, In-Reply-To,
     References, the text as its only part (text/plain, UTF-8, quoted-printable).
-    `ReplyRefused` for a value with CR, LF or another character `untrusted.clean` would
+    `ImapRefused` for a value with CR, LF or another character `untrusted.clean` would
     change, or an address that is not a bare addr-spec (or no recipient)."""
     sender = _address(draft.sender)
     if not draft.to:
-        raise ReplyRefused("unsafe address")
+        raise ImapRefused("unsafe address")
     msg = EmailMessage(policy=_SMTP_POLICY)
     msg["From"] = sender
     msg["To"] = ", ".join(_address(a) for a in draft.to)
@@ -248,31 +207,31 @@ def build_draft(draft: Draft) -> bytes:
     msg.set_content(draft.text, cte="quoted-printable")
     for _name, value in msg.items():
         if "\r" in str(value) or "\n" in str(value):
-            raise ReplyRefused("unsafe header")
+            raise ImapRefused("unsafe header")
     return msg.as_bytes()
 
 
 def envelope_of(raw: bytes) -> tuple[str, list[str]]:
     """MAIL FROM and RCPT TO of a draft: its From and its To and Cc addresses, each a bare
-    addr-spec (`ReplyRefused` otherwise: the draft was changed outside the bot)."""
+    addr-spec (`ImapRefused` otherwise: the draft was changed outside the bot)."""
     msg = BytesHeaderParser(policy=_SMTP_POLICY).parsebytes(raw)
     senders = _addr_specs(msg, "From")
     recipients = list(dict.fromkeys(_addr_specs(msg, "To") + _addr_specs(msg, "Cc")))
     if len(senders) != 1 or not recipients:
-        raise ReplyRefused("unsafe address")
+        raise ImapRefused("unsafe address")
     return senders[0], recipients
 
 
 def _address(address: Address) -> str:
     email_ = plain_address(address.email)
     if email_ is None:
-        raise ReplyRefused("unsafe address")
+        raise ImapRefused("unsafe address")
     return email.utils.formataddr((_one_line(address.name or ""), email_))
 
 
 def _one_line(value: str) -> str:
     if value != clean(value, max(len(value), 1)):
-        raise ReplyRefused("unsafe header")
+        raise ImapRefused("unsafe header")
     return value
 
 
@@ -281,7 +240,7 @@ def _addr_specs(msg: EmailMessage, name: str) -> list[str]:
     for _display, addr in email.utils.getaddresses([str(v) for v in msg.get_all(name, [])]):
         spec = plain_address(addr)
         if spec is None:
-            raise ReplyRefused("unsafe address")
+            raise ImapRefused("unsafe address")
         found.append(spec)
     return found
 
@@ -340,7 +299,7 @@ def _decoded(value: str) -> str:
 
 
 async def _mailbox(client: ImapClient, attribute: str) -> str:
-    """The mailbox marked `attribute`, else one with the usual name; `ReplyRefused` if none."""
+    """The mailbox marked `attribute`, else one with the usual name; `ImapRefused` if none."""
     infos = [i for i in await client.list_mailboxes() if i.selectable]
     for info in infos:
         if info.has(attribute):
@@ -348,7 +307,7 @@ async def _mailbox(client: ImapClient, attribute: str) -> str:
     for info in infos:
         if info.name.lower() in _FALLBACK_NAMES[attribute]:
             return info.name
-    raise ReplyRefused(f"no {attribute[1:]} mailbox")
+    raise ImapRefused(f"no {attribute[1:]} mailbox")
 
 
 async def _draft_flags(client: ImapClient, drafts: str, parsed: ImapMailId) -> set[str] | None:
@@ -366,7 +325,7 @@ async def _draft_bytes(client: ImapClient, uid: int) -> bytes:
     found = (await client.uid_fetch([uid], ["UID", "BODY.PEEK[]"])).get(uid)
     raw = found.sections.get("BODY[]") if found else None
     if raw is None:
-        raise ReplyRefused("draft gone")
+        raise ImapRefused("draft gone")
     return raw
 
 
@@ -391,22 +350,4 @@ async def _expunge(client: ImapClient, uid: int) -> None:
     marked `\\Deleted`, which `draft_state` reads as gone, until a client expunges)."""
     await client.uid_store([uid], ["\\Deleted"])
     if "UIDPLUS" in client.capabilities:
-        # The client has no public UID EXPUNGE (only `uid_move`'s fallback uses it).
-        await client._run("UID EXPUNGE", uid_set([uid]))
-
-
-@contextmanager
-def _failures() -> Iterator[None]:
-    """The IMAP client's errors as `mail.errors` ones (no server text, no password)."""
-    try:
-        yield
-    except ImapTransportError as exc:
-        raise ReplyUnreachable(f"imap: {type(exc).__name__}") from None
-    except ImapAuthError:
-        raise ReplyLoginRefused("imap: login refused") from None
-    except ImapCommandError as exc:
-        raise ReplyRefused(f"{exc.command} {exc.state}") from None
-    except ImapProtocolError as exc:
-        raise ReplyUnreachable(f"imap: {type(exc).__name__}") from None
-    except ImapError as exc:
-        raise ReplyRefused(type(exc).__name__) from None
+        await client.uid_expunge([uid])

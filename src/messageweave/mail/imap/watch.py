@@ -4,9 +4,9 @@ gap audit lists the notify mailboxes' mail of the audit window with `UID SEARCH 
 Each pass or audit opens its own connection (`connect`) and logs out at its end: the IDLE
 holder's connections (`mail.imap.idle`) only listen. The notify mailboxes are the
 configuration's `imap_notify_mailboxes` (the `roles` a caller passes are JMAP's and are not
-used); the account is the IMAP user name. The IMAP client's errors become the source-neutral
-`mail.errors` ones (`mail_error`), so the scheduler, `POST /reconcile` and the auditor never ask
-which source they have.
+used); the account is the IMAP user name. The IMAP client's errors are the source-neutral
+`mail.errors` ones already (`mail.imap.errors`), so the scheduler, `POST /reconcile` and the
+auditor never ask which source they have.
 
 The audit, as the JMAP one (`mail.auditor`):
 1. nothing before the catch-up's first pass (no `state:imap:cursor`); `since = max(baseline,
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail import auditor
-from messageweave.mail.errors import MailAuthError, MailError, MailUnreachable
 from messageweave.mail.imap.catchup import (
     CatchupBusy,
     CatchupProgress,
@@ -41,7 +40,6 @@ from messageweave.mail.imap.catchup import (
     read_watermark,
 )
 from messageweave.mail.imap.client import ImapClient
-from messageweave.mail.imap.errors import ImapAuthError, ImapError, ImapTransportError
 from messageweave.mail.imap.ids import mail_id
 from messageweave.mail.passes import (
     AuditResult,
@@ -55,33 +53,6 @@ from messageweave.store.redis import Redis
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 FETCH_PAGE = 500
-
-
-class ImapMailError(MailError):
-    """An IMAP failure the server's answer explains (a NO, a protocol error, no IDLE)."""
-
-    source = "imap"
-
-
-class ImapUnreachable(MailUnreachable):
-    source = "imap"
-
-
-class ImapRefused(MailAuthError):
-    source = "imap"
-
-
-def mail_error(exc: ImapError) -> MailError:
-    """The source-neutral error of an IMAP client error (its words kept: they hold no
-    password)."""
-    if isinstance(exc, MailError):  # already one
-        return exc
-    kind: type[MailError] = ImapMailError
-    if isinstance(exc, ImapTransportError):
-        kind = ImapUnreachable
-    elif isinstance(exc, ImapAuthError):
-        kind = ImapRefused
-    return kind(f"{type(exc).__name__}: {exc}")
 
 
 def new_imap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> ImapClient:
@@ -132,8 +103,6 @@ class ImapWatch:
                                       source=source)
         except CatchupBusy as exc:
             raise ReconcileBusy(str(exc)) from exc
-        except ImapError as exc:
-            raise mail_error(exc) from exc
         progress = progress_of(done)
         if on_progress is not None:
             on_progress(progress)
@@ -141,12 +110,6 @@ class ImapWatch:
 
     async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
                     max_emails: int = auditor.AUDIT_MAX_EMAILS) -> AuditResult:
-        try:
-            return await self._audit(redis, window_s, max_emails)
-        except ImapError as exc:
-            raise mail_error(exc) from exc
-
-    async def _audit(self, redis: Redis, window_s: int, max_emails: int) -> AuditResult:
         now = time.time()
         result = AuditResult(at=int(now))
         if not await read_cursors(redis):

@@ -1,0 +1,185 @@
+"""What the two push holders that need no public URL share: the JMAP EventSource holder
+(`mail.eventsource`) and the IMAP IDLE holder (`mail.imap.idle`).
+
+Every instance runs a holder's `run`; while the holder is wanted (a configuration, live,
+processing on, and the holder's own condition: `_wants`), one instance at a time holds its
+lease (`store.receivers.hold`, renewed `RENEWALS_PER_LEASE` times per TTL) and keeps its
+connections (`_connections`, the protocol's part); the others stand by and try again every
+renewal. A lease that could not be taken or kept is tried again after a jittered backoff.
+
+- A failed connection is logged once per run of the same failure (`logs.RepeatLog`), reported
+  as a state of the holder's `reasons` (`_failure_state`: which failure is which state, and its
+  backoff base: `REFUSED_BASE_S` where a fix needs a person), and retried after a jittered
+  backoff that a new configuration cuts short.
+- The status (`store.receivers.LoopStatus`, at the holder's status key) is written on every
+  report, for every instance to read (`/ready`, `diagnose`, `/metrics`, the page).
+- On every (re)connect the holder asks for a catch-up pass, at most one per
+  `RECONNECT_CATCHUP_S` (`ReconnectCatchups`): mail that came while nobody listened is not
+  left for the periodic pass.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import ClassVar
+
+from redis.exceptions import RedisError
+
+from messageweave.aio import cancel, jittered_backoff, raise_if_cancelling
+from messageweave.config.model import BusinessConfig
+from messageweave.logs import RepeatLog
+from messageweave.mail.context import MailContext
+from messageweave.store import mailbox
+from messageweave.store.mailbox import Lock
+from messageweave.store.receivers import LoopStatus, hold, write_status
+from messageweave.store.redis import Redis
+
+RENEWALS_PER_LEASE = 3  # the lease is renewed this many times per its TTL
+RECONNECT_CATCHUP_S = 10.0
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 60.0
+REFUSED_BASE_S = 30.0  # refused credentials, no such mailbox, no push offered: a person's fix
+IDLE_S = 1.0  # while not wanted: how often the holder looks again
+
+
+async def ask_catchup(redis: Redis, account_id: str) -> None:
+    """One pending catch-up for the account, the schedulers woken when it is new."""
+    if await mailbox.request_catchup(redis, account_id):
+        await mailbox.announce_catchup(redis, account_id)
+
+
+class ReconnectCatchups:
+    """The catch-ups a holder asks for on (re)connect: at most one per `interval_s`; one asked
+    inside the interval is owed and asked at its end (once, however many reconnects)."""
+
+    def __init__(self, redis: Redis, interval_s: float = RECONNECT_CATCHUP_S, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.redis = redis
+        self.interval_s = interval_s
+        self.clock = clock
+        self._next = float("-inf")
+        self._owed: asyncio.Task[None] | None = None
+
+    async def reconnected(self, account: str) -> None:
+        wait = self._next - self.clock()
+        if wait <= 0:
+            await self._ask(account)
+        elif self._owed is None or self._owed.done():
+            self._owed = asyncio.create_task(self._ask_later(account, wait))
+
+    async def close(self) -> None:
+        if self._owed is not None and not self._owed.done():
+            await cancel(self._owed)
+
+    async def _ask(self, account: str) -> None:
+        self._next = self.clock() + self.interval_s
+        await ask_catchup(self.redis, account)
+
+    async def _ask_later(self, account: str, wait: float) -> None:
+        await asyncio.sleep(wait)
+        with contextlib.suppress(RedisError):  # the periodic pass still finds the mail
+            await self._ask(account)
+
+
+class LeaseHolder(abc.ABC):
+    """One instance's loop of a push holder (`run`). A subclass names its place in the failure
+    log, its status key and TTL, its states' words (`reasons`) and its log lines' prefix, and
+    implements `_lock`, `_wants`, `_connections` and `_failure_state`. `clock` is what the
+    statuses call now, `lease_s` the TTL of the lease (tests shorten it)."""
+
+    place: ClassVar[str]
+    status_key: ClassVar[str]
+    status_ttl_s: ClassVar[int]
+    reasons: ClassVar[Mapping[str, str]]
+    log_prefix: ClassVar[str]  # "jmap push": the start of the holder's log lines
+    connected_line: ClassVar[str]  # what the log says once connected
+
+    def __init__(self, svc: MailContext, log: logging.Logger, *, clock: Callable[[], float],
+                 lease_s: int, catchup_s: float = RECONNECT_CATCHUP_S) -> None:
+        self.svc = svc
+        self.clock = clock
+        self.lease_s = lease_s
+        self.renew_s = lease_s / RENEWALS_PER_LEASE
+        self.log = log
+        self.failures = RepeatLog(log)
+        self.catchups = ReconnectCatchups(svc.redis, catchup_s)
+        self._state = ""
+        self._since = 0
+        self._last_event: int | None = None
+
+    @abc.abstractmethod
+    def _lock(self) -> Lock:
+        """The lease: one instance at a time holds it."""
+
+    @abc.abstractmethod
+    def _wants(self, cfg: BusinessConfig) -> bool:
+        """Whether the configuration in force wants this holder at all."""
+
+    @abc.abstractmethod
+    async def _connections(self) -> None:
+        """Connect, listen, reconnect while `_wanted`; then report `off` and return."""
+
+    @abc.abstractmethod
+    def _failure_state(self, exc: BaseException) -> tuple[str, float]:
+        """The state a failed connection reports, and the base of its backoff."""
+
+    async def run(self) -> None:
+        lost = 0
+        while True:
+            raise_if_cancelling()
+            if not await self._wanted():
+                await self.svc.config.changed_within(IDLE_S)
+                continue
+            try:
+                held = await hold(self._lock(), self._hold, self.renew_s)
+                lost = 0
+            except Exception as exc:  # LockLost, RedisError, a client closed under it
+                raise_if_cancelling()
+                self.failures.failed(self.place, exc)
+                lost += 1
+                await asyncio.sleep(jittered_backoff(lost, BACKOFF_BASE_S, BACKOFF_CAP_S))
+                continue
+            if not held:
+                await asyncio.sleep(self.renew_s)
+
+    async def _wanted(self) -> bool:
+        cfg = self.svc.config.config
+        if cfg is None or not self._wants(cfg) or not self.svc.live:
+            return False
+        try:
+            return await self.svc.store.enabled()
+        except RedisError:
+            return False
+
+    async def _hold(self) -> None:
+        """The body run under the lease: returns when the holder is no longer wanted."""
+        try:
+            await self._connections()
+        finally:
+            await self.catchups.close()
+
+    async def _failed(self, exc: BaseException, failures: int) -> None:
+        """Log and report a failed connection, then wait out its backoff (`failures`-th in a
+        row) or a new configuration."""
+        raise_if_cancelling()
+        self.failures.failed(self.place, exc)
+        state, base = self._failure_state(exc)
+        await self._report(state, type(exc).__name__ if state == "failing" else "")
+        await self.svc.config.changed_within(jittered_backoff(failures, base, BACKOFF_CAP_S))
+
+    async def _report(self, state: str, detail: str = "") -> None:
+        now = int(self.clock())
+        if state != self._state:
+            self._state, self._since = state, now
+            if state == "connected":
+                self.log.info("%s: %s", self.log_prefix, self.connected_line)
+            elif state != "off":
+                self.log.warning("%s: %s", self.log_prefix, self.reasons.get(state, state))
+        await write_status(self.svc.redis, self.status_key, self.status_ttl_s,
+                           LoopStatus(state, detail, now, self._since, self._last_event,
+                                      self.svc.config.revision))
