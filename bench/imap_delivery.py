@@ -55,12 +55,12 @@ import httpx
 import redis.asyncio as aioredis
 from bench.pipeline import pct
 from tests.helpers import ADMIN_KEY, configure, console_script, free_port, sample_wire
-from tests.peers.cyrus import make_message
+from tests.peers.cyrus import CyrusServer, make_message, new_base_dir, remove_base_dir
 from tests.peers.dovecot import DovecotServer
 from tests.peers.dovecot import running as running_dovecot
 from tests.peers.telegram import TelegramEmulator
 
-from messageweave.mail.imap import ImapClient
+from messageweave.mail.imap import ImapClient, Security
 from messageweave.mail.imap.catchup import read_cursors
 from messageweave.mail.imap.ids import parse_mail_id
 from messageweave.store import keys
@@ -86,21 +86,43 @@ def part(values: list[float]) -> str:
 
 @dataclass
 class Peers:
-    dovecot: DovecotServer
+    server: DovecotServer | CyrusServer
+    port: int  # Dovecot's IMAPS (implicit TLS), Cyrus's IMAP (STARTTLS)
+    security: Security
     emulator: TelegramEmulator
     redis_url: str
 
+    def client(self) -> ImapClient:
+        return ImapClient("127.0.0.1", self.port, username=USER, password=PASSWORD,
+                          security=self.security, ssl_context=self.server.ssl_context())
+
 
 @contextlib.contextmanager
-def started_peers() -> Iterator[Peers]:
-    """Dovecot, the embedded Redis and the emulator; stopped and removed after."""
+def imap_server(name: str) -> Iterator[tuple[DovecotServer | CyrusServer, int, Security]]:
+    if name == "dovecot":
+        with running_dovecot("mwi-dovecot-", users={USER: PASSWORD}) as dovecot:
+            yield dovecot, dovecot.ports.imaps, "tls"
+        return
+    base = new_base_dir("mwi-cyrus-")
+    cyrus = CyrusServer(base, users={USER: PASSWORD}, eventsource=False)
+    try:
+        cyrus.start()
+        yield cyrus, cyrus.ports.imap, "starttls"
+    finally:
+        cyrus.stop()
+        remove_base_dir(base)
+
+
+@contextlib.contextmanager
+def started_peers(name: str) -> Iterator[Peers]:
+    """The IMAP server, the embedded Redis and the emulator; stopped and removed after."""
     data = Path(tempfile.mkdtemp(prefix="mwi", dir="/tmp"))
     redis_server = EmbeddedRedis(data / "redis")
     url = redis_server.start()
     emulator = TelegramEmulator.start(data / "logs")
     try:
-        with running_dovecot("mwi-dovecot-", users={USER: PASSWORD}) as dovecot:
-            yield Peers(dovecot, emulator, url)
+        with imap_server(name) as (server, port, security):
+            yield Peers(server, port, security, emulator, url)
     finally:
         emulator.stop()
         redis_server.stop()
@@ -109,9 +131,9 @@ def started_peers() -> Iterator[Peers]:
 
 def imap_wire(peers: Peers, bot_token: str) -> dict[str, object]:
     return sample_wire(
-        mail_source="imap", imap_host="127.0.0.1", imap_port=peers.dovecot.ports.imaps,
-        imap_security="tls", imap_username=USER, imap_password=PASSWORD,
-        imap_ca_pem=peers.dovecot.ca_file.read_text(), imap_notify_mailboxes=["INBOX"],
+        mail_source="imap", imap_host="127.0.0.1", imap_port=peers.port,
+        imap_security=peers.security, imap_username=USER, imap_password=PASSWORD,
+        imap_ca_pem=peers.server.ca_file.read_text(), imap_notify_mailboxes=["INBOX"],
         telegram_api_base_url=peers.emulator.base_url, bot_token=bot_token,
         telegram_chat_id=CHAT, chat_allowlist=[CHAT], timezone="Etc/UTC",
         reconcile_interval_s=0, audit_interval_s=0)
@@ -159,7 +181,7 @@ async def until_idling(http: httpx.AsyncClient, admin: dict[str, str],
 class Floor:
     """The bare IDLE client: the EXISTS counts it heard, when, and its sends."""
 
-    dovecot: DovecotServer
+    peers: Peers
     base: str  # the emulator's URL of the floor's bot
     exists: list[tuple[int, float]] = field(default_factory=list)
     uidnext: int = 0
@@ -167,10 +189,7 @@ class Floor:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
-        client = ImapClient("127.0.0.1", self.dovecot.ports.imaps, username=USER,
-                            password=PASSWORD, security="tls",
-                            ssl_context=self.dovecot.ssl_context())
-        async with client, httpx.AsyncClient(timeout=10) as http:
+        async with self.peers.client() as client, httpx.AsyncClient(timeout=10) as http:
             state = await client.select("INBOX", readonly=True)
             self.start, self.uidnext = state.exists, state.uidnext or 1
             self.ready.set()
@@ -219,15 +238,37 @@ async def notifications(emulator: TelegramEmulator, bot: str, mails: int,
 
 
 def share(name: str, values: list[float]) -> str:
-    return f"{name} {part(values)}" if values else f"{name}: none"
+    return f"{name} {part(values)}".lstrip() if values else f"{name}: none"
 
 
-async def run(mails: int, spacing_s: float, settle_s: float, lift: bool) -> None:
-    load = os.getloadavg()
-    with started_peers() as peers, tempfile.TemporaryDirectory(prefix="mwi-serve") as tmp:
+@dataclass
+class Measured:
+    """What one run saw: per mail n, its delivery time and our messages naming it."""
+
+    server: str
+    spacing_s: float
+    lift: bool
+    load: float
+    delivered: list[float]
+    lmtp_ms: list[float]
+    ours: dict[int, list[float]]  # when the last mail's notification was in
+    after: dict[int, list[float]]  # after the forced pass and the settling time
+    forced: int  # POST /reconcile's status
+    floor: Floor
+    floor_sent: dict[int, float]  # EXISTS count → the floor's message's store time
+    enqueued: dict[int, float]  # uid → the stream entry's time
+    log: Path
+
+
+async def measure(server: str, mails: int, spacing_s: float, settle_s: float,
+                  lift: bool) -> Measured:
+    load = os.getloadavg()[0]
+    fd, name = tempfile.mkstemp(prefix="mwi-serve-", suffix=".log")  # kept for a look after
+    os.close(fd)
+    log = Path(name)
+    with started_peers(server) as peers:
         bot, floor_bot = token(), token()
         redis = aioredis.from_url(peers.redis_url, decode_responses=True)
-        log = Path(tmp) / "serve.log"
         async with served(peers, log) as (http, _pid):
             wire = imap_wire(peers, bot)
             admin = await configure(http, wire)
@@ -235,7 +276,7 @@ async def run(mails: int, spacing_s: float, settle_s: float, lift: bool) -> None
                 await redis.hset(keys.GOVERNOR_LIMITS,
                                  mapping={"bot_per_s": 0, "chat_per_s": 0, "group_per_min": 0})
             await until_idling(http, admin, redis)
-            floor = Floor(peers.dovecot, f"{peers.emulator.base_url}/bot{floor_bot}")
+            floor = Floor(peers, f"{peers.emulator.base_url}/bot{floor_bot}")
             enqueued: dict[int, float] = {}
             tasks = [asyncio.create_task(floor.run()),
                      asyncio.create_task(observe_stream(redis, enqueued))]
@@ -248,7 +289,7 @@ async def run(mails: int, spacing_s: float, settle_s: float, lift: bool) -> None
                 await asyncio.sleep(max(0.0, start + n * spacing_s - time.time()))
                 raw = make_message(subject=subject_of(n))
                 t0 = time.time()
-                await asyncio.to_thread(peers.dovecot.deliver, raw, USER)
+                await asyncio.to_thread(peers.server.deliver, raw, USER)
                 delivered.append(t0)
                 lmtp_ms.append((time.time() - t0) * 1000)
             ours = await notifications(peers.emulator, bot, mails, 60)
@@ -260,54 +301,60 @@ async def run(mails: int, spacing_s: float, settle_s: float, lift: bool) -> None
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
-        missing = [n for n in range(mails) if not after[n]]
-        twice = [n for n in range(mails) if len(after[n]) > 1]
-        if missing:
-            print(f"NOT NOTIFIED: {len(missing)} of {mails} (first: {subject_of(missing[0])}); "
-                  f"the app's log: {log.read_text()[-3000:]}")
-        floor_sent = {int(m.text.split()[1]): m.stored_ms / 1000 for m in floor_msgs}
-        to_chat, floor_ms, server, pass_ms, worker = [], [], [], [], []
-        for n, d in enumerate(delivered):
-            if not ours[n]:
-                continue
-            sent = ours[n][0]
-            to_chat.append((sent - d) * 1000)
-            count = next((c for c in sorted(floor_sent) if c >= floor.start + n + 1), None)
-            if count is not None:
-                floor_ms.append((floor_sent[count] - d) * 1000)
-            heard, queued = floor.heard(n), enqueued.get(floor.uidnext + n)
-            if heard is not None:
-                server.append((heard - d) * 1000)
-            if heard is not None and queued is not None:
-                pass_ms.append((queued - heard) * 1000)
-            if queued is not None:
-                worker.append((sent - queued) * 1000)
-        print(f"{mails} mails over LMTP {spacing_s * 1000:.0f} ms apart (LMTP call p50 "
-              f"{statistics.median(lmtp_ms):.0f} ms), governor "
-              f"{'lifted' if lift else 'in force'}, load at the start {load[0]:.2f}")
-        print(f"delivery → chat (IDLE): ours {part(to_chat)}; floor {part(floor_ms)} "
-              f"({len(to_chat)} / {len(floor_ms)} samples)")
-        print("where ours goes: " + "; ".join([
-            share("delivery → EXISTS (Dovecot, heard by the floor)", server),
-            share("EXISTS → enqueued (holder, catch-up wake, pass)", pass_ms),
-            share("enqueued → stored (worker)", worker)]))
-        print(f"exactly once (after one more POST /reconcile: {forced.status_code}, "
-              f"{settle_s:.0f} s): {mails - len(missing) - len(twice)} of {mails}; "
-              f"missing {len(missing)}, more than once {len(twice)}")
-        print("SUMMARY imap_delivery: " + json.dumps({
-            "mails": mails, "spacing_ms": round(spacing_s * 1000),
-            "p50_ms": round(statistics.median(to_chat)) if to_chat else None,
-            "p99_ms": round(pct(to_chat, 0.99)) if to_chat else None,
-            "max_ms": round(max(to_chat)) if to_chat else None,
-            "floor_p50_ms": round(statistics.median(floor_ms)) if floor_ms else None,
-            "floor_p99_ms": round(pct(floor_ms, 0.99)) if floor_ms else None,
-            "exactly_once": not missing and not twice, "load": round(load[0], 2)}))
         await redis.aclose()
+    return Measured(server, spacing_s, lift, load, delivered, lmtp_ms, ours, after,
+                    forced.status_code, floor,
+                    {int(m.text.split()[1]): m.stored_ms / 1000 for m in floor_msgs},
+                    enqueued, log)
+
+
+def report(m: Measured, settle_s: float) -> None:
+    mails = len(m.delivered)
+    missing = [n for n in range(mails) if not m.after[n]]
+    twice = [n for n in range(mails) if len(m.after[n]) > 1]
+    to_chat, floor_ms, wait_ms, pass_ms, worker_ms = [], [], [], [], []
+    counts = sorted(m.floor_sent)
+    for n, d in enumerate(m.delivered):
+        count = next((c for c in counts if c >= m.floor.start + n + 1), None)
+        if count is not None:
+            floor_ms.append((m.floor_sent[count] - d) * 1000)
+        heard, queued = m.floor.heard(n), m.enqueued.get(m.floor.uidnext + n)
+        if heard is not None:
+            wait_ms.append((heard - d) * 1000)
+        if heard is not None and queued is not None:
+            pass_ms.append((queued - heard) * 1000)
+        if not m.ours[n]:
+            continue
+        to_chat.append((m.ours[n][0] - d) * 1000)
+        if queued is not None:
+            worker_ms.append((m.ours[n][0] - queued) * 1000)
+    print(f"{m.server}: {mails} mails over LMTP {m.spacing_s * 1000:.0f} ms apart (LMTP call "
+          f"p50 {statistics.median(m.lmtp_ms):.0f} ms), governor "
+          f"{'lifted' if m.lift else 'in force'}, load at the start {m.load:.2f}")
+    print(f"delivery → chat (IDLE): ours {share('', to_chat)}; floor {share('', floor_ms)} "
+          f"({len(to_chat)} / {len(floor_ms)} samples)")
+    print("where ours goes: " + "; ".join([
+        share("delivery → EXISTS (the server, heard by the floor)", wait_ms),
+        share("EXISTS → enqueued (holder, catch-up wake, pass)", pass_ms),
+        share("enqueued → stored (worker)", worker_ms)]))
+    print(f"exactly once (after one more POST /reconcile: {m.forced}, {settle_s:.0f} s): "
+          f"{mails - len(missing) - len(twice)} of {mails}; missing {len(missing)}, more than "
+          f"once {len(twice)}; the app's log: {m.log if missing or twice else 'removed'}")
+    if not missing and not twice:
+        m.log.unlink()
+    print("SUMMARY imap_delivery: " + json.dumps({
+        "server": m.server, "mails": mails, "spacing_ms": round(m.spacing_s * 1000),
+        "p50_ms": round(statistics.median(to_chat)) if to_chat else None,
+        "p99_ms": round(pct(to_chat, 0.99)) if to_chat else None,
+        "max_ms": round(max(to_chat)) if to_chat else None,
+        "floor_p50_ms": round(statistics.median(floor_ms)) if floor_ms else None,
+        "floor_p99_ms": round(pct(floor_ms, 0.99)) if floor_ms else None,
+        "exactly_once": not missing and not twice, "load": round(m.load, 2)}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--server", choices=("dovecot", "cyrus"), default="dovecot")
     parser.add_argument("--mails", type=int, default=50)
     parser.add_argument("--spacing-ms", type=int, default=1618,
                         help="between deliveries (1 s + the golden ratio's fraction, as "
@@ -317,7 +364,9 @@ def main() -> None:
     parser.add_argument("--lift-limits", action="store_true",
                         help="lift the governor's limits (for spacings under 1 s)")
     args = parser.parse_args()
-    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.settle_s, args.lift_limits))
+    measured = asyncio.run(measure(args.server, args.mails, args.spacing_ms / 1000,
+                                   args.settle_s, args.lift_limits))
+    report(measured, args.settle_s)
 
 
 if __name__ == "__main__":
