@@ -206,6 +206,23 @@ class Floor:
         return next((t for count, t in self.exists if count >= self.start + n + 1), None)
 
 
+async def fresh_passes(peers: Peers, uid: int, count: int) -> list[float]:
+    """The IMAP side of one catch-up pass alone, `count` times (ms): a new client built from the
+    pasted CA as the pass builds it, connect and log in, SELECT, `UID SEARCH UID n:*`, the
+    INTERNALDATE fetch of what it found, LOGOUT; no Redis, no enqueue."""
+    ca_pem = peers.server.ca_file.read_text()
+    took: list[float] = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        async with ImapClient("127.0.0.1", peers.port, username=USER, password=PASSWORD,
+                              security=peers.security, ca_pem=ca_pem) as client:
+            await client.select("INBOX", readonly=True)
+            found = await client.uid_search("UID", f"{uid}:*")
+            await client.uid_fetch(found, ["UID", "INTERNALDATE"])
+        took.append((time.perf_counter() - t0) * 1000)
+    return took
+
+
 async def observe_stream(redis: aioredis.Redis, enqueued: dict[int, float]) -> None:
     """A passive reader of the delivery stream (no group, no ack): uid → the entry id's time."""
     last = "$"
@@ -258,6 +275,7 @@ class Measured:
     floor_sent: dict[int, float]  # EXISTS count → the floor's message's store time
     enqueued: dict[int, float]  # uid → the stream entry's time
     log: Path
+    passes_ms: list[float]  # `fresh_passes`, after the run
 
 
 async def measure(server: str, mails: int, spacing_s: float, settle_s: float,
@@ -301,11 +319,12 @@ async def measure(server: str, mails: int, spacing_s: float, settle_s: float,
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            passes_ms = await fresh_passes(peers, floor.uidnext + mails - 1, 20)
         await redis.aclose()
     return Measured(server, spacing_s, lift, load, delivered, lmtp_ms, ours, after,
                     forced.status_code, floor,
                     {int(m.text.split()[1]): m.stored_ms / 1000 for m in floor_msgs},
-                    enqueued, log)
+                    enqueued, log, passes_ms)
 
 
 def report(m: Measured, settle_s: float) -> None:
@@ -337,6 +356,8 @@ def report(m: Measured, settle_s: float) -> None:
         share("delivery → EXISTS (the server, heard by the floor)", wait_ms),
         share("EXISTS → enqueued (holder, catch-up wake, pass)", pass_ms),
         share("enqueued → stored (worker)", worker_ms)]))
+    print(share("the pass's IMAP alone (new client, login, SELECT, UID SEARCH, FETCH, LOGOUT; "
+                "20 after the run)", m.passes_ms))
     print(f"exactly once (after one more POST /reconcile: {m.forced}, {settle_s:.0f} s): "
           f"{mails - len(missing) - len(twice)} of {mails}; missing {len(missing)}, more than "
           f"once {len(twice)}; the app's log: {m.log if missing or twice else 'removed'}")
