@@ -2,9 +2,11 @@
 notification in the chat, beside its floor measured in the same run.
 
     .venv/bin/python -m bench.imap_delivery --mails 50
+    .venv/bin/python -m bench.imap_delivery --mails 50 --server cyrus
 
 Starts a real Dovecot (`tests.peers.dovecot`, Debian 12's 2.3: maildir, inotify, its user
-`alice`), an embedded Redis and the Bot API emulator in this process, and `messageweave serve`
+`alice`; `--server cyrus`: the harness's Cyrus imapd over STARTTLS, its `idled` running),
+an embedded Redis and the Bot API emulator in this process, and `messageweave serve`
 (the console script, its own process) on that Redis, configured over its admin API with an IMAP
 wire: Dovecot over implicit TLS (its CA pasted as `imap_ca_pem`), the notify mailbox INBOX,
 `reconcile_interval_s` and `audit_interval_s` 0 (no cron: only the IDLE holder brings mail),
@@ -27,7 +29,13 @@ status` says `ok (idle)` and the first catch-up recorded the INBOX cursor:
    (the entry id's milliseconds, Redis's clock on this host); the emulator's store time closes
    it. So per mail: delivery → EXISTS (Dovecot), EXISTS → enqueued (our holder's DONE, the
    catch-up flag and wake, the pass), enqueued → stored (the worker: ledger, render,
-   governor, sendMessage).
+   governor, sendMessage). After the run, `fresh_passes` times the pass's IMAP side alone
+   20 times (a pass opens its own connection: `mail.imap.watch`).
+
+Dovecot's share is fixed: on an inotify event its `mailbox-watch.c` waits `NOTIFY_DELAY_MSECS`
+(500 ms, compiled in) before it looks at the mailbox, so every EXISTS comes ~0.5 s after the
+delivery; `imap_idle_notify_interval` only spaces its "OK Still here" keep-alives, and
+`mailbox_idle_check_interval` is the stat() fallback when no inotify event comes.
 
 The emulator is read once the last mail was delivered (a read of the Node emulator costs CPU
 the peers share on a 2-core machine, see bench/push.py). Prints p50 / p99 / max for each
