@@ -38,4 +38,3 @@ _.enable  # mail/imap/client.py: ImapClient.enable (CONDSTORE / QRESYNC); no cal
 _.noop  # mail/imap/client.py: ImapClient.noop; no caller and no test yet: the IDLE holder re-issues IDLE instead
 _.special_use  # mail/imap/mailbox.py: MailboxCommands.special_use; only tests call it (the source and the replies read the LIST's attributes once for every role)
 _.content_id  # mail/imap/responses.py: BodyPart.content_id, BODYSTRUCTURE's body-fld-id kept as sent; nothing reads it yet (inline images)
-login_check  # mail/smtp.py: "Test connection"'s SMTP step (EHLO + AUTH), for the page's check, a part of issue #33 not built yet; tests call it
