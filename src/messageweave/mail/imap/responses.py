@@ -257,11 +257,11 @@ def _filename(params: dict[str, str]) -> str | None:
             return params[key]
         encoded = params.get(key + "*")
         if encoded:
-            return _rfc2231(encoded)
+            return rfc2231(encoded) or None
     return None
 
 
-def _rfc2231(value: str) -> str:
+def rfc2231(value: str) -> str:
     """`utf-8''r%C3%A9sum%C3%A9.pdf` -> `résumé.pdf` (RFC 2231 §4); kept as sent when it is
     not of that form."""
     charset, quote, rest = value.partition("'")
