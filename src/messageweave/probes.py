@@ -31,6 +31,7 @@ from messageweave.mail.imap.errors import (
 )
 from messageweave.mail.imap.watch import new_imap_client
 from messageweave.mail.jmap import build_ssl_context
+from messageweave.mail.kinds import kind_of
 
 WELL_KNOWN = "/.well-known/jmap"
 
@@ -114,7 +115,7 @@ async def jmap_session_failure(cfg: BusinessConfig,
     """None when `GET {origin}/.well-known/jmap` with Basic auth answers 2xx (after redirects
     on that origin only), else why not. An IMAP wire (issue #33) has no JMAP session: not
     probed, it fails as not configured."""
-    if cfg.mail_source != "jmap":
+    if not kind_of(cfg).jmap_session:
         return ProbeFailure("jmap not configured", "mail_source is imap, which this version "
                             "cannot read yet", "set mail_source to jmap")
     url = jmap_origin_probe_url(cfg.jmap_session_url)
@@ -190,9 +191,15 @@ def mail_probe(cfg: BusinessConfig) -> tuple[str, Callable[[BusinessConfig],
                                                             Awaitable[str | None]]]:
     """`/ready`'s check of the mail server: `jmap` (the session) for a JMAP wire, `mail` (the
     IMAP login) for an IMAP one (SPEC F.1)."""
-    if cfg.mail_source == "imap":
-        return "mail", probe_mail_login
-    return "jmap", probe_jmap_session
+    check = kind_of(cfg).ready_check
+    return check, {"jmap": probe_jmap_session, "mail": probe_mail_login}[check]
+
+
+async def mail_server_failure(cfg: BusinessConfig) -> ProbeFailure | None:
+    """The mail server's probe in full (diagnose): `jmap_session_failure` or
+    `imap_login_failure`, as `mail_probe` chooses."""
+    check = kind_of(cfg).ready_check
+    return await {"jmap": jmap_session_failure, "mail": imap_login_failure}[check](cfg)
 
 
 async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:

@@ -9,6 +9,8 @@ both.
 place that knows which mail protocol is configured: `Peers.mail` hands everyone else a
 `mail.source.MailSource` and, for the loops, its `mail.watch.MailWatch` (`mail_source`
 chooses: the JMAP client and `mail.jmap_watch.JmapWatch`, or `mail.imap.watch.ImapWatch`).
+For what else differs by protocol (the push holder, the readiness check, the subscription
+sweep) the rest asks `mail.kinds.kind_of` instead of comparing `mail_source`.
 The config service calls it on every new revision (`apply`, which replaces the two clients
 independently) and for a preflight (`probe`); a client that could not be built becomes a
 warning with every credential scrubbed.

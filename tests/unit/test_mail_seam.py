@@ -32,3 +32,31 @@ def test_the_pipeline_and_the_chat_never_reach_the_jmap_client() -> None:
     of `mail.jmap`, a `svc.jmap()`): it would work on JMAP and break on any other source, the
     `if mail_source == …` the seam exists to avoid."""
     assert [use for path in NEUTRAL for use in _jmap_uses(path)] == []
+
+
+# Where the configured protocol may be compared: the place that builds the source, the table
+# the rest asks (`mail.kinds`), and the configuration itself (which settings each source needs;
+# it sits below `mail/` and cannot ask the table).
+MAY_COMPARE_SOURCE = {PACKAGE / "services.py", PACKAGE / "mail" / "kinds.py",
+                      *(PACKAGE / "config").glob("*.py")}
+_COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)
+
+
+def _source_comparisons(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(op, _COMPARISONS) for op in node.ops) and any(
+                isinstance(side, ast.Attribute) and side.attr == "mail_source"
+                for side in (node.left, *node.comparators)):
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return found
+
+
+def test_only_the_source_builder_compares_mail_source() -> None:
+    """Catches an `if cfg.mail_source == "imap"` outside `services` and `mail.kinds` (issue #33:
+    a push holder, the scheduler, a probe or diagnose deciding by the protocol's name): each
+    such branch is one more place a third source would have to be added to, and forgetting
+    one runs the wrong holder or probe for it; they ask `mail.kinds.kind_of` instead."""
+    paths = sorted(set(PACKAGE.rglob("*.py")) - MAY_COMPARE_SOURCE)
+    assert [hit for path in paths for hit in _source_comparisons(path)] == []

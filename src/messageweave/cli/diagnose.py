@@ -19,13 +19,10 @@ from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.live import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.eventsource import read_in_force
+from messageweave.mail.kinds import kind_of
 from messageweave.pipeline import owners
 from messageweave.pipeline.polling import updates_label
-from messageweave.probes import (
-    imap_login_failure,
-    jmap_session_failure,
-    probe_telegram_get_me,
-)
+from messageweave.probes import mail_server_failure, probe_telegram_get_me
 from messageweave.settings import Settings
 from messageweave.store import keys
 from messageweave.store.opstats import stream_stats
@@ -113,13 +110,11 @@ async def _enabled(store: ConfigStore) -> Check:
 
 
 async def _peers(cfg: BusinessConfig) -> list[Check]:
-    imap = cfg.mail_source == "imap"
+    kind = kind_of(cfg)
     mail_failure, telegram_error = await asyncio.gather(
-        imap_login_failure(cfg) if imap else jmap_session_failure(cfg),
-        probe_telegram_get_me(cfg)
+        mail_server_failure(cfg), probe_telegram_get_me(cfg)
     )
-    name = "imap login" if imap else "jmap session"
-    where = f"{cfg.imap_host}:{cfg.imap_port}" if imap else cfg.jmap_session_url
+    name, where = kind.login_check, kind.server(cfg)
     checks = [
         _ok(name, where) if mail_failure is None else
         Check(name, "fail", f"{mail_failure.detail}: {mail_failure.cause}",

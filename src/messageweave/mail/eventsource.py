@@ -44,6 +44,7 @@ from messageweave.mail.context import MailContext
 from messageweave.mail.holder import BACKOFF_BASE_S, REFUSED_BASE_S, LeaseHolder, ask_catchup
 from messageweave.mail.jmap import JmapAuthError, JmapClient, JmapError, JmapProtocolError
 from messageweave.mail.jmap.eventsource import Event, state_change
+from messageweave.mail.kinds import kind_of
 from messageweave.store import keys
 from messageweave.store.mailbox import Lock
 from messageweave.store.receivers import LoopStatus, eventsource_lock, read_status
@@ -134,7 +135,7 @@ async def read_in_force(redis: Redis, cfg: BusinessConfig | None, now: float, *,
     sub = await push_lifecycle.health(redis, now)
     if not enabled:
         return PushInForce("off", reason="processing is switched off", subscription=sub)
-    if cfg is not None and cfg.mail_source == "imap":
+    if cfg is not None and kind_of(cfg).push == "idle":
         # IMAP's push is the IDLE holder's (`mail.imap.idle`, which imports this module).
         from messageweave.mail.imap import idle
 
@@ -163,7 +164,7 @@ class EventSourceHolder(LeaseHolder):
         return eventsource_lock(self.svc.redis, self.lease_s)
 
     def _wants(self, cfg: BusinessConfig) -> bool:
-        return cfg.mail_source == "jmap" and cfg.push_mode in WANTS_EVENTSOURCE
+        return kind_of(cfg).push == "eventsource" and cfg.push_mode in WANTS_EVENTSOURCE
 
     async def _connections(self) -> None:
         failures = 0

@@ -51,6 +51,7 @@ from messageweave.mail.context import MailContext
 from messageweave.mail.errors import MailError
 from messageweave.mail.eventsource import read_in_force
 from messageweave.mail.jmap import JmapClient, JmapError
+from messageweave.mail.kinds import kind_of
 from messageweave.mail.passes import (
     Budget,
     Progress,
@@ -168,7 +169,7 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
         svc.redis, keys.PUSH_DEGRADED_RECONCILE_SCHEDULE, cfg.degraded_reconcile_interval_s)
     if periodic or backup:
         await _pass(svc, "periodic" if periodic else "degraded-push", timers)
-    if cfg.mail_source == "jmap" and await claim_slot(  # the subscriptions are JMAP's own
+    if kind_of(cfg).push_subscriptions and await claim_slot(
             svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
         try:
             cleaned = await push.sweep_orphans(svc.redis, await svc.jmap())

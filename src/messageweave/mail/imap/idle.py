@@ -50,6 +50,7 @@ from messageweave.mail.imap.errors import (
     ImapError,
 )
 from messageweave.mail.imap.watch import new_imap_client
+from messageweave.mail.kinds import kind_of
 from messageweave.mail.push_lifecycle import PushHealth
 from messageweave.store import keys
 from messageweave.store.mailbox import Lock
@@ -111,7 +112,7 @@ class IdleHolder(LeaseHolder):
         return idle_lock(self.svc.redis, self.lease_s)
 
     def _wants(self, cfg: BusinessConfig) -> bool:
-        return cfg.mail_source == "imap"
+        return kind_of(cfg).push == "idle"
 
     async def _connections(self) -> None:
         failures = 0
