@@ -45,7 +45,23 @@ def _fresh() -> tuple[str, str]:
     return user, f"pw-{user}"
 
 
-@pytest.fixture(params=["dovecot-tls", "dovecot-starttls", "cyrus-starttls"])
+# Every server and way in: the client's own tests (test_client.py) run on each. The features
+# above the client run on Dovecot over TLS and Cyrus over STARTTLS: both servers and both ways
+# in, without repeating Dovecot's STARTTLS path, which only the client tells apart (suite time).
+ALL_PEERS = ("dovecot-tls", "dovecot-starttls", "cyrus-starttls")
+FEATURE_PEERS = ("dovecot-tls", "cyrus-starttls")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "imap_peer" not in metafunc.fixturenames:
+        return
+    if any("imap_peer" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")):
+        return  # the test chose its peers itself
+    peers = ALL_PEERS if metafunc.module.__name__.endswith(".test_client") else FEATURE_PEERS
+    metafunc.parametrize("imap_peer", peers, indirect=True)
+
+
+@pytest.fixture
 def imap_peer(request: pytest.FixtureRequest) -> ImapPeer:
     user, password = _fresh()
     if request.param.startswith("dovecot"):
