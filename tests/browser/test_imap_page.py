@@ -5,17 +5,14 @@ each linked to the field to fix."""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import random
 import re
-import secrets
 import time
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from playwright.sync_api import Page, expect
 
+from tests.browser.test_no_public_url_page import _sync, _token
 from tests.helpers import LiveService, PageRun, sample_wire, save_configuration, signed_in
 from tests.peers.dovecot import DovecotServer
 from tests.peers.telegram import TelegramEmulator
@@ -23,19 +20,6 @@ from tests.peers.telegram import TelegramEmulator
 IMAP_FIELDS = ["imap_host", "imap_port", "imap_security", "imap_username", "imap_password",
                "imap_notify_mailboxes", "imap_ca_pem", "smtp_host", "smtp_port",
                "smtp_security", "smtp_username", "smtp_password", "smtp_from"]
-T = TypeVar("T")
-
-
-def _sync(coro: Coroutine[Any, Any, T]) -> T:
-    """An emulator call (async) from a sync test: Playwright's loop runs in this thread."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result(60)
-
-
-def _token() -> str:
-    return f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
-
-
 JMAP_FIELDS = ["jmap_session_url", "jmap_username", "jmap_password", "account_id",
                "jmap_ca_pem", "notify_mailbox_roles", "push_mode"]
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -59,6 +60,7 @@ from datetime import UTC, datetime
 
 from messageweave.aio import cancel
 from messageweave.config.model import EXCLUDED_ROLES
+from messageweave.mail.backlog import Backlog
 from messageweave.mail.jmap import (
     CannotCalculateChanges,
     ChangesPage,
@@ -79,11 +81,8 @@ from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.mailbox import (
-    DIGEST_MAX_IDS,
     Lock,
     LockLost,
-    enqueue_digest,
-    enqueue_new_mails,
     mark_not_notified,
     read_cursor,
     reconcile_lock,
@@ -200,11 +199,13 @@ class Reconciler:
         self._notify: frozenset[str] = frozenset()
         self._excluded: frozenset[str] = frozenset()
         self.digest_threshold = max(0, digest_threshold)
-        # With the digest on: the new mails of this pass not enqueued yet, the cursor (and
-        # watermark) held back with them, whether a digest entry of this pass went out already.
-        self._held: list[str] = []
+        # With the digest on, the cursor (and watermark) held back with the backlog's mails.
         self._held_cursor: tuple[str, int | None] | None = None
-        self._digested = False
+
+    @functools.cached_property
+    def _backlog(self) -> Backlog:
+        """Made on first use: the account is known once the session was read."""
+        return Backlog(self.redis, self.client.account_id, self.digest_threshold, self.progress)
 
     async def run(self) -> Progress:
         started = time.time()
@@ -348,43 +349,21 @@ class Reconciler:
         notify = [e.id for e in emails if self._notifies(e)]
         quiet = [e.id for e in emails if not self._notifies(e)]
         self.progress.emails += len(emails)
-        if self.digest_threshold:
-            self._held += notify
-            while len(self._held) >= 2 * DIGEST_MAX_IDS:
-                await self._digest(self._held[:DIGEST_MAX_IDS])
-                del self._held[:DIGEST_MAX_IDS]
-        else:
-            self.progress.enqueued += await enqueue_new_mails(self.redis, account, notify)
+        await self._backlog.add(notify)
         await mark_not_notified(self.redis, account, quiet)
 
     async def _release(self) -> None:
-        """Enqueue the mails the pass holds (digest on): more than `digest_threshold` (or any
-        after a digest entry of this pass) as digest entries, else one entry each; then save
-        the cursor held back with them."""
-        held, self._held = self._held, []
-        if len(held) > DIGEST_MAX_IDS:  # a split pass: two halves, each above any threshold
-            half = (len(held) + 1) // 2
-            await self._digest(held[:half])
-            await self._digest(held[half:])
-        elif held and (len(held) > self.digest_threshold or self._digested):
-            await self._digest(held)
-        elif held:
-            self.progress.enqueued += await enqueue_new_mails(
-                self.redis, self.client.account_id, held)
+        """Enqueue the mails the backlog holds (`mail.backlog`), then save the cursor held
+        back with them."""
+        await self._backlog.release()
         if self._held_cursor is not None:
             cursor, watermark = self._held_cursor
             self._held_cursor = None
             await self._save(cursor, watermark)
 
-    async def _digest(self, email_ids: list[str]) -> None:
-        entry, count = await enqueue_digest(self.redis, self.client.account_id, email_ids)
-        self._digested = True
-        self.progress.enqueued += count
-        self.progress.digests += entry is not None
-
     async def _save(self, cursor: str, watermark: int | None = None) -> None:
         self._check_lease()
-        if self._held:  # not past mails not enqueued yet: `_release` saves it after them
+        if self._backlog.holding:  # not past mails not enqueued yet: `_release` saves it
             earlier = self._held_cursor[1] if self._held_cursor is not None else None
             self._held_cursor = (cursor, watermark if watermark is not None else earlier)
             return

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from messageweave.mail import reconcile as reconcile_module
+from messageweave.mail import backlog as backlog_module
 from messageweave.mail.jmap import JmapClient
 from messageweave.mail.reconcile import Budget, Progress, reconcile
 from messageweave.pipeline import routing
@@ -258,7 +258,7 @@ async def test_a_pass_beyond_one_entry_splits_so_every_entry_stays_a_digest(
     """Catches a pass that holds an unbounded list (no entry may exceed `DIGEST_MAX_IDS`, here
     4) or ends with a stub entry of a mail or two (notified one by one after a digest): every
     entry of a split pass holds at least half the cap, and every mail is in exactly one."""
-    monkeypatch.setattr(reconcile_module, "DIGEST_MAX_IDS", 4)
+    monkeypatch.setattr(backlog_module, "DIGEST_MAX_IDS", 4)  # the passes' bound
     client = fresh.client
     await client.get_session()
     await reconcile(redis_client, client, INBOX)  # the first run

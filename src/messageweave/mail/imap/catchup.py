@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from messageweave.mail.backlog import Backlog
 from messageweave.mail.imap.client import ImapClient
 from messageweave.mail.imap.ids import mail_id
 from messageweave.mail.imap.mailbox import MailboxState
@@ -41,11 +42,8 @@ from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.mailbox import (
-    DIGEST_MAX_IDS,
     Lock,
     LockLost,
-    enqueue_digest,
-    enqueue_new_mails,
     reconcile_lock,
 )
 from messageweave.store.redis import Redis, text_of
@@ -130,9 +128,8 @@ class ImapCatchup:
         self.digest_threshold = max(0, digest_threshold)
         self.progress = CatchupProgress()
         self._deadline = time.monotonic() + seconds
-        self._held: list[str] = []
+        self._backlog = Backlog(redis, account, digest_threshold, self.progress)
         self._held_cursors: dict[str, tuple[Cursor, int | None]] = {}
-        self._digested = False
 
     async def run(self) -> CatchupProgress:
         cursors = await read_cursors(self.redis)
@@ -212,33 +209,13 @@ class ImapCatchup:
                                                 state.highestmodseq), newest)
 
     async def _enqueue(self, ids: list[str]) -> None:
-        if not self.digest_threshold:
-            self.progress.enqueued += await enqueue_new_mails(self.redis, self.account, ids)
-            return
-        self._held += ids
-        while len(self._held) >= 2 * DIGEST_MAX_IDS:
-            await self._digest(self._held[:DIGEST_MAX_IDS])
-            del self._held[:DIGEST_MAX_IDS]
+        await self._backlog.add(ids)
 
     async def _release(self) -> None:
-        held, self._held = self._held, []
-        if len(held) > DIGEST_MAX_IDS:
-            half = (len(held) + 1) // 2
-            await self._digest(held[:half])
-            await self._digest(held[half:])
-        elif held and (len(held) > self.digest_threshold or self._digested):
-            await self._digest(held)
-        elif held:
-            self.progress.enqueued += await enqueue_new_mails(self.redis, self.account, held)
+        await self._backlog.release()
         saved, self._held_cursors = self._held_cursors, {}
         for name, (cursor, watermark) in saved.items():
             await self._write(name, cursor, watermark)
-
-    async def _digest(self, ids: list[str]) -> None:
-        entry, count = await enqueue_digest(self.redis, self.account, ids)
-        self._digested = True
-        self.progress.enqueued += count
-        self.progress.digests += entry is not None
 
     async def _save(self, name: str, cursor: Cursor, watermark: int | None) -> None:
         if self.digest_threshold:  # saved after the held mails are enqueued (`_release`)
