@@ -118,9 +118,16 @@ async def put_business_config(request: Request) -> JSONResponse:
     svc = services(request)
     with _save_errors():
         result = await svc.config.save_patch(body)
-    await audit.record_audit(svc, audit.CONFIG_SAVED, fields=audit.changed_fields(body),
+    # A first save that left out the shared secrets got them generated (issue #34): named in
+    # the audit with the rest, their values only in this answer.
+    named = {**body, **result.generated}
+    await audit.record_audit(svc, audit.CONFIG_SAVED, fields=audit.changed_fields(named),
                              revision=result.revision)
-    return _save_response(result, with_revision=True)
+    if not result.generated:
+        return _save_response(result, with_revision=True)
+    response = _save_response(result, with_revision=True, generated=result.generated)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 @router.post("/api/business-config/preflight")

@@ -30,6 +30,7 @@ from messageweave.config.model import (
     parse_patch,
     parse_wire,
     validate,
+    with_first_save_secrets,
 )
 from messageweave.config.outbound import OutboundConfig
 from messageweave.errors import ApiError, dump_json, parse_json
@@ -111,6 +112,8 @@ class SaveResult:
     revision: int
     runtime_applied: bool
     warnings: list[PeerWarning] = field(default_factory=list)
+    # The shared secrets a first save left out and got generated (shown once: issue #34).
+    generated: dict[str, str] = field(default_factory=dict)
 
 
 class ConfigService:
@@ -228,7 +231,8 @@ class ConfigService:
             revision, stored = await self.read_stored()
             if client_revision is not None and client_revision != revision:
                 raise RevisionConflict
-            merged = merge(stored, changes)
+            complete, generated = with_first_save_secrets(stored, changes)
+            merged = merge(stored, complete)
             validate(merged)
             try:
                 new_revision = await self.store.write_business_config(
@@ -238,7 +242,9 @@ class ConfigService:
                 if client_revision is not None:
                     raise
                 continue  # someone wrote in between: merge onto the newer wire
-            return await self._after_write(new_revision, merged)
+            result = await self._after_write(new_revision, merged)
+            result.generated = generated
+            return result
         raise RevisionConflict
 
     async def bootstrap(self, body: object) -> SaveResult:
@@ -259,15 +265,16 @@ class ConfigService:
 
     async def _preflight_config(self, obj: object) -> BusinessConfig:
         """A full wire as sent; otherwise, when a configuration is stored, a patch merged onto
-        it (so stored secrets need not be re-typed). `WireError` when it is neither."""
+        it (so stored secrets need not be re-typed); with nothing stored, a first save's patch.
+        `WireError` when it is none of them."""
         try:
             return parse_wire(obj)
         except WireError:
             changes, _revision = parse_patch(obj)  # the revision is irrelevant to a probe
             _, stored = await self.read_stored()
-            if stored is None:
-                raise
-            return merge(stored, changes)
+            # A first setup's probe, as its save: the secrets left out are made up (and
+            # forgotten), so that only what the page asks for is needed.
+            return merge(stored, with_first_save_secrets(stored, changes)[0])
 
     async def preflight(self, body: bytes) -> dict[str, Any]:
         """Validate and build a full wire, or a patch merged onto the stored configuration,

@@ -56,6 +56,7 @@ __all__ = [
     "GENERATED_SECRETS", "MAX_CA_PEM_CHARS", "MIN_TOKEN_CHARS", "SECRET_FIELDS",
     "SHORTLIST_TIMEZONES", "BusinessConfig", "ConfigInvalid", "WireError", "all_timezones",
     "empty_values", "fill_generated_secrets", "merge", "parse_patch", "parse_wire", "validate",
+    "with_first_save_secrets",
 ]
 
 EXCLUDED_ROLES = frozenset({"drafts", "sent", "junk", "trash"})
@@ -159,13 +160,30 @@ def generate_token() -> str:
     return secrets.token_urlsafe(GENERATED_TOKEN_BYTES)
 
 
+def _generate_absent(values: dict[str, object]) -> tuple[dict[str, object], dict[str, str]]:
+    """`values` with every `GENERATED_SECRETS` field it does not name generated, and those
+    values (to be shown once). A field it names, even blank, is kept: validation judges it."""
+    generated = {name: generate_token() for name in GENERATED_SECRETS if name not in values}
+    return {**values, **generated}, generated
+
+
 def fill_generated_secrets(obj: object) -> tuple[object, dict[str, str]]:
     """A bootstrap body with every absent `GENERATED_SECRETS` field generated, and those
-    values (to be shown once). A body that is not an object is returned as it is."""
+    values. A body that is not an object is returned as it is."""
     if not isinstance(obj, dict):
         return obj, {}
-    generated = {name: generate_token() for name in GENERATED_SECRETS if name not in obj}
-    return {**obj, **generated}, generated
+    return _generate_absent(obj)
+
+
+def with_first_save_secrets(
+    stored: BusinessConfig | None, changes: dict[str, object]
+) -> tuple[dict[str, object], dict[str, str]]:
+    """The page's first save (issue #34): with nothing stored, a patch that leaves out a
+    `GENERATED_SECRETS` field gets one generated, as a bootstrap does; and the generated
+    values. Once stored, a patch that leaves one out keeps the stored value."""
+    if stored is not None:
+        return changes, {}
+    return _generate_absent(changes)
 
 
 def merge(stored: BusinessConfig | None, changes: dict[str, object]) -> BusinessConfig:

@@ -97,18 +97,27 @@ async def test_bootstrap_generates_the_left_out_secrets_and_shows_them_once(
                                  headers=admin_headers())
     assert response.status_code == 200, response.text
     assert response.headers["cache-control"] == "no-store"
-    generated = response.json()["generated"]
+    await assert_generated_once(response, client, embedded_redis_url, caplog)
+
+
+async def assert_generated_once(
+    response: httpx.Response, client: httpx.AsyncClient, redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> dict[str, str]:
+    """The three secrets an answer says it generated: distinct, strong, url-safe, stored as
+    said, in no log record, and never shown again by a read; returned."""
+    generated: dict[str, str] = response.json()["generated"]
     assert set(generated) == set(GENERATED_SECRETS)
     assert len(set(generated.values())) == 3
     for value in generated.values():
         assert len(value) >= MIN_TOKEN_CHARS and URLSAFE.fullmatch(value)
-    stored = await stored_wire(embedded_redis_url)
+    stored = await stored_wire(redis_url)
     assert {name: stored[name] for name in GENERATED_SECRETS} == generated
     records = " ".join(f"{r.getMessage()} {getattr(r, 'fields', '')}" for r in caplog.records)
     assert [v for v in generated.values() if v in records] == []
-    # The next read never shows them again.
     read = await client.get("/api/business-config", headers=await login(client))
     assert [v for v in generated.values() if v in read.text] == []
+    return generated
 
 
 async def test_bootstrap_keeps_a_given_secret_and_generates_only_the_others(
