@@ -1,5 +1,6 @@
 // The business configuration form as data: its fields, how each is read and checked, and the
-// wire a save sends (the full configuration first, then only what changed).
+// wire a save sends (the full configuration first, then only what changed); the shared secrets
+// the first save generates, and where the page shows them once.
 import { $ } from "./dom.js";
 import { t } from "./i18n.js";
 
@@ -25,8 +26,10 @@ export const FIELDS = [
   ["smtp_port", "int"], ["smtp_security", "choice"], ["smtp_username", "nullable"],
   ["smtp_password", "nullsecret"], ["smtp_from", "nullable"],
 ];
-const REQUIRED = ["bot_token", "telegram_chat_id", "chat_allowlist", "telegram_webhook_secret",
-  "timezone", "llm_enabled", "llm_allow_net", "reconcile_token", "worker_token"];
+// The shared secrets (`TOKEN_FIELDS`) are not among them: left empty, the first save leaves
+// them out and the server generates them (issue #34).
+const REQUIRED = ["bot_token", "telegram_chat_id", "chat_allowlist", "timezone", "llm_enabled",
+  "llm_allow_net"];
 // What else a first save needs, by the mail source chosen.
 const REQUIRED_BY_SOURCE = {
   jmap: ["jmap_session_url", "jmap_username", "jmap_password"],
@@ -167,7 +170,10 @@ export function fullWire(values) {
   FIELDS.forEach(function (pair) {
     const name = pair[0], kind = pair[1];
     let value = values[name];
-    if (kind === "secret" && value.trim() === "") value = name === "llm_api_key" ? null : "";
+    if (kind === "secret" && value.trim() === "") {
+      if (TOKEN_FIELDS.indexOf(name) >= 0) return;  // left out: the server generates it
+      value = name === "llm_api_key" ? null : "";
+    }
     if (kind === "nullsecret" && value.trim() === "") value = null;
     if (required.indexOf(name) >= 0 &&
         (value === null || value === "" || (kind === "intlist" && value.length === 0))) {
@@ -241,6 +247,39 @@ export function checkTokens(values) {
       throw new FormError(t("biz.badSecretChars", { field: label(name) }), name);
     }
   });
+}
+
+// The shared secrets a first save generated (issue #34), shown once under the tokens: the
+// next save, reload or sign-out forgets them, and the markers then say only "Set".
+export function showGenerated(generated) {
+  const box = $("tokens-generated");
+  box.replaceChildren();
+  const names = TOKEN_FIELDS.filter(function (name) { return generated && generated[name]; });
+  if (names.length === 0) return;
+  const intro = document.createElement("p");
+  intro.className = "msg ok";
+  intro.textContent = t("biz.tokensGenerated");
+  const list = document.createElement("dl");
+  names.forEach(function (name) {
+    const term = document.createElement("dt");
+    term.textContent = label(name);
+    const value = document.createElement("dd");
+    const code = document.createElement("code");
+    code.id = "generated-" + name;
+    code.textContent = generated[name];
+    value.appendChild(code);
+    list.append(term, value);
+  });
+  box.append(intro, list);
+  $("biz-tokens").open = true;
+}
+
+// The collapsed tokens part is opened when the page's check names one of them: a field to fix
+// is never hidden.
+export function revealTokens(fields) {
+  if (fields.some(function (name) { return TOKEN_FIELDS.indexOf(name) >= 0; })) {
+    $("biz-tokens").open = true;
+  }
 }
 
 // `hasSavedKey`: the server already holds an AI API key, so a blank one keeps it.

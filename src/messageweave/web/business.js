@@ -3,7 +3,8 @@
 import { api, reasonOf, session } from "./api.js";
 import {
   addFieldHelp, baselineFrom, businessLabelKey, changedFields, checkLlm, checkTokens, FIELDS,
-  FormError, fullWire, isSecret, label, randomToken, readForm, TOKEN_FIELDS, withLabels,
+  FormError, fullWire, isSecret, label, randomToken, readForm, revealTokens, showGenerated,
+  TOKEN_FIELDS, withLabels,
 } from "./business-form.js";
 import { imapLines, showSource, wireSource } from "./business-imap.js";
 import { $, say } from "./dom.js";
@@ -48,8 +49,10 @@ function updateMarker(name) {
   if (!typed) state.generated.delete(name);
   const present = state.secretsPresent[name] === true;
   const marker = $("m-" + name);
+  const generatedOnSave = !state.configured && TOKEN_FIELDS.indexOf(name) >= 0;
   if (typed) marker.textContent = state.generated.has(name) ? t("marker.generated") : "";
-  else marker.textContent = t(present ? "marker.set" : "marker.notSet");
+  else if (present) marker.textContent = t("marker.set");
+  else marker.textContent = t(generatedOnSave ? "marker.generatedOnSave" : "marker.notSet");
   marker.classList.toggle("ok", !typed && present);
 }
 
@@ -67,6 +70,7 @@ function generateSecret(name) {
 function formError(err) {
   if (!(err instanceof FormError)) throw err;
   say("biz-error", err.message, "error");
+  revealTokens(err.fields);
   err.fields.forEach(function (name) { $("f-" + name).setAttribute("aria-invalid", "true"); });
   if (err.fields.length > 0) $("f-" + err.fields[0]).focus();
 }
@@ -88,7 +92,8 @@ function prefill(body) {
     if (isSecret(kind)) {
       el.value = "";
       el.type = "password";
-      el.required = !state.configured && kind === "secret" && name !== "llm_api_key";
+      el.required = !state.configured && kind === "secret" && name !== "llm_api_key" &&
+        TOKEN_FIELDS.indexOf(name) < 0;
       updateMarker(name);
     } else if (kind === "bool") {
       el.checked = value === true;
@@ -205,6 +210,7 @@ function clearResults() {
 async function saveBusiness(event) {
   event.preventDefault();
   clearResults();
+  showGenerated(null);
   let body;
   try {
     const values = readForm();
@@ -229,6 +235,7 @@ async function saveBusiness(event) {
   try {
     const result = await api("PUT", "/api/business-config", body, true);
     await loadBusiness();
+    showGenerated(result.generated);
     // The first save switches processing on: a new owner expects the bot to work now. If the
     // switch cannot be set, the status card says processing is off, with the switch beside it.
     const switched = first ? await switchOn() : false;
@@ -364,6 +371,8 @@ export function reset() {
   state.generated.clear();
   SECRETS.forEach(function (name) { say("m-" + name, ""); });
   clearResults();
+  showGenerated(null);
+  $("biz-tokens").open = false;
   say("biz-state", "");
 }
 
@@ -385,6 +394,7 @@ export function wire() {
   });
   $("biz-reload").addEventListener("click", function () {
     clearResults();
+    showGenerated(null);
     loadBusiness();
   });
 }
