@@ -1,6 +1,11 @@
 """Readiness probes shared by `/ready` and the debug surface: JMAP session (or, for an IMAP
 wire, the IMAP login: `imap_login_failure`, the `mail` check) and Telegram getMe.
 
+Every probe says why it failed as a `ProbeFailure`, its `kind` told by one classifier
+(`transport_kind` for an exception, `answer_kind` for an HTTP status): connection refused,
+timed out, TLS (the certificate), the credentials refused (401/403), otherwise unreachable or a
+wrong answer (issue #34: the page, `diagnose` and `/ready` name the cause, not a guess).
+
 `/ready` needs no credential and the gateway forwards it, so it must not turn requests into
 calls to the peers: it runs each probe through a `Shared` check, at most one per peer at a time,
 and reuses the answer for a few seconds (`probe_ttl`, docs/reference.md §3.1). The debug surface
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -54,11 +60,64 @@ still gets at most one probe per this window (plus the probe's own timeout)."""
 @dataclass(frozen=True)
 class ProbeFailure:
     """Why a probe failed: `detail` is the documented short text (`/debug/jmap`, reference
-    §3); `cause` and `remedy` tell the operator what went wrong and what to check (diagnose)."""
+    §3); `cause` and `remedy` tell the operator what went wrong and what to check (diagnose);
+    `kind` is the cause as a code (`KINDS`) the page words in its own language. None of them
+    holds a secret: no token, no password, no URL path or credentials."""
 
     detail: str
     cause: str
     remedy: str
+    kind: str = "failed"
+
+
+KINDS = ("refused", "timeout", "tls", "unauthorized", "unreachable", "answer",
+         "not_configured", "failed")
+"""`ProbeFailure.kind`: connection refused; no answer in time; TLS failed (an untrusted
+certificate, a handshake); the peer refused the credentials (HTTP 401/403, a login refused);
+not reachable otherwise (DNS, no route, reset); an answer that is not the expected one (another
+HTTP status, a redirect); nothing to probe with; anything else."""
+
+_KIND_WORDS = {"refused": "connection refused", "timeout": "timed out",
+               "tls": "TLS failed: the certificate is not trusted or the handshake failed",
+               "unreachable": "could not connect"}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and what caused it (httpx wraps httpcore, which wraps the OSError), at most 8."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(seen) < 8 and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def transport_kind(exc: BaseException) -> str:
+    """The one classifier of a failure to reach a peer (every probe uses it): `timeout`,
+    `tls`, `refused` or `unreachable`."""
+    chain = _chain(exc)
+    if any(isinstance(e, TimeoutError | httpx.TimeoutException) for e in chain):
+        return "timeout"
+    if any(isinstance(e, ssl.SSLError) or is_certificate_failure(e) for e in chain):
+        return "tls"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "refused"
+    return "unreachable"
+
+
+def answer_kind(status: int) -> str:
+    """The classifier of an HTTP answer that is not a success: `unauthorized` for 401/403."""
+    return "unauthorized" if status in (401, 403) else "answer"
+
+
+def _where(url: str) -> str:
+    """`host:port` of `url`, never its path (a bot token) nor its credentials."""
+    try:
+        parts = httpx.URL(url)
+    except httpx.InvalidURL:
+        return "the configured address"
+    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    return f"{parts.host}:{port}"
 
 
 _JMAP_FAILED = "jmap session probe failed"
@@ -117,7 +176,7 @@ async def jmap_session_failure(cfg: BusinessConfig,
     probed, it fails as not configured."""
     if not kind_of(cfg).jmap_session:
         return ProbeFailure("jmap not configured", "mail_source is imap, which this version "
-                            "cannot read yet", "set mail_source to jmap")
+                            "cannot read yet", "set mail_source to jmap", "not_configured")
     url = jmap_origin_probe_url(cfg.jmap_session_url)
     origin = url.removesuffix(WELL_KNOWN)  # the configured URL holds no credentials
     auth = httpx.BasicAuth(cfg.jmap_username, cfg.jmap_password)
@@ -131,26 +190,30 @@ async def jmap_session_failure(cfg: BusinessConfig,
         return ProbeFailure(
             _JMAP_FAILED, moved.cause,
             "the credentials go only to the configured origin: set jmap_session_url to the "
-            "JMAP server's own address (the one it redirects to, if you trust it)")
+            "JMAP server's own address (the one it redirects to, if you trust it)", "answer")
     except (TimeoutError, httpx.TimeoutException):
         return ProbeFailure("jmap session probe timed out",
-                            f"no answer from {origin} within {timeout_s:g} s", _CHECK_SERVER)
-    except httpx.ConnectError as exc:
-        if is_certificate_failure(exc):
-            return ProbeFailure(_JMAP_FAILED, "the server's certificate is not trusted",
-                                CERTIFICATE_REMEDY)
-        return ProbeFailure(_JMAP_FAILED, f"could not connect to {origin}", _CHECK_SERVER)
+                            f"no answer from {origin} within {timeout_s:g} s", _CHECK_SERVER,
+                            "timeout")
     except httpx.HTTPError as exc:
-        return ProbeFailure(_JMAP_FAILED, type(exc).__name__, _CHECK_SERVER)
+        kind = transport_kind(exc)
+        if kind == "tls":
+            return ProbeFailure(_JMAP_FAILED, "the server's certificate is not trusted",
+                                CERTIFICATE_REMEDY, kind)
+        if isinstance(exc, httpx.ConnectError):
+            words = "connection refused by" if kind == "refused" else "could not connect to"
+            return ProbeFailure(_JMAP_FAILED, f"{words} {origin}", _CHECK_SERVER, kind)
+        return ProbeFailure(_JMAP_FAILED, type(exc).__name__, _CHECK_SERVER, kind)
     if response.is_success:
         return None
     status = response.status_code
     if status in (401, 403):
         return ProbeFailure(
             _JMAP_FAILED, f"the server refused the username or password (HTTP {status})",
-            "check jmap_username and jmap_password")
+            "check jmap_username and jmap_password", answer_kind(status))
     return ProbeFailure(_JMAP_FAILED, f"{WELL_KNOWN} answered HTTP {status}",
-                        "check jmap_session_url: it must be the JMAP server's address")
+                        "check jmap_session_url: it must be the JMAP server's address",
+                        answer_kind(status))
 
 
 async def imap_login_failure(cfg: BusinessConfig,
@@ -166,33 +229,31 @@ async def imap_login_failure(cfg: BusinessConfig,
         return ProbeFailure(_IMAP_FAILED, str(exc), "check imap_security and imap_ca_pem")
     except TimeoutError:
         return ProbeFailure("imap login probe timed out",
-                            f"no answer from {where} within {timeout_s:g} s", _CHECK_IMAP)
+                            f"no answer from {where} within {timeout_s:g} s", _CHECK_IMAP,
+                            "timeout")
     except ImapAuthError:
         return ProbeFailure(_IMAP_FAILED, "the server refused the username or password",
                             "check imap_username and imap_password (an app password where "
-                            "the provider asks for one)")
+                            "the provider asks for one)", "unauthorized")
     except ImapTlsError:
         return ProbeFailure(_IMAP_FAILED, "TLS failed (certificate or handshake)",
-                            CERTIFICATE_REMEDY)
-    except ImapTransportError:
-        return ProbeFailure(_IMAP_FAILED, f"could not connect to {where}", _CHECK_IMAP)
+                            CERTIFICATE_REMEDY, "tls")
+    except ImapTransportError as exc:
+        kind = transport_kind(exc)
+        words = "connection refused by" if kind == "refused" else "could not connect to"
+        return ProbeFailure(_IMAP_FAILED, f"{words} {where}", _CHECK_IMAP, kind)
     except ImapError as exc:
         return ProbeFailure(_IMAP_FAILED, type(exc).__name__, _CHECK_IMAP)
 
 
-async def probe_mail_login(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S
-                           ) -> str | None:
-    """None when the IMAP login works, else the short text of `imap_login_failure`."""
-    failure = await imap_login_failure(cfg, timeout_s)
-    return None if failure is None else f"{failure.detail}: {failure.cause}"
+Probe = Callable[[BusinessConfig], Awaitable[ProbeFailure | None]]
 
 
-def mail_probe(cfg: BusinessConfig) -> tuple[str, Callable[[BusinessConfig],
-                                                            Awaitable[str | None]]]:
+def mail_probe(cfg: BusinessConfig) -> tuple[str, Probe]:
     """`/ready`'s check of the mail server: `jmap` (the session) for a JMAP wire, `mail` (the
     IMAP login) for an IMAP one (SPEC F.1)."""
     check = kind_of(cfg).ready_check
-    return check, {"jmap": probe_jmap_session, "mail": probe_mail_login}[check]
+    return check, {"jmap": jmap_session_failure, "mail": imap_login_failure}[check]
 
 
 async def mail_server_failure(cfg: BusinessConfig) -> ProbeFailure | None:
@@ -208,36 +269,67 @@ async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEO
     return None if failure is None else failure.detail
 
 
-async def probe_telegram_get_me(
-    cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S
-) -> str | None:
+_TG_FAILED = "telegram get_me probe failed"
+_TG_REMEDIES = {
+    "refused": "the Bot API refuses connections: check telegram_api_base_url and that "
+               "nothing on this machine's network blocks it",
+    "timeout": "check this machine's network (a firewall or proxy dropping the connection?) "
+               "and telegram_api_base_url",
+    "tls": "the Bot API's certificate is not trusted: check telegram_api_base_url (a proxy "
+           "that intercepts TLS?) and the system's CA certificates",
+    "unauthorized": "check the bot token (BotFather's /token): Telegram refused it",
+    "unreachable": "check telegram_api_base_url and this machine's DNS and network",
+    "answer": "check telegram_api_base_url: it must be the Bot API's address",
+}
+
+
+async def telegram_get_me_failure(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S
+                                  ) -> ProbeFailure | None:
     """None when the Bot API's getMe answers 2xx for the configured token, else why not."""
     if not cfg.bot_token.strip():
-        return "telegram bot token not configured"
-    url = f"{cfg.telegram_api_base_url.rstrip('/')}/bot{cfg.bot_token}/getMe"
+        return ProbeFailure("telegram bot token not configured", "no bot token is saved",
+                            "set bot_token", "not_configured")
+    base = cfg.telegram_api_base_url.rstrip("/")
+    where = _where(base)
     try:
         async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client:
-            response = await asyncio.wait_for(client.get(url), timeout_s)
-    except (TimeoutError, httpx.TimeoutException):
-        return "telegram get_me probe timed out"
-    except (httpx.HTTPError, httpx.InvalidURL):  # InvalidURL: a token no URL can hold
-        return "telegram get_me probe failed"
-    return None if response.is_success else "telegram get_me probe failed"
+            response = await asyncio.wait_for(client.get(f"{base}/bot{cfg.bot_token}/getMe"),
+                                              timeout_s)
+    except httpx.InvalidURL:  # a token no URL can hold; its text would hold the token
+        return ProbeFailure(_TG_FAILED, "the bot token cannot be sent in a URL",
+                            _TG_REMEDIES["unauthorized"], "unauthorized")
+    except (TimeoutError, httpx.HTTPError) as exc:
+        kind = transport_kind(exc)
+        detail = "telegram get_me probe timed out" if kind == "timeout" else _TG_FAILED
+        cause = (f"no answer from {where} within {timeout_s:g} s" if kind == "timeout"
+                 else f"{_KIND_WORDS[kind]} ({where})")
+        return ProbeFailure(detail, cause, _TG_REMEDIES[kind], kind)
+    if response.is_success:
+        return None
+    kind = "unauthorized" if response.status_code == 404 else answer_kind(response.status_code)
+    cause = ("Telegram refused the bot token" if kind == "unauthorized" else "getMe answered")
+    return ProbeFailure(_TG_FAILED, f"{cause} (HTTP {response.status_code})",
+                        _TG_REMEDIES[kind], kind)
 
 
+async def probe_telegram_get_me(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S
+                                ) -> str | None:
+    """None when getMe answers, else the short text of `telegram_get_me_failure`."""
+    failure = await telegram_get_me_failure(cfg, timeout_s)
+    return None if failure is None else failure.detail
 
-async def guarded(probe: Callable[[BusinessConfig], Awaitable[str | None]], cfg: BusinessConfig
-                  ) -> str | None:
+
+async def guarded(probe: Probe, cfg: BusinessConfig) -> ProbeFailure | None:
     """`probe(cfg)`, an unexpected exception counting as a failed probe (logged by its type):
     one probe answers many `/ready` requests, so it must answer rather than raise into all."""
     try:
         return await probe(cfg)
     except Exception as exc:
         log.warning("readiness probe raised %s", type(exc).__name__)
-        return "probe failed"
+        return ProbeFailure("probe failed", type(exc).__name__, "", "failed")
 
 
-def probe_ttl(result: str | None) -> float:
+def probe_ttl(result: ProbeFailure | None) -> float:
     """How long `/ready` reuses a peer probe's answer: `READY_CACHE_TTL_S` when it passed,
     `READY_FAILURE_TTL_S` when it failed."""
     return READY_CACHE_TTL_S if result is None else READY_FAILURE_TTL_S

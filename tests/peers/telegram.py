@@ -178,14 +178,15 @@ class TelegramEmulator:
 
     @classmethod
     def start(
-        cls, log_dir: Path, *, startup_timeout_s: float = _STARTUP_TIMEOUT_S
+        cls, log_dir: Path, *, startup_timeout_s: float = _STARTUP_TIMEOUT_S, port: int = 0
     ) -> TelegramEmulator:
-        """Install if needed, start on a free loopback port, return once it listens."""
+        """Install if needed, start on a free loopback port (or `port`: the same Bot API back
+        after a stop), return once it listens."""
         node = _tool("node")
         install_packages()
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"telegram-emulator-{time.monotonic_ns()}.log"
-        env = {**os.environ, "TTA_PORT": "0", "TTA_HOST": "127.0.0.1"}
+        env = {**os.environ, "TTA_PORT": str(port), "TTA_HOST": "127.0.0.1"}
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [node, "server.js"],

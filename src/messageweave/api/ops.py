@@ -11,15 +11,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
 from messageweave.api.credentials import services, shows_admin
-from messageweave.errors import ApiError
+from messageweave.errors import REQUEST_ID_HEADER, RETRY_AFTER, ApiError, request_id_of
 from messageweave.mail.eventsource import read_in_force
 from messageweave.pipeline.polling import read_label
 from messageweave.probes import (
+    ProbeFailure,
     Shared,
     guarded,
     mail_probe,
-    probe_telegram_get_me,
     probe_ttl,
+    telegram_get_me_failure,
 )
 from messageweave.services import Services
 from messageweave.settings import Settings
@@ -73,8 +74,8 @@ class _ReadyChecks:
 
     def __init__(self) -> None:
         self.local: Shared[_Local] = Shared(lambda _answer: 0.0)
-        self.jmap: Shared[str | None] = Shared(probe_ttl)
-        self.telegram: Shared[str | None] = Shared(probe_ttl)
+        self.jmap: Shared[ProbeFailure | None] = Shared(probe_ttl)
+        self.telegram: Shared[ProbeFailure | None] = Shared(probe_ttl)
         # Entries waiting for a peer out of reach (§7.11): shared while in flight, as `local`.
         self.waiting: Shared[dict[str, object] | None] = Shared(lambda _answer: 0.0)
 
@@ -117,7 +118,8 @@ async def ready(request: Request) -> JSONResponse:
     way Telegram's updates arrive (`updates`: `ok (polling)`, `ok (webhook)`,
     `degraded: <reason>`, `off`) are reported but never fail readiness: mail still arrives
     through the reconcile schedule, and the page says what is wrong. Else 503 (the error
-    envelope) with the checks that ran and failed in `x-ready-failed`.
+    envelope) with the checks that ran and failed in `x-ready-failed`; for an admin session
+    the body also says why each failed (`_not_ready`), for anyone else it is the bare envelope.
 
     Anyone can call `/ready`, so a burst must cost neither the peers nor our Redis pool one
     call per request: requests share the local check in flight, and each peer's probe in
@@ -128,20 +130,46 @@ async def ready(request: Request) -> JSONResponse:
     local = await shared.local.get(None, lambda: _local_check(svc))
     cfg, revision = svc.config.config, svc.config.revision
     checks = {"configured": cfg is not None, "redis": local.redis}
+    reasons: dict[str, ProbeFailure] = {}
     if cfg is not None:  # the peers can only be probed with a configuration
         mail_check, mail_probe_of = mail_probe(cfg)
-        mail_error, telegram_error = await asyncio.gather(
+        mail_failure, telegram_failure = await asyncio.gather(
             shared.jmap.get(revision, lambda: guarded(mail_probe_of, cfg)),
-            shared.telegram.get(revision, lambda: guarded(probe_telegram_get_me, cfg)),
+            shared.telegram.get(revision, lambda: guarded(telegram_get_me_failure, cfg)),
         )
-        checks.update({mail_check: mail_error is None, "telegram": telegram_error is None})
+        checks.update({mail_check: mail_failure is None, "telegram": telegram_failure is None})
+        reasons = {name: failure for name, failure in
+                   ((mail_check, mail_failure), ("telegram", telegram_failure)) if failure}
     failed = [name for name, ok in checks.items() if not ok]
-    if failed:  # only the names of the checks: a probe's reason stays in the debug surface
+    if failed:
+        if await shows_admin(request):
+            return _not_ready(request, failed, reasons)
         raise ApiError(503, "service_unavailable", retry=True,
                        headers={READY_FAILED_HEADER: ", ".join(failed)})
     waiting = await _waiting_field(svc, shared)
     return JSONResponse({"status": "ready", **checks, "push": local.push,
                          "updates": local.updates, **waiting})
+
+
+def _not_ready(request: Request, failed: list[str], reasons: dict[str, ProbeFailure]
+               ) -> JSONResponse:
+    """`/ready`'s 503 for an admin session: the envelope plus `failed`, each failed check with
+    why (`reason`: a `probes.KINDS` code, or `unreachable` for Redis, `missing` for the
+    configuration; `cause` and `remedy` in English). A probe's words name a host and port at
+    most, never a token, a password or a URL's path."""
+    words = {"configured": {"reason": "missing", "cause": "no business configuration is saved",
+                            "remedy": "save the business configuration"},
+             "redis": {"reason": "unreachable", "cause": "Redis did not answer",
+                       "remedy": "check REDIS_URL and that Redis is running"}}
+    for name, failure in reasons.items():
+        words[name] = {"reason": failure.kind, "cause": failure.cause, "remedy": failure.remedy}
+    rid = request_id_of(request.scope)
+    return JSONResponse(
+        {"error": "service_unavailable", "request_id": rid,
+         "failed": {name: words[name] for name in failed}},
+        status_code=503,
+        headers={REQUEST_ID_HEADER: rid, "Retry-After": RETRY_AFTER,
+                 READY_FAILED_HEADER: ", ".join(failed)})
 
 
 async def _read_waiting(svc: Services) -> dict[str, object] | None:

@@ -22,7 +22,7 @@ from messageweave.mail.eventsource import read_in_force
 from messageweave.mail.kinds import kind_of
 from messageweave.pipeline import owners
 from messageweave.pipeline.polling import updates_label
-from messageweave.probes import mail_server_failure, probe_telegram_get_me
+from messageweave.probes import mail_server_failure, telegram_get_me_failure
 from messageweave.settings import Settings
 from messageweave.store import keys
 from messageweave.store.opstats import stream_stats
@@ -111,19 +111,19 @@ async def _enabled(store: ConfigStore) -> Check:
 
 async def _peers(cfg: BusinessConfig) -> list[Check]:
     kind = kind_of(cfg)
-    mail_failure, telegram_error = await asyncio.gather(
-        mail_server_failure(cfg), probe_telegram_get_me(cfg)
+    mail_failure, telegram_failure = await asyncio.gather(
+        mail_server_failure(cfg), telegram_get_me_failure(cfg)
     )
     name, where = kind.login_check, kind.server(cfg)
     checks = [
         _ok(name, where) if mail_failure is None else
         Check(name, "fail", f"{mail_failure.detail}: {mail_failure.cause}",
               mail_failure.remedy),
-        _ok("telegram getMe", "the bot token is accepted") if telegram_error is None else
-        Check("telegram getMe", "fail", telegram_error,
-              "check the bot token and the Telegram API base URL"),
+        _ok("telegram getMe", "the bot token is accepted") if telegram_failure is None else
+        Check("telegram getMe", "fail", f"{telegram_failure.detail}: {telegram_failure.cause}",
+              telegram_failure.remedy),
     ]
-    if telegram_error is None:
+    if telegram_failure is None:
         checks.append(await _webhook(cfg))
     return checks
 

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from redis.exceptions import RedisError
 
@@ -69,6 +69,7 @@ WEBHOOK_WATCH_S = 60.0  # `webhook`: how often it is asked (only to report one m
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 CONFLICT_BASE_S = 5.0  # 409 from another program: it may be a second copy of this service
+STATUS_REFRESH_S = keys.UPDATES_STATUS_TTL_S / 3  # a pause writes the status again this often
 IDLE_S = 1.0  # not configured, switched off, or standing by: how often the loop looks again
 PLACE = "telegram long poll"
 CHECK_PLACE = "telegram webhook check"  # getWebhookInfo (and the deleteWebhook of `polling`)
@@ -131,6 +132,7 @@ class Poller:
         self._lock = poll_lock(svc.redis)  # a new owner token for each time it is taken
         self._webhook_changed = asyncio.Event()  # set by this instance's webhook routes
         watch_webhook_changes(svc.redis, self._webhook_changed)
+        self._written: LoopStatus | None = None  # what `_report` last wrote
 
     async def run(self) -> None:
         """Until cancelled: take the lease when it is free and receive while it is held."""
@@ -301,8 +303,18 @@ class Poller:
 
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds`, or less when a new configuration revision comes (a fixed token,
-        another mode)."""
-        await self.svc.config.changed_within(seconds)
+        another mode). The status is written again every `STATUS_REFRESH_S` meanwhile: a
+        backoff or a webhook watch may last as long as the status key's TTL, and an expired
+        status reads "no instance is receiving yet" (issue #34: the page said so in the middle
+        of a Telegram outage)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if await self.svc.config.changed_within(min(left, STATUS_REFRESH_S)):
+                return
+            if self._written is not None and left > STATUS_REFRESH_S:
+                self._written = replace(self._written, at=int(self.clock()))
+                await write_status(self.svc.redis, keys.UPDATES_STATUS,
+                                   keys.UPDATES_STATUS_TTL_S, self._written)
 
     async def _stand_by(self, seconds: float) -> None:
         """`_pause`, ended early too when this instance deleted or registered the webhook
@@ -320,9 +332,10 @@ class Poller:
                 log.info("telegram updates: %s", OK_STATES[state])
             else:
                 log.warning("telegram updates: %s", REASONS.get(state, state))
+        self._written = LoopStatus(state, detail, now, held.since,
+                                   revision=self.svc.config.revision)
         await write_status(self.svc.redis, keys.UPDATES_STATUS, keys.UPDATES_STATUS_TTL_S,
-                           LoopStatus(state, detail, now, held.since,
-                                      revision=self.svc.config.revision))
+                           self._written)
         if state != "unauthorized" and self._refused_token is not None:
             self._refused_token = None
 

@@ -5,7 +5,9 @@
 // to a dead end (issue #22): a webhook is not offered while messages are fetched by long
 // polling, a push subscription not while `push_mode` uses none, "delete the webhook" only
 // while one is in force and the setting does not insist on it, "disable push" only with a
-// subscription.
+// subscription. The card follows the service (issue #34): it reads again whenever the status
+// card did (`mw:status`, every 2 s while the page is visible), and shows the PushSubscription's
+// lifecycle only while a subscription is in force or wanted, never beside an EventSource.
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { updateDirty } from "./business.js";
 import { $, say } from "./dom.js";
@@ -13,7 +15,7 @@ import { known, t } from "./i18n.js";
 import { isOk, pushReason, updatesReason } from "./status.js";
 
 // The last push status read (null before, or when it could not be read).
-const state = { status: null, later: null };
+const state = { status: null, later: null, run: 0 };
 
 function readOrigin() {
   const raw = $("cb-origin").value.trim();
@@ -51,7 +53,11 @@ function updateRegister() {
   const want = wanted();
   const nothing = !want.webhook && !want.push;
   $("cb-register").dataset.nothing = nothing ? "1" : "";
-  say("cb-hint", t(nothing ? "callbacks.nothingToRegister" : "callbacks.hint"));
+  const saved = state.status !== null && state.status.telegram_updates !== null &&
+    state.status.telegram_updates !== undefined;
+  const hint = nothing ? "callbacks.nothingToRegister" : saved ? "callbacks.hintSaved" : "callbacks.hint";
+  $("cb-hint").dataset.i18n = hint;  // the words follow a change of the page's language too
+  say("cb-hint", t(hint));
   updateDirty();
 }
 
@@ -228,10 +234,17 @@ function showWays(status) {
   $("cb-disable").hidden = !status.subscription_id;
 }
 
+// The PushSubscription's lifecycle matters only while one is the way in force, is wanted
+// (`push_mode` subscription) or exists (registered, or lost and being re-created).
+function subscriptionShown(status) {
+  return status.in_force === "ok (subscription)" || status.push_mode === "subscription" ||
+    Boolean(status.subscription_id) || status.state !== "off";
+}
+
 function resetPushStatus() {
   state.status = null;
   clearTimeout(state.later);
-  $("cb-push-table").hidden = true;
+  $("cb-push-box").hidden = true;
   $("cb-ways").hidden = true;
   $("cb-delete-webhook").hidden = true;
   $("cb-disable").hidden = true;
@@ -239,12 +252,16 @@ function resetPushStatus() {
     .forEach(function (id) { $(id).textContent = "—"; });
   say("cb-push-msg", "");
   $("cb-register").dataset.nothing = "";
+  $("cb-hint").dataset.i18n = "callbacks.hint";
+  say("cb-hint", t("callbacks.hint"));
 }
 
 async function loadPushStatus() {
-  say("cb-push-msg", "");
+  const run = ++state.run;  // a later read wins
   try {
     const status = await api("GET", "/api/push/status", undefined, true);
+    if (run !== state.run) return;
+    say("cb-push-msg", "");
     state.status = status;
     const cell = $("cb-push-state");
     cell.textContent = pushStateText(status);
@@ -254,11 +271,11 @@ async function loadPushStatus() {
     $("cb-push-last").textContent = age === null || age === undefined ? t("callbacks.never")
       : t("callbacks.ago", { age: ageText(age) });
     $("cb-push-expires").textContent = expiryText(status);
-    $("cb-push-table").hidden = false;
+    $("cb-push-box").hidden = !subscriptionShown(status);
     showWays(status);
     updateRegister();
   } catch (err) {
-    if (!session.token) return;
+    if (!session.token || run !== state.run) return;
     resetPushStatus();
     say("cb-push-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("callbacks.pushStatusTitle") })
       : t("callbacks.statusFailed", { reason: reasonOf(err) }), "error");
@@ -281,4 +298,5 @@ export function wire() {
   $("cb-push-refresh").addEventListener("click", loadPushStatus);
   // A saved change of how messages or mail arrive changes what the card offers.
   document.addEventListener("mw:saved", function () { if (session.token) loadPushStatus(); });
+  document.addEventListener("mw:status", function () { if (session.token) loadPushStatus(); });
 }

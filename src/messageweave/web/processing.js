@@ -99,6 +99,11 @@ export function reset() {
 
 export function wire() {
   RUNTIME_FIELDS.forEach(function (name) { addHelp($("rt-" + name), name); });
+  // Max retries' help says what it does not count: a peer out of reach waits for the retry
+  // window (issue #34: the trace showed 7 retries under "Max retries 3", unexplained).
+  const retries = $("h-max_retries");
+  retries.dataset.i18n = "runtime.retryWindow";
+  retries.textContent = t("runtime.retryWindow");
   $("enabled").addEventListener("change", toggleEnabled);
   // Switched elsewhere on the page (the status card, the first save): show it here too.
   document.addEventListener("mw:enabled", function (event) {

@@ -3,6 +3,11 @@
 // whether processing is on and whether a notification failed. "Ready: every check passed" is
 // said only when nothing is wrong: the bot hears its owner, mail push works, nothing waits for
 // a peer out of reach and the dead-letter queue is empty (issue #22).
+// The card follows the service by itself (issue #34): it reads again every `LIVE_MS` while the
+// page is visible (`live()`), and tells the other cards (`mw:status`), so the callbacks card
+// reads the same moment. A poll, not a stream: it needs nothing more than the routes the card
+// already reads, /ready's probes are shared and cached on the server, and a hidden tab asks
+// nothing.
 import { api, session } from "./api.js";
 import { $, fillList, say } from "./dom.js";
 import { known, t } from "./i18n.js";
@@ -16,15 +21,19 @@ const REQUEST = { credentials: "omit", cache: "no-store", redirect: "error",
   referrerPolicy: "no-referrer", headers: { Accept: "application/json" } };
 
 // What the card last read: the status, `/ready`, and (signed in) the switch and the queues.
-const view = { status: null, ready: null, enabled: null, delivery: null, run: 0 };
+const view = { status: null, ready: null, enabled: null, delivery: null, run: 0, busy: false };
+export const LIVE_MS = 2000;
 
 // `/ready` answered: 200 with a boolean per check (and push and updates as labels), or 503
 // with the names of the failed checks in `x-ready-failed`; null when it could not be read at
-// all. A 503's body (the envelope) is read too, so the response does not stay open.
+// all. A 503's body (the envelope) is read too, so the response does not stay open; for an
+// admin session it says why each check failed (`failed`: {check: {reason, cause}}).
 async function readReady() {
   let response;
+  const headers = Object.assign({}, REQUEST.headers);
+  if (session.token) headers.Authorization = "Bearer " + session.token;
   try {
-    response = await fetch("/ready", REQUEST);
+    response = await fetch("/ready", Object.assign({}, REQUEST, { headers: headers }));
   } catch (err) {
     return null;
   }
@@ -34,7 +43,8 @@ async function readReady() {
   const header = response.headers.get("x-ready-failed");
   if (header === null) return null;
   const failed = header.split(",").map(function (name) { return name.trim(); });
-  const answer = { status: "not_ready", configured: failed.indexOf("configured") < 0 };
+  const answer = { status: "not_ready", configured: failed.indexOf("configured") < 0,
+    reasons: body && typeof body.failed === "object" && body.failed !== null ? body.failed : {} };
   ["redis"].concat(PROBED).forEach(function (name) { answer[name] = failed.indexOf(name) < 0; });
   return answer;
 }
@@ -106,7 +116,13 @@ function peerLine(name, ready) {
   }
   if (PROBED.indexOf(name) >= 0 && !ready.configured) return [t("ready." + name + ".skipped"), ""];
   if (ready[name]) return [t("ready." + name + ".ok"), "ok"];
-  return [t("ready." + name + ".failed"), "error"];
+  return [causeWords(name, (ready.reasons || {})[name]), "error"];
+}
+
+// A failed check in words: its cause when `/ready` told one (signed in), else the guess.
+function causeWords(name, why) {
+  const key = why && typeof why.reason === "string" ? "ready." + name + ".cause." + why.reason : "";
+  return key && known(key) ? t(key) : t("ready." + name + ".failed");
 }
 
 function utcMinute(unix) {
@@ -197,11 +213,16 @@ async function readSignedIn() {
 }
 
 export async function loadStatus() {
-  const run = ++view.run;  // a later call wins: an earlier answer arriving late is dropped
   say("setup-summary", t("setup.checking"));
   $("setup-missing-box").hidden = true;
   $("ready-box").hidden = true;
   $("processing-row").hidden = true;
+  await readStatus();
+}
+
+// Read and show the status; `loadStatus` first blanks the card, a live read does not.
+async function readStatus() {
+  const run = ++view.run;  // a later call wins: an earlier answer arriving late is dropped
   try {
     const status = await api("GET", "/api/status");
     if (run !== view.run) return;
@@ -216,6 +237,7 @@ export async function loadStatus() {
       view.ready = answers[0];
       showState();
       showReady();
+      document.dispatchEvent(new CustomEvent("mw:status", { detail: view.ready }));
     } else if (status.mode === "configuration-setup") {
       say("setup-summary", t("setup.setupMode"), "error");
       fillList("setup-missing", (status.missing || []).filter(function (name) {
@@ -228,9 +250,17 @@ export async function loadStatus() {
       $("auth-card").hidden = true;
     }
   } catch (err) {
+    if (run !== view.run) return;
     say("setup-summary", t("setup.unknown"), "error");
     $("auth-card").hidden = true;
   }
+}
+
+// One live read, unless the page is hidden or the last read is still out (a slow probe).
+async function liveTick() {
+  if (document.visibilityState !== "visible" || view.busy) return;
+  view.busy = true;
+  try { await readStatus(); } finally { view.busy = false; }
 }
 
 // Switch processing on from the status card; the service card's switch follows (`mw:enabled`).
@@ -265,4 +295,7 @@ export function wire() {
   $("setup-recheck").addEventListener("click", loadStatus);
   $("processing-on").addEventListener("click", switchOn);
   document.addEventListener("mw:enabled", function () { loadStatus(); });
+  document.addEventListener("mw:saved", liveTick);
+  document.addEventListener("visibilitychange", liveTick);
+  setInterval(liveTick, LIVE_MS);
 }

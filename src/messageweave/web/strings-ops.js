@@ -1,8 +1,22 @@
 // Part of the page's string table, [English, Chinese] per key. i18n.js merges the strings-*.js
 // modules into `MESSAGES`; the other modules take their texts from i18n.js, never from here.
 // This part: the operations cards — callbacks and push status, refused chats, delivery and DLQ,
-// gap audit, logs, and "where is my mail?".
+// gap audit, logs, and "where is my mail?"; the service card's note on the retry window.
 export const TEXTS = {
+  // The status card's line for a failed peer when `/ready` says why (signed in, issue #34).
+  "ready.telegram.cause.refused": ["Telegram unreachable (connection refused): check the Bot API address and this machine's network.", "无法访问 Telegram（连接被拒绝）：请检查 Bot API 地址和本机网络。"],
+  "ready.telegram.cause.timeout": ["Telegram unreachable (timed out): check this machine's network, firewall or proxy.", "无法访问 Telegram（超时）：请检查本机网络、防火墙或代理。"],
+  "ready.telegram.cause.tls": ["Telegram unreachable (TLS: its certificate is not trusted): check the Bot API address.", "无法访问 Telegram（TLS：证书不受信任）：请检查 Bot API 地址。"],
+  "ready.telegram.cause.unreachable": ["Telegram unreachable (the address cannot be reached: DNS or network).", "无法访问 Telegram（地址无法访问：DNS 或网络问题）。"],
+  "ready.telegram.cause.unauthorized": ["Telegram refused the bot token (401): correct it in the business configuration.", "Telegram 拒绝了 Bot 令牌（401）：请在业务配置中更正。"],
+  "ready.telegram.cause.answer": ["Telegram: the Bot API address answers, but not as the Bot API: check it in the business configuration.", "Telegram：Bot API 地址有响应，但不是 Bot API：请在业务配置中检查。"],
+  "ready.jmap.cause.refused": ["Mail server (JMAP) unreachable (connection refused): check its address and that it runs.", "无法访问邮件服务器（JMAP）（连接被拒绝）：请检查其地址以及它是否在运行。"],
+  "ready.jmap.cause.timeout": ["Mail server (JMAP) unreachable (timed out): check its address and the network.", "无法访问邮件服务器（JMAP）（超时）：请检查其地址和网络。"],
+  "ready.jmap.cause.tls": ["Mail server (JMAP): its certificate is not trusted — paste it into the business configuration.", "邮件服务器（JMAP）：证书不受信任——请将其粘贴到业务配置中。"],
+  "ready.jmap.cause.unreachable": ["Mail server (JMAP) unreachable (the address cannot be reached: DNS or network).", "无法访问邮件服务器（JMAP）（地址无法访问：DNS 或网络问题）。"],
+  "ready.jmap.cause.unauthorized": ["Mail server (JMAP): the username or password was refused (401).", "邮件服务器（JMAP）：用户名或密码被拒绝（401）。"],
+  "ready.jmap.cause.answer": ["Mail server (JMAP): the address answers, but not as a JMAP server — Test connection shows why.", "邮件服务器（JMAP）：该地址有响应，但不是 JMAP 服务器——“测试连接”会显示原因。"],
+  "runtime.retryWindow": ["How often a failed send is tried again quickly before it goes to the dead-letter queue. A send that fails because Telegram or the mail server cannot be reached does not count: it is tried again, with pauses growing up to 5 minutes, until the retry window has passed since its first failure (24 hours; the configuration's retry_window_s), and only then goes to the dead-letter queue.", "发送失败后快速重试的次数，之后进入死信队列。因 Telegram 或邮件服务器无法访问而失败的发送不计入：它会以逐渐增长（最长 5 分钟）的间隔再次尝试，直到自首次失败起超过重试窗口（24 小时；配置项 retry_window_s），之后才进入死信队列。"],
   "callbacks.title": ["How messages and mail arrive", "消息和邮件如何到达"],
   "callbacks.intro": ["No public address is needed: the service fetches your Telegram messages itself (long polling) and hears of new mail through the mail server's event stream (EventSource), or finds it by the periodic check.", "无需公网地址：服务会自行获取你的 Telegram 消息（长轮询），并通过邮件服务器的事件流（EventSource）得知新邮件，或通过定期检查发现新邮件。"],
   "callbacks.wayTelegram": ["Telegram messages", "Telegram 消息"],
@@ -33,6 +47,7 @@ export const TEXTS = {
   "callbacks.origin": ["Public origin", "公网源地址"],
   "callbacks.register": ["Register callbacks", "注册回调"],
   "callbacks.disablePush": ["Disable push", "停用推送"],
+  "callbacks.hintSaved": ["Registration uses the saved configuration.", "注册使用已保存的配置。"],
   "callbacks.hint": ["Save the configuration first; registration uses the saved values.", "请先保存配置；注册使用已保存的值。"],
   "callbacks.badOrigin": ["Enter an https origin without path, query or credentials, e.g. https://bot.example.com", "请输入不含路径、查询或凭据的 https 源地址，例如 https://bot.example.com"],
   "callbacks.tgOk": ["Telegram webhook: registered ({url}).", "Telegram webhook：已注册（{url}）。"],

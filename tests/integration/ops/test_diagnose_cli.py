@@ -94,7 +94,7 @@ async def test_diagnose_fails_with_a_remedy_when_telegram_rejects_the_token(
     ("untrusted certificate", "the server's certificate is not trusted", "jmap_ca_pem"),
     ("wrong password", "the server refused the username or password (HTTP 401)",
      "check jmap_username and jmap_password"),
-    ("nothing listening", "could not connect to https://127.0.0.1:",
+    ("nothing listening", "connection refused by https://127.0.0.1:",
      "check jmap_session_url and that the server is up"),
 ])
 async def test_diagnose_names_why_the_mail_server_was_not_reached(
