@@ -97,4 +97,6 @@ export const TEXTS = {
   "common.network": ["network error", "网络错误"],
 
   "privacy.note": ["Secrets are sent only to this service and never shown again. Nothing is kept in cookies or browser storage; leaving the page clears the session and the form.", "密钥只发送给本服务，且不会再次显示。不使用 Cookie 或浏览器存储；离开页面即清除会话和表单。"],
+
+  "time.utc": ["{time} UTC", "{time} UTC"],
 };
