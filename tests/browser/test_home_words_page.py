@@ -66,8 +66,8 @@ def test_the_times_of_the_logs_and_the_dead_letter_queue_say_they_are_utc(
         "reason": "mailbox refused", "attempts": "1", "failed_at": "1700000000000"})
     page = page_run.page
     signed_in(page, configured, revision=1)
-    send = page.locator("#send-rows tr").first
-    expect(send.locator("td").first).to_have_text(re.compile(f"^{UTC_MS}$"))
+    expect(page.locator("#send-rows tr td:first-child")).to_have_text(
+        [re.compile(f"^{UTC_MS}$")])
     expect(page.locator("#audit-rows tr").first.locator("td").first).to_have_text(
         re.compile(f"^{UTC_MS}$"))
     page.click("#dlq-show")
@@ -99,7 +99,9 @@ def test_the_queues_are_named_in_words_and_delivered_history_is_not_a_backlog(
     expect(mail.locator("th")).to_have_attribute("title", "stalwart:jmap")
     expect(page.locator("#delivery-rows tr").nth(1).locator("th")).to_have_text("chat queue")
     expect(page.locator("#dlq-stream option")).to_have_text(["mail queue", "chat queue"])
-    expect(page.locator("#send-rows tr").first.locator("td").nth(1)).to_have_text("chat queue")
+    # the worker may log its own attempts on the mail queue meanwhile: find this test's record
+    expect(page.locator("#send-rows td").filter(has_text=re.compile("^chat queue$"))
+           ).to_have_count(1)
     expect(page.locator("#delivery-card")).not_to_contain_text("stalwart")
     expect(page.locator("#logs-card")).not_to_contain_text("stalwart")
     assert page.evaluate("window.__mw.missing") == []
