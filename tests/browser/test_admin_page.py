@@ -345,7 +345,7 @@ def test_dead_letter_entries_are_listed_and_replayed(
         "payload": json.dumps({"kind": "catch_up"}), "failure_class": "permission",
         "reason": "mailbox refused", "attempts": "1", "failed_at": "1700000000000"})
     signed_in(page, configured, revision=1)
-    expect(page.locator("#delivery-rows tr").first).to_contain_text("stalwart:jmap")
+    expect(page.locator("#delivery-rows tr").first).to_contain_text("mail queue")
     page.click("#dlq-show")
     entry = page.locator("#dlq-list li")
     expect(entry).to_have_count(1)

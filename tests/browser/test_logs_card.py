@@ -57,7 +57,7 @@ def test_the_audit_table_shows_an_admin_action_done_on_the_page(
     newest = page.locator("#audit-rows tr").first
     expect(newest).to_contain_text("enabled_changed")
     expect(newest.locator("td").nth(2)).to_have_text("enabled=true")
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}",
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC",
                         newest.locator("td").first.inner_text())
     shot(page, "logs")
 
@@ -74,7 +74,7 @@ def test_a_recorded_send_appears_and_the_outcome_filter_hides_and_shows_it(
     expect(page.locator("#send-rows tr")).to_have_count(2)
     dead = page.locator("#send-rows tr").first  # newest first
     expect(dead.locator("td")).to_have_text(
-        [re.compile(r"^\d{4}-"), "stalwart:telegram", "notify", "—", "dead_letter",
+        [re.compile(r"^\d{4}-"), "chat queue", "notify", "—", "dead_letter",
          "permission", "12.3 ms"])
     ok = page.locator("#send-rows tr").nth(1)
     expect(ok.locator("td").nth(3)).to_have_text("4242")

@@ -418,9 +418,10 @@ def test_the_delivery_card_counts_what_waits_not_what_was_delivered(
     page = page_run.page
     signed_in(page, configured, revision=1)
     row = page.locator("#delivery-rows tr").first
-    expect(row.locator("th, td")).to_have_text(["stalwart:jmap", "0", "1", "0"])
+    expect(row.locator("th, td")).to_have_text(["mail queue", "0", "1", "0", "2"])
     expect(page.locator("#delivery-table thead th")).to_have_text(
-        ["Stream", "Waiting", "Being sent or retried", "Failed (dead-letter queue)"])
+        ["Queue", "Waiting", "Being sent or retried", "Failed (dead-letter queue)",
+         "Done, kept in history"])
 
 
 def test_opening_the_page_writes_no_session_record_signing_in_writes_one(

@@ -36,7 +36,8 @@ def test_searching_a_subject_on_the_card_shows_the_steps_of_the_mail(
 ) -> None:
     """Catches a card that is not wired (no session on its call, a 404 for its module, a
     string missing from i18n.js) or that drops the steps: the reconcile's find, the queue entry
-    and the failed attempt (Telegram is a closed port here) must be listed with their times."""
+    and the failed attempt (Telegram is a closed port here) must be listed with their times,
+    each labelled with its zone (UTC), on the queue named in words (issue #34)."""
     mail = BrowserMail(service, cyrus, redis_sync)
     mail.first_run()
     subject = f"Card trace {secrets.token_hex(4)}"
@@ -55,11 +56,11 @@ def test_searching_a_subject_on_the_card_shows_the_steps_of_the_mail(
     expect(block.locator("h3")).to_have_text(f"{email_id} · {subject}")
     steps = block.locator("li")
     expect(block.locator('li[data-step="seen"]')).to_contain_text("Seen by the reconcile")
-    expect(block.locator('li[data-step="enqueued"]')).to_contain_text("Queued on stalwart:jmap")
+    expect(block.locator('li[data-step="enqueued"]')).to_contain_text("Queued on the mail queue")
     expect(block.locator('li[data-step="attempt"]').first).to_contain_text(
         "Attempt: retry, transient")
     expect(steps.first.locator("time")).to_have_text(
-        re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$"))
+        re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC$"))
     shot(page, "trace-card")
 
     page.fill("#trace-q", "Mnosuchmail0000000000000")

@@ -11,7 +11,7 @@
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { updateDirty } from "./business.js";
 import { $, say } from "./dom.js";
-import { known, t } from "./i18n.js";
+import { known, t, utcTime } from "./i18n.js";
 import { isOk, pushReason, updatesReason } from "./status.js";
 
 // The last push status read (null before, or when it could not be read).
@@ -172,10 +172,6 @@ function ageText(seconds) {
   return t("callbacks.ageS", { n: s });
 }
 
-function utcText(unix) {
-  return new Date(unix * 1000).toISOString().replace("T", " ").replace(/\.\d{3}Z$/, "");
-}
-
 function pushStateText(status) {
   if (status.state === "off") return t("callbacks.stateOff");
   if (status.state === "ok") return t(status.verified ? "callbacks.stateOk" : "callbacks.stateOkUnverified");
@@ -187,7 +183,7 @@ function pushStateText(status) {
 function expiryText(status) {
   if (status.state === "off") return "—";
   if (status.expires_at === null || status.expires_at === undefined) return t("callbacks.noExpiry");
-  const time = utcText(status.expires_at);
+  const time = utcTime(status.expires_at);
   return status.expires_in_s > 0 ? t("callbacks.expiresAt", { time: time, left: ageText(status.expires_in_s) })
     : t("callbacks.expiredAt", { time: time });
 }

@@ -1,9 +1,26 @@
 // Card "Delivery": per stream what waits, what is being sent (or waits for its retry) and what
-// failed for good, and the dead-letter queue listed and replayed. The stream's length is not
-// shown: it counts delivered entries too, until they are trimmed (issue #22).
+// failed for good, and the dead-letter queue listed and replayed. The stream's length counts
+// delivered entries too, until they are trimmed (issue #22): what waits and what is done and
+// kept in history are shown apart, so a history never reads as a backlog (issue #34). The
+// streams are named in words ("mail queue"), their keys in the tooltip.
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
-import { t } from "./i18n.js";
+import { queueName, t, utcTime } from "./i18n.js";
+
+// Entries the stream still holds that are neither waiting nor being sent: done (delivered,
+// skipped or dead-lettered), kept until the trim. "—" when the server does not say.
+function keptInHistory(s) {
+  if (s.unread === undefined || s.length === undefined) return "—";
+  return Math.max(0, Number(s.length) - Number(s.unread) - Number(s.pending));
+}
+
+function queueCell(name) {
+  const cell = document.createElement("th");
+  cell.scope = "row";
+  cell.textContent = queueName(name);
+  cell.title = name;
+  return cell;
+}
 
 async function loadDelivery() {
   say("delivery-msg", "");
@@ -16,9 +33,9 @@ async function loadDelivery() {
       const tr = document.createElement("tr");
       // `unread` is new (issue #22): an older server does not say what waits ("—").
       const waiting = s.unread === undefined ? "—" : s.unread;
-      [name, waiting, s.pending, s.dlq].forEach(function (value, index) {
-        const cell = document.createElement(index === 0 ? "th" : "td");
-        if (index === 0) cell.scope = "row";
+      tr.appendChild(queueCell(name));
+      [waiting, s.pending, s.dlq, keptInHistory(s)].forEach(function (value) {
+        const cell = document.createElement("td");
         cell.textContent = String(value);
         tr.appendChild(cell);
       });
@@ -59,8 +76,8 @@ async function showDlq() {
       const text = document.createElement("label");
       text.htmlFor = box.id;
       const at = Number(entry.failed_at) || 0;  // seconds or milliseconds since the epoch
-      const when = at ? new Date(at > 1e12 ? at : at * 1000).toISOString() : "—";
-      text.textContent = t("delivery.dlqEntry", Object.assign({}, entry, { failed_at: when }));
+      text.textContent = t("delivery.dlqEntry", Object.assign({}, entry,
+        { failed_at: at ? utcTime(at) : "—" }));
       li.append(box, text);
       list.appendChild(li);
     });

@@ -1,15 +1,11 @@
 // Card "Gap audit": the last run (`GET /api/audit`) and "run now" (`POST /api/audit`).
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
-import { known, t } from "./i18n.js";
+import { known, t, utcTime } from "./i18n.js";
 
 function gapTrigger(trigger) {
   const key = "gap.trigger." + trigger;
   return known(key) ? t(key) : String(trigger || "—");
-}
-
-function gapTime(unix) {
-  return new Date(Number(unix) * 1000).toISOString().replace("T", " ").replace(/\.\d{3}Z$/, "");
 }
 
 function showGapLast(last) {
@@ -17,7 +13,7 @@ function showGapLast(last) {
     say("gap-last", t("gap.never"));
     return;
   }
-  const vars = { time: gapTime(last.at), trigger: gapTrigger(last.trigger) };
+  const vars = { time: utcTime(last.at), trigger: gapTrigger(last.trigger) };
   if (last.ok === false) {
     say("gap-last", t("gap.lastFailed", Object.assign(vars, { error: last.error || "—" })), "error");
     return;

@@ -52,6 +52,25 @@ export function known(key) {
   return MESSAGES.en[key] !== undefined;
 }
 
+// A time the page shows, always in UTC and labelled so (docs/reference.md §3.1):
+// "2026-05-01 14:05:03 UTC", with `ms` "2026-05-01 14:05:03.123 UTC". `at` is an ISO string,
+// or a Unix time in seconds (in milliseconds when above 1e12); "—" for none.
+export function utcTime(at, ms) {
+  if (at === null || at === undefined || at === "") return "—";
+  const number = Number(at);
+  const date = Number.isFinite(number) ? new Date(number > 1e12 ? number : number * 1000)
+    : new Date(String(at));
+  if (Number.isNaN(date.getTime())) return String(at);
+  const text = date.toISOString().replace("T", " ").replace(/Z$/, "");
+  return t("time.utc", { time: ms ? text : text.replace(/\.\d{3}$/, "") });
+}
+
+// A stream's name in words ("mail queue", "chat queue"); the key itself for one the table
+// does not know. The keys keep their names (`stalwart:jmap`), shown only as a tooltip.
+export function queueName(stream) {
+  return known("queue." + stream) ? t("queue." + stream) : String(stream);
+}
+
 export function applyI18n() {
   document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
   document.querySelectorAll("[data-i18n]").forEach(function (el) {

@@ -2,12 +2,12 @@
 // with `before`.
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { $, cell, say } from "./dom.js";
-import { t } from "./i18n.js";
+import { queueName, t, utcTime } from "./i18n.js";
 
 const LOG_PAGE = 20;
 const LOGS = {
   send: { path: "/api/logs/send", before: null, generation: 0, columns: function (r) {
-    return [r.stream, r.kind, r.chat_id, r.outcome, r.failure_class,
+    return [r.stream ? queueName(r.stream) : null, r.kind, r.chat_id, r.outcome, r.failure_class,
       r.latency_ms === undefined || r.latency_ms === null ? null
         : t("logs.latencyMs", { n: r.latency_ms })];
   } },
@@ -27,14 +27,10 @@ function auditFields(record) {
     }).join(", ");
 }
 
-function logTime(iso) {
-  return String(iso || "—").replace("T", " ").replace(/Z$/, "");
-}
-
 function logRow(name, record) {
   const tr = document.createElement("tr");
   tr.dataset.id = record.id;
-  [logTime(record.time)].concat(LOGS[name].columns(record)).forEach(function (value) {
+  [utcTime(record.time, true)].concat(LOGS[name].columns(record)).forEach(function (value) {
     tr.appendChild(cell(value === null || value === undefined || value === "" ? "—"
       : String(value)));
   });

@@ -1,6 +1,6 @@
 // The admin page's entry module: translates the page, wires every card and checks the
-// service status. Vanilla JS modules under a strict CSP: no inline code, no eval, no storage,
-// no cookies. One module per card; api.js, dom.js and i18n.js are shared.
+// service status. Vanilla JS modules under a strict CSP: no inline code, no eval, no cookies,
+// no storage but the admin session kept when "stay signed in" was ticked (session.js). One module per card; api.js, dom.js and i18n.js are shared.
 import * as business from "./business.js";
 import * as callbacks from "./callbacks.js";
 import * as chats from "./chats.js";

@@ -9,7 +9,7 @@ import { addHelp, businessLabelKey, withLabels } from "./business-form.js";
 import { adoptRevision, load as reloadBusiness, onReadback, savedState } from "./business.js";
 import { $, say } from "./dom.js";
 import * as dryRun from "./dry-run.js";
-import { known, t } from "./i18n.js";
+import { known, lang, t } from "./i18n.js";
 import * as editor from "./rules-editor.js";
 
 const NAMES = ["notify_rules", "quiet_hours", "digest_threshold"];
@@ -29,6 +29,8 @@ const QUIET_FIELD = /\bQUIET_HOURS\.(start|end)\b/g;
 // `baseline`: the saved values in the card's shapes; `refill`: the next readback replaces
 // what the card shows even if it was edited (after a conflict or this card's own save).
 const state = { baseline: null, refill: false };
+// What the button preview shows: the last readback's values, and whether they were saved.
+const preview = { values: {}, configured: false };
 
 // A value of the card's own inputs that the page refuses; `id` is the input.
 class FieldError extends Error {
@@ -60,8 +62,18 @@ const BUTTONS = {
   en: [["Summary", "Mark read", "Archive"], ["Read"]],
 };
 
-function showPreview(values) {
-  const rows = BUTTONS[values.bot_language] || BUTTONS.zh;
+// The language the bot will speak: the saved `bot_language`; before the first save the
+// business form's choice, which starts as the page's own language (the contract's default, zh,
+// is not what an English page is about to save).
+function previewLanguage() {
+  if (preview.configured) return preview.values.bot_language;
+  const chosen = $("f-bot_language").value;
+  return BUTTONS[chosen] ? chosen : lang;
+}
+
+function showPreview() {
+  const rows = BUTTONS[previewLanguage()] || BUTTONS[lang];
+  const values = preview.values;
   $("preview-buttons").replaceChildren(...rows.slice(0, values.read_in_chat === false ? 1 : 2)
     .map(function (labels) {
       const row = document.createElement("div");
@@ -196,7 +208,9 @@ function showState(configured, revision) {
 function onBody(body) {
   const values = body.values || {};
   editor.setChats(values.telegram_chat_id, values.chat_allowlist);
-  showPreview(values);
+  preview.values = values;
+  preview.configured = body.configured === true;
+  showPreview();
   const keep = state.baseline !== null && !state.refill && isDirty();
   state.baseline = baselineFrom(values);
   state.refill = false;
@@ -314,6 +328,7 @@ export function wire() {
     reread(savedState().revision);
   });
   onReadback(onBody);
+  $("f-bot_language").addEventListener("change", showPreview);
   dryRun.wire(draft, rejected);
   reset();
 }

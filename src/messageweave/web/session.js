@@ -1,5 +1,11 @@
 // Card 2, sign-in, and the session toolbar: the admin session's life in this page, from the
 // admin key to sign-out, expiry or a 401, each of which clears the page.
+//
+// "Stay signed in" (issue #34): ticked at sign-in, the session token and its end are kept in
+// this tab's sessionStorage, so a reload resumes it; never the admin key, which the page
+// forgets as soon as it is sent. Sign-out (which revokes it), expiry and a 401 forget it; a
+// reload's pagehide clears the page but not the kept session. A kept session is checked with
+// one call before the cards load (a stale one costs one throttled failure, not one a card).
 import { api, onSessionLost, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
 import { t } from "./i18n.js";
@@ -12,6 +18,50 @@ export function manage(list) {
 }
 
 const clock = { expiresAt: 0, timer: null };
+const KEPT = "mw.session";
+const MAX_SESSION_S = 1800;  // ADMIN_SESSION_TTL_S: the page never counts a session longer
+const SESSION_TOKEN = /^[0-9a-f]{64}$/;
+
+function keep(token, expiresAt) {
+  try {
+    sessionStorage.setItem(KEPT, JSON.stringify({ token: token, expires_at: expiresAt }));
+  } catch (err) {
+    // storage refused (a private window's quota): the session stays in memory only
+  }
+}
+
+function forget() {
+  try { sessionStorage.removeItem(KEPT); } catch (err) { /* nothing was kept */ }
+}
+
+// The kept session while it has not expired, else null (and an expired one forgotten).
+function kept() {
+  let value = null;
+  try { value = JSON.parse(sessionStorage.getItem(KEPT) || "null"); } catch (err) { value = null; }
+  if (value && SESSION_TOKEN.test(String(value.token)) && Number(value.expires_at) > Date.now()) {
+    return value;
+  }
+  forget();
+  return null;
+}
+
+// A reload with a kept session: resumed when the server still knows it, else forgotten.
+async function resume() {
+  const saved = kept();
+  if (saved === null) return;
+  try {
+    await api("GET", "/api/enabled", undefined, saved.token);
+  } catch (err) {
+    if (err.status === 401 || err.status === 403) {
+      forget();
+      say("auth-msg", t("auth.expired"), "error");
+    }
+    return;
+  }
+  // Never longer than a session lives (the server's TTL decides anyway).
+  const end = Math.min(Number(saved.expires_at), Date.now() + MAX_SESSION_S * 1000);
+  if (session.token === null) startSession(saved.token, end);
+}
 
 async function signIn(event) {
   event.preventDefault();
@@ -22,7 +72,12 @@ async function signIn(event) {
   try {
     const data = await api("POST", "/api/admin/session", undefined, key);
     $("auth-key").value = "";
-    startSession(data.session, data.expires_in);
+    const seconds = Math.min(Number(data.expires_in) > 0 ? Number(data.expires_in) : MAX_SESSION_S,
+      MAX_SESSION_S);
+    const expiresAt = Date.now() + seconds * 1000;
+    if ($("auth-keep").checked) keep(data.session, expiresAt);
+    else forget();
+    startSession(data.session, expiresAt);
   } catch (err) {
     say("auth-msg", err.status === 401 ? t("auth.wrong") : t("biz.failed", { reason: reasonOf(err) }), "error");
   } finally {
@@ -30,10 +85,9 @@ async function signIn(event) {
   }
 }
 
-function startSession(token, expiresIn) {
-  const seconds = Math.min(Number(expiresIn) > 0 ? Number(expiresIn) : 1800, 1800);
+function startSession(token, expiresAt) {
   session.token = token;
-  clock.expiresAt = Date.now() + seconds * 1000;
+  clock.expiresAt = expiresAt;
   clearInterval(clock.timer);
   clock.timer = setInterval(tick, 1000);
   tick();
@@ -67,6 +121,7 @@ export function clearPage() {
 }
 
 function endSession(messageKey) {
+  forget();
   clearPage();
   $("auth-card").hidden = false;
   say("auth-msg", t(messageKey), messageKey === "auth.signedOut" ? "ok" : "error");
@@ -93,4 +148,7 @@ export function hasSession() {
 export function wire() {
   $("auth-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", signOut);
+  // A reload, or a page back from the back/forward cache (whose pagehide cleared it).
+  window.addEventListener("pageshow", function (event) { if (event.persisted) resume(); });
+  resume();
 }

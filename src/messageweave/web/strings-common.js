@@ -75,8 +75,10 @@ export const TEXTS = {
   "ready.push.unknown": ["Mail push: reported once the service is ready.", "邮件推送：服务就绪后才会报告。"],
 
   "auth.title": ["Create admin session", "创建管理会话"],
-  "auth.intro": ["Enter the admin key of this service (printed once when it was first started). The session lives only in this page's memory.",
-    "请输入本服务的管理密钥（首次启动时打印过一次）。会话只保存在本页面的内存中。"],
+  "auth.intro": ["Enter the admin key of this service (printed once when it was first started). The session lives only in this page's memory, so reloading the page asks for the key again, unless you tick the box below.",
+    "请输入本服务的管理密钥（首次启动时打印过一次）。会话只保存在本页面的内存中，因此刷新页面后需要重新输入密钥，除非勾选下面的选项。"],
+  "auth.keep": ["Stay signed in in this tab across reloads (trusted computer only): the session, never the key, is kept in this tab until it expires or you sign out.",
+    "在此标签页中刷新后保持登录（仅限可信的电脑）：只保存会话（绝不保存密钥），保留到会话过期或退出为止。"],
   "auth.keyLabel": ["Admin key", "管理密钥"],
   "auth.keyPlaceholder": ["64 hex characters", "64 位十六进制字符"],
   "auth.submit": ["Sign in", "登录"],
@@ -96,5 +98,7 @@ export const TEXTS = {
   "common.notAvailable": ["{feature}: not available on this server version.", "{feature}：此服务器版本不提供该功能。"],
   "common.network": ["network error", "网络错误"],
 
-  "privacy.note": ["Secrets are sent only to this service and never shown again. Nothing is kept in cookies or browser storage; leaving the page clears the session and the form.", "密钥只发送给本服务，且不会再次显示。不使用 Cookie 或浏览器存储；离开页面即清除会话和表单。"],
+  "privacy.note": ["Secrets are sent only to this service and never shown again. No cookies; browser storage holds nothing unless you chose to stay signed in (then this tab keeps the session, never the admin key, until it expires). Leaving the page clears the form.", "密钥只发送给本服务，且不会再次显示。不使用 Cookie；除非你选择保持登录（此时本标签页保存会话、绝不保存管理密钥，直到会话过期），浏览器存储中不保存任何内容。离开页面即清除表单。"],
+
+  "time.utc": ["{time} UTC", "{time} UTC"],
 };

@@ -1,13 +1,13 @@
 // Card "Where is my mail?": an email id or subject words → `GET /api/trace?q=`, and for each
-// matching mail every step the service recorded, with its time (UTC).
+// matching mail every step the service recorded, with its time (in UTC, labelled so).
 import { api, isMissingRoute, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
-import { known, t } from "./i18n.js";
+import { known, queueName, t, utcTime } from "./i18n.js";
 
 let generation = 0;
 
 function when(iso) {
-  return iso ? String(iso).replace("T", " ").replace(/Z$/, "") : t("trace.now");
+  return iso ? utcTime(iso, true) : t("trace.now");
 }
 
 function ids(list) {
@@ -21,7 +21,7 @@ function stepText(s) {
   if (s.step === "queued" && !s.read) key += "Unread";
   if (!known(key)) return s.step;
   return t(key, {
-    stream: s.stream, entry: s.entry_id, outcome: s.outcome,
+    stream: queueName(s.stream), entry: s.entry_id, outcome: s.outcome,
     failure: s.failure_class ? ", " + s.failure_class : "",
     ms: s.latency_ms, ids: ids(s.message_ids), attempts: s.attempts, dlq: s.dlq_id || "—",
     reason: s.reason ? ": " + s.reason : "", replay: s.new_entry_id, consumer: s.consumer,
