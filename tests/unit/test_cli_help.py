@@ -12,7 +12,9 @@ WITH_DATA_DIR = [["diagnose"], ["test-notify"], ["bootstrap"], ["drain"], ["reco
                  ["audit"], ["dlq", "list"], ["dlq", "replay"], ["run"]]
 
 
-@pytest.mark.parametrize("command", [*WITH_DATA_DIR, ["serve"]], ids=" ".join)
+@pytest.mark.parametrize("command", [*WITH_DATA_DIR, ["serve"], ["service", "install"],
+                                     ["service", "uninstall"], ["service", "status"]],
+                         ids=" ".join)
 def test_help_shows_one_example(command: list[str]) -> None:
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output

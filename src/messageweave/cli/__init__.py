@@ -4,7 +4,8 @@
 - `ops`: `diagnose`, `test-notify`, `bootstrap`;
 - `pipeline`: `drain`, `dlq list`, `dlq replay`;
 - `mailbox`: `reconcile`, `audit`;
-- `trace`: `trace` (where is my mail?).
+- `trace`: `trace` (where is my mail?);
+- `service`: `service install`, `service uninstall`, `service status` (a systemd user unit).
 
 What several of them need lives in `common`; the command modules import only that, never
 each other or this package. `serving` is what `run` and `serve` do once their options are
@@ -27,7 +28,7 @@ def build_app() -> typer.Typer:
     `messageweave serve` becomes) does not carry it (issue #14)."""
     import typer
 
-    from messageweave.cli import mailbox, ops, pipeline, serve, trace
+    from messageweave.cli import mailbox, ops, pipeline, serve, service, trace
 
     app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
     serve.register(app)
@@ -35,6 +36,7 @@ def build_app() -> typer.Typer:
     pipeline.register(app)
     mailbox.register(app)
     trace.register(app)
+    service.register(app)
     return app
 
 

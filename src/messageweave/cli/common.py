@@ -1,8 +1,11 @@
 """What several commands share: the console, the `--data-dir` option, loading the settings
-printing a failure (exit code 1), and the services of a configured instance."""
+printing a failure (exit code 1), the admin key of a data directory (`run` and `service install`
+create it), and the services of a configured instance."""
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,7 +17,7 @@ from rich.console import Console
 from messageweave import runtime
 from messageweave.runtime import settings_from_data_dir
 from messageweave.services import Services
-from messageweave.settings import Settings
+from messageweave.settings import KEY_FILE, Settings
 
 console = Console()
 
@@ -36,6 +39,20 @@ def load_settings(data_dir: Path | None) -> Settings:
     if settings.missing:
         fail(f"environment: missing {', '.join(settings.missing)}")
     return settings
+
+
+def load_or_create_key(data_dir: Path) -> tuple[str, bool]:
+    """The admin key stored in `data_dir` (mode 0600), generating it on first use."""
+    path = data_dir / KEY_FILE
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip(), False
+    key = secrets.token_hex(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key, True
 
 
 @asynccontextmanager

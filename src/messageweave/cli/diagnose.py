@@ -2,20 +2,24 @@
 
 They run against what the environment points at (Redis, the stored configuration, the peers it
 names), in order; a check whose prerequisite failed is reported as failed with the remedy of
-the prerequisite, so the first failing line is the one to fix.
+the prerequisite, so the first failing line is the one to fix. They first say how the
+instance was started (`messageweave.cli.instance`: a data directory of `scripts/run.sh` or the
+environment) and, for a data directory, whether it runs and whether systemd keeps it running;
+the remedies then fit that way (issue #34).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
 from redis.exceptions import RedisError
 
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
+from messageweave.cli.checks import Check
+from messageweave.cli.checks import ok as _ok
+from messageweave.cli.instance import Origin, Place
 from messageweave.config.live import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.eventsource import read_in_force
@@ -31,60 +35,50 @@ from messageweave.store.redis import Redis, connect
 from messageweave.store.state import ConfigStore
 from messageweave.store.waiting import JMAP, LABELS, TELEGRAM, waiting_for_peers
 
-Status = Literal["ok", "warn", "fail"]
 
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    remedy: str = ""
-
-
-def _ok(name: str, detail: str) -> Check:
-    return Check(name, "ok", detail)
-
-
-async def run_checks(settings: Settings) -> list[Check]:
-    if settings.missing:
-        return [Check("environment", "fail", "missing or invalid: " + ", ".join(settings.missing),
-                      "set REDIS_URL and CONFIG_ENCRYPTION_KEY (64 hex characters)")]
-    checks = [_ok("environment", "REDIS_URL and CONFIG_ENCRYPTION_KEY set")]
+async def run_checks(settings: Settings, origin: Origin | None = None) -> list[Check]:
+    """The checks, for an instance started the way `origin` says (default: from the
+    environment, as a container is)."""
+    place = Place.find(origin)
+    if settings.missing:  # and for a data directory, whether systemd would start it
+        return [place.missing(settings.missing),
+                *([place.service()] if place.origin.data_dir else [])]
+    checks = [_ok("environment", place.origin.describe())]
+    if place.origin.data_dir:
+        checks.extend(place.checks())
     redis = connect(settings.redis_url)
     try:
-        checks.extend(await _with_redis(settings, redis))
+        checks.extend(await _with_redis(settings, redis, place))
     finally:
         await redis.aclose()
     return checks
 
 
-async def _with_redis(settings: Settings, redis: Redis) -> list[Check]:
+async def _with_redis(settings: Settings, redis: Redis, place: Place) -> list[Check]:
     store = ConfigStore(redis)
     try:
         await asyncio.wait_for(store.ping(), 10)
     except (RedisError, OSError, TimeoutError) as exc:
-        return [Check("redis", "fail", f"unreachable ({type(exc).__name__})",
-                      "check REDIS_URL and that Redis is running")]
+        return [place.redis_down(type(exc).__name__)]
     checks = [_ok("redis", "answers PING")]
     service = ConfigService(store, settings.encryption_key)
     try:
         _, cfg = await service.read_stored()
     except StoreUnavailable:
         return [*checks, Check("configuration", "fail", "stored configuration cannot be decrypted",
-                               "CONFIG_ENCRYPTION_KEY is not the key it was saved with")]
+                               place.remedy_wrong_key())]
     except StoredConfigInvalid as exc:
         return [*checks, Check("configuration", "fail", f"stored configuration invalid: {exc}",
                                "fix it on the admin page")]
     if cfg is None:
         return [*checks, Check("configuration", "fail", "nothing configured yet",
-                               "save a configuration on the admin page or run "
+                               f"save a configuration on the admin page{place.page()} or run "
                                "`messageweave bootstrap --file config.json`")]
     checks.append(_ok("configuration", "stored and valid"))
     checks.append(_owners(cfg))
     checks.append(await _enabled(store))
     checks.extend(await _peers(cfg))
-    checks.append(await _updates(redis, cfg, await store.enabled()))
+    checks.append(await _updates(redis, cfg, await store.enabled(), place))
     checks.append(await _push(redis, cfg, time.time(), await store.enabled()))
     checks.extend(await _queues(redis))
     checks.extend(await _waiting(redis, cfg, time.time()))
@@ -158,7 +152,7 @@ _UPDATES_REMEDIES = {
 }
 
 
-async def _updates(redis: Redis, cfg: BusinessConfig, enabled: bool) -> Check:
+async def _updates(redis: Redis, cfg: BusinessConfig, enabled: bool, place: Place) -> Check:
     """How Telegram's updates reach the service, as the receiving instance last reported."""
     status = await read_status(redis, keys.UPDATES_STATUS)
     label = updates_label(status, enabled=enabled, configured=True)
@@ -169,7 +163,7 @@ async def _updates(redis: Redis, cfg: BusinessConfig, enabled: bool) -> Check:
                      "turn it on on the admin page (PUT /api/enabled)")
     return Check("telegram updates", "warn", label,
                  _UPDATES_REMEDIES.get(status.state if status else "",
-                                       "check that the service is running (messageweave run)"))
+                                       place.remedy_not_receiving()))
 
 
 _PUSH_REMEDIES = {

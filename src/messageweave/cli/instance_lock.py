@@ -45,15 +45,20 @@ class AlreadyRunning(Exception):
         self.owner = owner
 
 
+def _parse(raw: bytes) -> Owner:
+    """The pid and URL a lock file holds; `ValueError` (or `AttributeError`) when it holds no
+    JSON object."""
+    record = json.loads(raw)
+    pid, url = record.get("pid"), record.get("url")
+    return Owner(pid if isinstance(pid, int) else None, url if isinstance(url, str) else None)
+
+
 def _read_owner(fd: int) -> Owner:
     """What the holder of the lock on `fd`'s file wrote (it may be writing it right now)."""
     deadline = time.monotonic() + _OWNER_WAIT_S
     while True:
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            record = json.loads(os.pread(fd, 4096, 0))
-            pid, url = record.get("pid"), record.get("url")
-            return Owner(pid if isinstance(pid, int) else None,
-                         url if isinstance(url, str) else None)
+            return _parse(os.pread(fd, 4096, 0))
         if time.monotonic() > deadline:
             return Owner(None, None)
         time.sleep(0.02)
@@ -96,6 +101,21 @@ def owner_of(directory: Path) -> Owner | None:
         return None
     try:
         return _read_owner(fd) if _locked_by_another(fd, fcntl.LOCK_SH) else None
+    finally:
+        os.close(fd)
+
+
+def last_recorded(directory: Path) -> Owner | None:
+    """What the last instance on `directory` wrote, running or not (`diagnose` takes the port a
+    stopped one was started with from its URL); None when nothing was ever written."""
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _parse(os.pread(fd, 4096, 0))
+    except (OSError, ValueError, AttributeError):
+        return None
     finally:
         os.close(fd)
 

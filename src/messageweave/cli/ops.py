@@ -13,31 +13,23 @@ import typer
 
 from messageweave.api.gateway import signature_headers
 from messageweave.chat.telegram import TelegramClient, TelegramSendError
+from messageweave.cli.checks import print_checks
 from messageweave.cli.common import DataDirOption, console, fail, load_settings
-from messageweave.cli.diagnose import Check, run_checks
+from messageweave.cli.diagnose import run_checks
+from messageweave.cli.instance import origin_of
 from messageweave.config.live import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.runtime import settings_from_data_dir
 from messageweave.settings import KEY_FILE, Settings, default_data_dir
 from messageweave.store.redis import connect
 from messageweave.store.state import ConfigStore
 
-_MARKS = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
-
-
-def print_checks(checks: list[Check]) -> None:
-    for check in checks:
-        console.print(f"{_MARKS[check.status]} [bold]{check.name}[/]: {check.detail}",
-                      highlight=False)
-        if check.remedy and check.status != "ok":
-            console.print(f"      → {check.remedy}", highlight=False)
-
 
 def diagnose(data_dir: DataDirOption = None) -> None:
-    """Check the environment, Redis, the configuration, JMAP, Telegram and the queues.
+    """Check how it was started, Redis, the configuration, the mail server, Telegram, the queues.
 
     Example: messageweave diagnose --data-dir .messageweave
     """
-    checks = asyncio.run(run_checks(settings_from_data_dir(data_dir)))
+    checks = asyncio.run(run_checks(settings_from_data_dir(data_dir), origin_of(data_dir)))
     print_checks(checks)
     failed = [c for c in checks if c.status == "fail"]
     if failed:

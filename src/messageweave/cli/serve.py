@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import shlex
 import shutil
 import socket
@@ -22,7 +21,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from messageweave.cli import instance_lock
-from messageweave.cli.common import console
+from messageweave.cli.common import console, load_or_create_key
 from messageweave.cli.serving import (
     HANDOVER_ENV,
     become_server,
@@ -41,20 +40,6 @@ EXIT_PORT = 1
 EXIT_RUNNING = 1  # the data directory is another running instance's
 
 DebugOption = Annotated[bool, typer.Option("--debug", help="Mount /debug/* (needs DEBUG_TOKEN).")]
-
-
-def load_or_create_key(data_dir: Path) -> tuple[str, bool]:
-    """The admin key stored in `data_dir` (mode 0600), generating it on first use."""
-    path = data_dir / KEY_FILE
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip(), False
-    key = secrets.token_hex(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
-    return key, True
 
 
 def _can_listen(host: str, port: int) -> bool:
