@@ -18,7 +18,7 @@ from messageweave.config.features import BotLanguage
 
 # The same in every language: what `truncate` appends to a cut subject or preview.
 ELLIPSIS = "…"
-# How a time is written (`pipeline.notify.TIME_FORMAT`, the notifications' own).
+# How a time is written (`zoned_time`, with the zone's name).
 TIME_FORMAT = "%Y-%m-%d %H:%M"
 
 ZH: dict[str, str] = {
@@ -279,9 +279,17 @@ def texts(language: BotLanguage) -> Mapping[str, str]:
 
 
 def local_time(unix: int, timezone: str) -> str:
-    """`unix` in the IANA zone `timezone`, 24-hour, as the notifications show times."""
+    """`unix` in the IANA zone `timezone`, 24-hour, without the zone's name."""
     moment = dt.datetime.fromtimestamp(unix, tz=zoneinfo.ZoneInfo(timezone))
     return moment.strftime(TIME_FORMAT)
+
+
+def zoned_time(unix: int, timezone: str) -> str:
+    """How every time in the chat is shown (issue #34): `2025-01-02 18:00 (Asia/Tokyo)`, the
+    configured zone named, the same in both languages (notifications, digests, Read, a sent
+    reply). The IANA name, not an abbreviation: `CST` is three zones, and a name reads the same
+    in Chinese."""
+    return f"{local_time(unix, timezone)} ({timezone})"
 
 
 def consent_granted(language: BotLanguage, label_key: str, expires_at: int,

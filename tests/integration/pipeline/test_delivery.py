@@ -24,7 +24,8 @@ async def test_new_mail_becomes_the_three_line_notification_within_a_second(
     await pipeline.enqueue_mail(email_id)
     sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 2.0)
     assert [m.text for m in sent] == [
-        "From: Ann Lee <ann@example.org>\nSubject: Quarterly report\nReceived: 2023-11-15 07:13"
+        "From: Ann Lee <ann@example.org>\nSubject: Quarterly report\n"
+        "Received: 2023-11-15 07:13 (Asia/Tokyo)"
     ]
     assert sent[0].parse_mode is None
     await eventually(lambda: _committed(pipeline), "the delivery committed")
