@@ -16,6 +16,7 @@ from messageweave.chat.intents import (
     Read,
     RevokeConsent,
     Search,
+    Start,
     Summary,
     Unknown,
     parse_intent,
@@ -105,7 +106,6 @@ CASES: list[tuple[str, Intent]] = [
     ("   ", Unknown()),
     ("👍🎉", Unknown()),
     ("שלום עולם", Unknown()),
-    ("/start", Unknown()),
 ]
 
 
@@ -165,6 +165,22 @@ def test_parse_intent(text: str, expected: Intent) -> None:
 ])
 def test_read_command(text: str, expected: Intent) -> None:
     """Catches `/read` (issue #25) read as another intent, or `/readme` read as `/read`."""
+    assert parse_intent(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("/start", Start()),
+    ("  /START ", Start()),
+    ("/start 0123456789", Start()),  # "Find my chat"'s code, or any deep-link argument
+    ("/start@TestNameBot 0123456789", Start()),  # as a group sends it
+    ("/start 今天", Start()),  # a deep link's argument is no consent phrase
+    ("/start /help", Start()),
+    ("/startx", Unknown()),
+    ("please /start", Unknown()),
+])
+def test_start_command(text: str, expected: Intent) -> None:
+    """Catches (issue #34) `/start` read as no command, so never answered ("1 update(s) needed
+    no reply"), or its deep-link argument read as a phrase (`/start 今天` granting consent)."""
     assert parse_intent(text) == expected
 
 

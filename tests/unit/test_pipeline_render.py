@@ -24,14 +24,16 @@ def meta(**kw: object) -> EmailMeta:
     ("Etc/UTC", "2023-11-14 22:13"), ("America/New_York", "2023-11-14 17:13"),
 ])
 def test_notification_is_three_lines_in_the_configured_zone(zone: str, shown: str) -> None:
+    """Catches (issue #34) a time without its zone: the notification said `Received: 14:05`
+    in the configured zone, the trace card in UTC, and nothing told the owner which."""
     assert render_notification(meta(), zone) == (
-        f"From: Ann <ann@example.org>\nSubject: Hi\nReceived: {shown}")
+        f"From: Ann <ann@example.org>\nSubject: Hi\nReceived: {shown} ({zone})")
 
 
 def test_daylight_saving_time_is_applied() -> None:
     summer = 1_688_000_000  # 2023-06-29, New York on EDT (UTC-4)
     text = render_notification(meta(received_at=summer), "America/New_York")
-    assert text.endswith("Received: 2023-06-28 20:53")
+    assert text.endswith("Received: 2023-06-28 20:53 (America/New_York)")
 
 
 def test_missing_fields_fall_back_and_the_body_never_appears() -> None:

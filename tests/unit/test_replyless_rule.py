@@ -32,3 +32,10 @@ def test_commands_replies_presses_refused_chats_and_mail_go_the_whole_way() -> N
     assert not replyless(_entry(chat_id="999", text="hi"), CFG)
     assert not replyless(_entry(chat_id="not-a-number"), CFG)
     assert not replyless(_entry(keys.STREAM_JMAP, email_id="M1"), CFG)
+
+
+def test_start_goes_the_whole_way() -> None:
+    """Catches (issue #34) `/start` finished in a batch as text that needs no reply ("1
+    update(s) needed no reply"), so the greeting the page's Find my chat leads to never came."""
+    for text in ("/start", "/start 0123456789", "/start@TestNameBot 0123456789"):
+        assert not replyless(_entry(chat_id=CHAT, text=text), CFG), text

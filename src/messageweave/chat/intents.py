@@ -24,6 +24,13 @@ class Help:
 
 
 @dataclass(frozen=True)
+class Start:
+    """`/start`, `/start <code>` ("Find my chat"'s code, `pipeline.ingress.start_code`), and
+    either with `@<bot>` as a group sends it (issue #34): the greeting. The code is not kept:
+    the page reads it from getUpdates, and the greeting never repeats it."""
+
+
+@dataclass(frozen=True)
 class Search:
     query: str
 
@@ -71,7 +78,7 @@ class Unknown:
     pass
 
 
-Intent = (Help | Search | GrantConsent | RevokeConsent | Summary | Read | ReplyMail
+Intent = (Help | Start | Search | GrantConsent | RevokeConsent | Summary | Read | ReplyMail
           | MissingEmailId | Unknown)
 
 LABEL_ONE_HOUR_TEMPORARY = "label_one_hour_temporary"
@@ -107,6 +114,7 @@ _EN_CONSENT: dict[str, tuple[int, str]] = {
 _EN_REVOKE = frozenset(("revoke", "revoke consent", "stop summaries", "disable ai",
                         "turn off ai"))
 _HELP_EXACT = ("/help", "help")
+_START_COMMAND = "/start"
 _HELP_PHRASES = ("帮助", "怎么用")
 _SEARCH_COMMAND = "/search"
 _SEARCH_PREFIXES = ("搜索", "查找", "检索")
@@ -157,11 +165,20 @@ def _reply(rest: str) -> Intent:
     return ReplyMail(email_id, parts[1].strip() if len(parts) > 1 else "")
 
 
+def _is_start(t: str) -> bool:
+    """`/start` or `/start@<bot>`, alone or before an argument (Telegram's deep link sends
+    `/start <code>`)."""
+    first = t.split(None, 1)[0] if t else ""
+    return first.split("@", 1)[0] == _START_COMMAND
+
+
 def parse_intent(text: str) -> Intent:
     raw = text.strip()
     t = ascii_lower(raw)
     if _is_command(t, _REPLY_COMMAND):  # first: its text may hold any phrase below (今天, 帮助)
         return _reply(raw[len(_REPLY_COMMAND):])
+    if _is_start(t):  # before the phrases: a deep link's argument may hold any of them
+        return Start()
     if t in _HELP_EXACT or _contains_any(t, _HELP_PHRASES):
         return Help()
     if raw.startswith(_SEARCH_COMMAND):

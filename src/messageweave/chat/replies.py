@@ -18,7 +18,7 @@ from messageweave.config.features import BotLanguage
 
 # The same in every language: what `truncate` appends to a cut subject or preview.
 ELLIPSIS = "…"
-# How a time is written (`pipeline.notify.TIME_FORMAT`, the notifications' own).
+# How a time is written (`zoned_time`, with the zone's name).
 TIME_FORMAT = "%Y-%m-%d %H:%M"
 
 ZH: dict[str, str] = {
@@ -48,6 +48,19 @@ ZH: dict[str, str] = {
         "隐私：AI 默认关闭，只有你明确开启后才会发送正文；授权有期限且不会自动续期；"
         "正文和 AI 结果不会持久化，也不会写入日志。\n"
         "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。"
+    ),
+    # `/start` (issue #34, `pipeline.conversation`): what the bot does, whose chat this is,
+    # the next step; never a word about the mailbox itself.
+    "start_owner": (
+        "你好！我是 MessageWeave 邮件助手：新邮件到达时我在这里通知你，"
+        "你也可以在这个聊天中搜索、阅读和回复邮件。\n"
+        "这个聊天已设置好，你是邮箱的主人。\n"
+        "下一步：发送 /help 查看用法，或发送 /search <关键词> 搜索邮件。"
+    ),
+    "start_member": (
+        "你好！我是 MessageWeave 邮件助手：我在这个聊天中发送新邮件通知。\n"
+        "你不是邮箱的主人：只有主人可以在这里搜索、阅读或回复邮件。\n"
+        "下一步：如需这些功能，请联系邮箱的主人（在管理页面上设置）。"
     ),
     "consent_granted": (
         "AI摘要授权已开启：{label}，到期时间 {expires_at}（{zone}）；"
@@ -174,6 +187,18 @@ EN: dict[str, str] = {
         "never stored or logged.\n"
         "Without an AI model, or when it fails, you get the beginning of the mail instead."
     ),
+    "start_owner": (
+        "Hello! I am MessageWeave, a mail assistant: I tell you here when new mail arrives, "
+        "and you can search, read and answer your mail from this chat.\n"
+        "This chat is set up, and you are the mailbox's owner.\n"
+        "Next: send /help to see how to use me, or /search <words> to find a mail."
+    ),
+    "start_member": (
+        "Hello! I am MessageWeave, a mail assistant: I post new-mail notifications in this "
+        "chat.\n"
+        "You are not the mailbox's owner: only the owner can search, read or answer mail here.\n"
+        "Next: if you need that, ask the mailbox's owner (it is set on the admin page)."
+    ),
     "consent_granted": (
         "AI summaries are on: {label}, until {expires_at} ({zone}). "
         "Ask for each one with /summary <email_id>"
@@ -279,9 +304,17 @@ def texts(language: BotLanguage) -> Mapping[str, str]:
 
 
 def local_time(unix: int, timezone: str) -> str:
-    """`unix` in the IANA zone `timezone`, 24-hour, as the notifications show times."""
+    """`unix` in the IANA zone `timezone`, 24-hour, without the zone's name."""
     moment = dt.datetime.fromtimestamp(unix, tz=zoneinfo.ZoneInfo(timezone))
     return moment.strftime(TIME_FORMAT)
+
+
+def zoned_time(unix: int, timezone: str) -> str:
+    """How every time in the chat is shown (issue #34): `2025-01-02 18:00 (Asia/Tokyo)`, the
+    configured zone named, the same in both languages (notifications, digests, Read, a sent
+    reply). The IANA name, not an abbreviation: `CST` is three zones, and a name reads the same
+    in Chinese."""
+    return f"{local_time(unix, timezone)} ({timezone})"
 
 
 def consent_granted(language: BotLanguage, label_key: str, expires_at: int,

@@ -4,7 +4,8 @@ The worker calls `reply_to_update` for each `stalwart:telegram` entry and sends 
 through the same sender, rate governor and ledger as notifications, in the configured
 `bot_language` (the owner's phrases are understood in both languages). Unknown text, and a
 `/summary` for an email id the mailbox does not have, get no reply (reference §7: bot
-conversation). A mailbox that cannot be reached raises `MailError` (or `NotConfigured`) so
+conversation). `/start` is answered with a greeting that says whether the writer is the owner
+(issue #34). A mailbox that cannot be reached raises `MailError` (or `NotConfigured`) so
 the entry is retried.
 """
 
@@ -89,6 +90,8 @@ async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) ->
     if isinstance(intent, _OWNERS_ONLY) and not owners.may_act(ctx.config, sender):
         log.info("a mailbox action from a user who is not an owner was refused")
         return [Reply(message.chat_id, replies.texts(ctx.config.bot_language)["not_owner"])]
+    if isinstance(intent, intents.Start):
+        return _greeting(message.chat_id, sender, ctx.config)
     if isinstance(intent, intents.Read):
         return await _read(intent.email_id, message.chat_id, ctx)
     if isinstance(intent, intents.ReplyMail):
@@ -115,6 +118,17 @@ async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | N
         case intents.Summary(email_id=email_id):
             return await _summary(email_id, message.chat_id, ctx)
     return None
+
+
+def _greeting(chat_id: int, sender: int | None, cfg: BusinessConfig) -> list[Reply]:
+    """`/start` (issue #34): what the bot does, whether the writer is the owner, the next
+    step. A chat outside the configured ones gets nothing: the ingress refuses it before the
+    queue (reference §7: bot conversation), and this answers nothing either should one come."""
+    if not reading.allowed(cfg, chat_id):
+        log.info("a /start from a chat outside the allowlist got no answer")
+        return []
+    key = "start_owner" if owners.may_act(cfg, sender) else "start_member"
+    return [Reply(chat_id, replies.texts(cfg.bot_language)[key])]
 
 
 def _replying(message: IncomingMessage, cfg: BusinessConfig) -> intents.ReplyMail | None:

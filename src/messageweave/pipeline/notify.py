@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import zoneinfo
-
+from messageweave.chat.replies import zoned_time
 from messageweave.mail.records import EmailMeta
 from messageweave.untrusted import NAME_MAX_CHARS, SUBJECT_MAX_CHARS, clean
 
 UNKNOWN = "unknown"
 NO_SUBJECT = "(no subject)"
-TIME_FORMAT = "%Y-%m-%d %H:%M"
 
 
 def format_received(received_at: int | None, timezone: str) -> str:
-    """`received_at` (Unix seconds) in the IANA zone, 24-hour; `unknown` when absent."""
+    """`received_at` (Unix seconds) in the IANA zone, 24-hour, the zone named
+    (`replies.zoned_time`); `unknown` when absent."""
     if received_at is None:
         return UNKNOWN
-    zone = zoneinfo.ZoneInfo(timezone)
-    return dt.datetime.fromtimestamp(received_at, tz=zone).strftime(TIME_FORMAT)
+    return zoned_time(received_at, timezone)
 
 
 def render_notification(meta: EmailMeta, timezone: str) -> str:

@@ -198,7 +198,7 @@ def local_date(value: str | None, timezone: str) -> str | None:
         return value
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return f"{replies.local_time(int(moment.timestamp()), timezone)} ({timezone})"
+    return replies.zoned_time(int(moment.timestamp()), timezone)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -56,8 +56,9 @@ def mail(cyrus: CyrusServer, subject: str = "March invoice", body: str = BODY) -
 async def test_help_and_unknown_text(chat: Chat) -> None:
     assert await chat.say("/help") == [HELP]
     assert await chat.say("怎么用") == [HELP]
-    for silent in ("hello", "", "👍", "שלום", "x" * 10_000, "/start"):
+    for silent in ("hello", "", "👍", "שלום", "x" * 10_000):
         assert await chat.say(silent) == []
+    assert await chat.say("/start") == [ZH["start_owner"]]  # issue #34: no longer silent
 
 
 @pytest.mark.parametrize(("phrase", "ttl", "label"), [
@@ -319,8 +320,9 @@ async def test_english_help_and_unknown_text(chat: Chat) -> None:
     assert await english.say("/help") == [EN["help"]]
     assert await english.say("怎么用") == [EN["help"]]  # Chinese phrases still understood
     assert EN["help"].startswith("How to use:\n")
-    for silent in ("hello", "once upon a time", "what came in today?", "/start"):
+    for silent in ("hello", "once upon a time", "what came in today?"):
         assert await english.say(silent) == []
+    assert await english.say("/start") == [EN["start_owner"]]
 
 
 @pytest.mark.parametrize(("phrase", "ttl", "label"), [

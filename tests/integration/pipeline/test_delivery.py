@@ -24,10 +24,23 @@ async def test_new_mail_becomes_the_three_line_notification_within_a_second(
     await pipeline.enqueue_mail(email_id)
     sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 2.0)
     assert [m.text for m in sent] == [
-        "From: Ann Lee <ann@example.org>\nSubject: Quarterly report\nReceived: 2023-11-15 07:13"
+        "From: Ann Lee <ann@example.org>\nSubject: Quarterly report\n"
+        "Received: 2023-11-15 07:13 (Asia/Tokyo)"
     ]
     assert sent[0].parse_mode is None
     await eventually(lambda: _committed(pipeline), "the delivery committed")
+
+
+async def test_the_notifications_time_names_the_configured_zone(pipeline: ServedApp) -> None:
+    """Catches (issue #34) a time in the chat without its zone: the notification said
+    `Received: 2023-07-01 14:05` in the configured zone while the page showed UTC, and nothing
+    told the owner which. A zone saved on the page is the one named, summer time applied."""
+    await pipeline.configure(timezone="Europe/Berlin", bot_language="en")
+    received = dt.datetime(2023, 7, 1, 12, 5, tzinfo=dt.UTC)  # 14:05 in Berlin (CEST)
+    email_id = pipeline.append("Zone label", received_at=received)
+    await pipeline.enqueue_mail(email_id)
+    [sent] = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 5.0)
+    assert sent.text.split("\n")[2] == "Received: 2023-07-01 14:05 (Europe/Berlin)"
 
 
 async def _committed(pipeline: ServedApp) -> bool:
