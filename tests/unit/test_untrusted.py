@@ -43,21 +43,22 @@ def test_clean_puts_a_hostile_name_on_one_short_line() -> None:
 
 def test_clean_is_linear_on_a_megabyte() -> None:
     """Catches a super-linear cleaning (a mail's 1 MB header value must not stall the event
-    loop): each shape of hostile megabyte is cleaned in well under a second."""
+    loop): each shape of hostile megabyte is cleaned in well under a second of CPU time (the
+    thread's own, which a busy machine does not inflate)."""
     for hostile in (" " * 1_000_000, "\r\n" * 500_000, "\u200b" * 1_000_000,
                     "a " * 500_000, "Re:" * 333_334):
-        started = time.perf_counter()
+        started = time.thread_time()
         assert len(clean(hostile, 1_000_000)) <= INPUT_CAP or hostile.isprintable()
-        assert time.perf_counter() - started < 0.5
+        assert time.thread_time() - started < 0.5
 
 
 def test_reply_subject_is_linear_on_a_run_of_spaces() -> None:
     """Catches the old prefix pattern (`\\s*(\\[\\d+\\])?\\s*`: quadratic, 0.37 s on 8k spaces)
     or any other super-linear pass over a subject: 100k spaces after `Re` are one space."""
-    started = time.perf_counter()
+    started = time.thread_time()
     assert reply.reply_subject("Re" + " " * 100_000 + "x") == "Re: Re x"
     assert reply.reply_subject("Re:" + " " * 100_000 + ":x") == "Re: :x"
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5
     assert reply.reply_subject("RE: re :Aw[2]: 回复：hi") == "Re: hi"
     assert reply.reply_subject(f"Invoice 3\r\nBcc: {HOSTILE}") == f"Re: Invoice 3 Bcc: {SHOWN}"
 
