@@ -25,7 +25,7 @@ from messageweave.api.credentials import (
     require_owner_key,
     services,
 )
-from messageweave.config.account_service import UnknownAccount, AccountSave, NoBusinessConfig
+from messageweave.config.account_service import AccountSave, NoBusinessConfig, UnknownAccount
 from messageweave.config.errors import ConfigInvalid, WireError
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.errors import ApiError, conflict, json_object, parse_json, service_unavailable
