@@ -10,10 +10,12 @@ import redis.asyncio as aioredis
 from messageweave.store import keys
 from messageweave.store.keys import AccountConfigKeys
 from tests.helpers import (
+    ADMIN_KEY,
     assert_envelope,
     closed_port,
     first_save,
     login,
+    sample_wire,
     snapshot,
     stored_wire,
 )
@@ -243,3 +245,19 @@ async def test_status_reports_the_mail_check_and_the_queue(client: httpx.AsyncCl
         assert status["waiting"] == 0 and status["dlq"] == 0
         assert status["last_notified_at"] is None
     assert status["push"] == "off"  # `family`: not served by the runtime yet
+
+
+async def test_the_account_routes_take_no_other_credential(client: httpx.AsyncClient) -> None:
+    """Catches an account route opened by the worker token or the admin key itself (403), or
+    answering without a credential (401)."""
+    await with_family(client)
+    wire = sample_wire()
+    for token, status, code in [(wire["worker_token"], 403, "forbidden"),
+                                (ADMIN_KEY, 403, "forbidden"), (None, 401, "unauthorized")]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        for method, path in [("GET", "/api/accounts"), ("POST", "/api/accounts"),
+                             ("GET", "/api/accounts/family"),
+                             ("POST", "/api/accounts/family/owner-key"),
+                             ("POST", "/api/owner/session")]:
+            answer = await client.request(method, path, headers=headers, json={})
+            assert_envelope(answer, status, code)
