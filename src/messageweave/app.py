@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp
 
 from messageweave import runtime
-from messageweave.api import admin, debug, delivery, mailbox, ops, telegram_admin
+from messageweave.api import accounts, admin, debug, delivery, mailbox, ops, telegram_admin
 from messageweave.api import auditor as auditor_api
 from messageweave.api import logs as logs_api
 from messageweave.api import metrics as metrics_api
@@ -111,7 +111,7 @@ def create_app(settings: Settings) -> ASGIApp:
     # 405 of its other methods.
     routers = [delivery.router, ops.router, admin.router, mailbox.router, telegram_admin.router,
                logs_api.router, metrics_api.router, auditor_api.router, openapi_api.router,
-               trace_api.router, rules_api.router, static.router]
+               trace_api.router, rules_api.router, accounts.router, static.router]
     if settings.debug_enabled:
         routers.append(debug.router)
     elif settings.debug_refusal:

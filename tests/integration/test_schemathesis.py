@@ -89,6 +89,10 @@ def live(embedded_redis_url: str) -> Iterator[LiveService]:
         assert service.http.put("/api/business-config", json=WIRE, headers=auth).status_code \
             == 200
         assert service.http.put("/api/enabled", json={"enabled": True}, headers=auth).is_success
+        account = {"id": "family", "name": "Family", "telegram_chat_id": 5151,
+                   "chat_allowlist": [5151], "jmap_session_url": WIRE["jmap_session_url"],
+                   "jmap_username": "bob", "jmap_password": "family-SECRET"}
+        assert service.http.post("/api/accounts", json=account, headers=auth).status_code == 201
         yield service
 
 
@@ -116,6 +120,10 @@ def valid_credentials(live: LiveService, path: str) -> dict[str, str]:
         return {"X-Telegram-Bot-Api-Secret-Token": WIRE["telegram_webhook_secret"]}
     token = {"/worker": WIRE["worker_token"], "/reconcile": WIRE["reconcile_token"],
              "/api/bootstrap": ADMIN_KEY, "/api/admin/session": ADMIN_KEY}.get(path)
+    if path == "/api/owner/session":  # a fresh owner key of the account the fixture made
+        made = live.http.post("/api/accounts/family/owner-key",
+                              headers={"Authorization": f"Bearer {_session(live)}"})
+        token = made.json()["owner_key"] if made.status_code == 200 else "no-account-left"
     if token is None:
         token = DEBUG_TOKEN if path.startswith("/debug/") else _session(live)
     return {"Authorization": f"Bearer {token}"}
@@ -175,6 +183,8 @@ def test_published_schema_covers_every_route_and_body(live: LiveService) -> None
         method, path = key
         assert schema["paths"][path][method].keys() >= OPERATIONS[key].keys()
     assert ("get", "/api/business-config") in operations and ("post", "/worker") in operations
+    assert ("post", "/api/owner/session") in operations  # issue #35's routes are published
+    assert schema["paths"]["/api/accounts/{id}"]["put"]["parameters"][0]["in"] == "path"
 
 
 def test_fuzzing_without_credentials_finds_no_error_outside_the_envelope(

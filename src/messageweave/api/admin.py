@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
 from messageweave.api.credentials import (
+    accounts,
     require_admin,
     require_admin_key,
     require_admin_key_or_session,
@@ -117,6 +118,7 @@ async def put_business_config(request: Request) -> JSONResponse:
     body = parse_json(await request.body())
     svc = services(request)
     with _save_errors():
+        await accounts(svc).check_business_patch(body)  # SPEC G.2: a chat, one account
         result = await svc.config.save_patch(body)
     # A first save that left out the shared secrets got them generated (issue #34): named in
     # the audit with the rest, their values only in this answer.

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
+from messageweave.api.accounts import served_account
 from messageweave.api.credentials import require_admin, require_enabled, services
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
@@ -43,6 +44,7 @@ def _answer(description: str, schema: dict[str, Any]) -> dict[int | str, dict[st
 @router.get("/api/audit", responses=_answer("The last gap audit", _LAST))
 async def get_audit(request: Request) -> JSONResponse:
     await require_admin(request)
+    await served_account(request)
     try:
         last = await gaps.read_last(services(request).redis)
     except RedisError as exc:
@@ -54,6 +56,7 @@ async def get_audit(request: Request) -> JSONResponse:
 async def post_audit(request: Request) -> JSONResponse:
     """One gap audit now; it takes no body (anything in it is a 400)."""
     await require_admin(request)
+    await served_account(request)
     if await request.body():
         raise invalid_request()
     await require_enabled(request)

@@ -14,16 +14,19 @@ from __future__ import annotations
 import enum
 import hmac
 import logging
+from dataclasses import dataclass
 
 from fastapi import Request
 from redis.exceptions import RedisError
 
 from messageweave.api.gateway import is_signed
 from messageweave.api.throttle import ClientAddressPolicy, client_of, rate_limited
+from messageweave.config.account_service import AccountService
 from messageweave.errors import ApiError, service_unavailable, unauthorized
 from messageweave.ops import audit
 from messageweave.services import Services
 from messageweave.store import throttle
+from messageweave.store.accounts import AccountStore
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +71,28 @@ class Credential(enum.Enum):
     ADMIN_SESSION = "admin_session"  # what `POST /api/admin/session` hands out
     WORKER_TOKEN = "worker_token"  # business config `worker_token`
     RECONCILE_TOKEN = "reconcile_token"  # business config `reconcile_token`
+    # Issue #35: an account's owner. The key (`POST /api/accounts/{id}/owner-key`) opens owner
+    # sessions only; a session opens its own account's GET/PUT and status, nothing else.
+    OWNER_KEY = "owner_key"
+    OWNER_SESSION = "owner_session"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request authenticated as: the kind of credential, and for an owner's the
+    account it belongs to."""
+
+    kind: Credential
+    account: str | None = None
 
 
 def forbidden() -> ApiError:
     return ApiError(403, "forbidden")
+
+
+def accounts(svc: Services) -> AccountService:
+    """The accounts of the deployment, read from (and written to) Redis on each call."""
+    return AccountService(svc.config, AccountStore(svc.redis), svc.settings.encryption_key)
 
 
 async def require_admin(request: Request) -> None:
@@ -99,6 +120,25 @@ async def require_admin_key(request: Request) -> None:
     await _authenticate(request, {Credential.ADMIN_KEY})
 
 
+async def require_admin_or_owner(request: Request, account_id: str | None = None
+                                 ) -> Principal:
+    """An admin session, or an owner session: of `account_id` when named (another account's
+    owner is 403 `forbidden`); else any owner, and the caller narrows what it shows."""
+    principal = await _authenticate(request, {Credential.ADMIN_SESSION,
+                                              Credential.OWNER_SESSION})
+    if account_id is not None and principal.kind is Credential.OWNER_SESSION \
+            and principal.account != account_id:
+        raise forbidden()
+    return principal
+
+
+async def require_owner_key(request: Request) -> str:
+    """`POST /api/owner/session`: an account's owner key only; the account's id."""
+    principal = await _authenticate(request, {Credential.OWNER_KEY})
+    assert principal.account is not None  # an owner key always names its account
+    return principal.account
+
+
 async def require_admin_key_or_session(request: Request) -> None:
     """`POST /api/admin/session/revoke`: the current session or the admin key (reference
     §3.1)."""
@@ -121,7 +161,7 @@ async def shows_admin(request: Request) -> bool:
     token = bearer(request)
     if token is not None:
         for kind in sorted(Credential, key=lambda k: k is not Credential.ADMIN_SESSION):
-            if await _matches(svc, kind, token):
+            if await _principal(svc, kind, token) is not None:
                 return kind is Credential.ADMIN_SESSION
     await _count_failure(request, svc, client)
     return False
@@ -140,7 +180,7 @@ async def require_debug_token(request: Request) -> None:
     raise unauthorized()
 
 
-async def _authenticate(request: Request, allowed: set[Credential]) -> None:
+async def _authenticate(request: Request, allowed: set[Credential]) -> Principal:
     svc = services(request)
     client = client_of(request, client_address(request))
     await _refuse_if_locked(svc, client)
@@ -149,13 +189,27 @@ async def _authenticate(request: Request, allowed: set[Credential]) -> None:
         # The accepted kinds first: a token that is also another kind's (an operator who set
         # two tokens alike) still opens the routes it belongs to.
         for kind in sorted(Credential, key=lambda k: k not in allowed):
-            if await _matches(svc, kind, token):
+            principal = await _principal(svc, kind, token)
+            if principal is not None:
                 if kind in allowed:
-                    return
+                    return principal
                 raise forbidden()
     if request.headers.get("authorization"):  # a credential was presented and matched nothing
         await _count_failure(request, svc, client)
     raise unauthorized()
+
+
+async def _principal(svc: Services, kind: Credential, token: str) -> Principal | None:
+    """Who `token` is as a credential of this kind, None when it is not one."""
+    if kind in (Credential.OWNER_KEY, Credential.OWNER_SESSION):
+        try:
+            find = (accounts(svc).owner_key_account if kind is Credential.OWNER_KEY
+                    else accounts(svc).owner_session_account)
+            account = await find(token)
+        except RedisError:  # as below: "not authorized", never a crash
+            return None
+        return None if account is None else Principal(kind, account)
+    return Principal(kind) if await _matches(svc, kind, token) else None
 
 
 async def _matches(svc: Services, kind: Credential, token: str) -> bool:

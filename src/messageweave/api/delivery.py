@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from messageweave.api.accounts import served_account
 from messageweave.api.credentials import (
     constant_time_eq,
     ensure_enabled,
@@ -174,6 +175,7 @@ def _stream(value: object) -> str:
 @router.get("/api/dlq")
 async def list_dlq(request: Request) -> JSONResponse:
     await require_admin(request)
+    await served_account(request)
     raw_stream = request.query_params.get("stream")
     streams = list(keys.STREAMS) if raw_stream is None else [_stream(raw_stream)]
     try:
@@ -192,6 +194,7 @@ async def list_dlq(request: Request) -> JSONResponse:
 @router.post("/api/dlq/replay")
 async def replay_dlq(request: Request) -> JSONResponse:
     await require_admin(request)
+    await served_account(request)
     body = parse_json(await request.body())
     if not isinstance(body, dict) or set(body) - {"stream", "ids"}:
         raise invalid_request()

@@ -13,7 +13,8 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
-from messageweave.config.fields import FIELD, FIELDS, MIN_TOKEN_CHARS, Field
+from messageweave.config.accounts import ACCOUNT_ID_PATTERN, NAME_MAX_CHARS
+from messageweave.config.fields import ACCOUNT_FIELD_NAMES, FIELD, FIELDS, MIN_TOKEN_CHARS, Field
 from messageweave.config.outbound import (
     MAX_RETRIES_CAP,
     OUTBOUND_FIELDS,
@@ -126,6 +127,21 @@ def _limit(maximum: int) -> dict[str, Any]:
 
 
 _STREAM = {"type": "string", "enum": list(keys.STREAMS)}
+# Issue #35: an account wire (reference §5.8), the `{id}` of the account routes, `?account=`.
+_ACCOUNT_ID = {"type": "string", "pattern": ACCOUNT_ID_PATTERN}
+_ACCOUNT_PATCH: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "minLength": 1, "maxLength": NAME_MAX_CHARS},
+                   "revision": {"type": "integer", "minimum": 0},
+                   **{name: field_schema(FIELD[name]) for name in ACCOUNT_FIELD_NAMES}},
+    "additionalProperties": False,
+}
+_NEW_ACCOUNT = {**_ACCOUNT_PATCH, "required": ["id", "name"],
+                "properties": {**_ACCOUNT_PATCH["properties"], "id": _ACCOUNT_ID}}
+_PATH_ID = {"name": "id", "in": "path", "required": True, "schema": _ACCOUNT_ID}
+_ACCOUNT_QUERY = _query("account", _ACCOUNT_ID)
+_ENABLED_BODY = _body({"type": "object", "required": ["enabled"],
+                       "properties": {"enabled": {"type": "boolean"}}})
 _LOG_QUERY = [_limit(200), _query("before", {"type": "string"})]
 
 # (method, path) → the parts FastAPI cannot see: requestBody and parameters.
@@ -133,9 +149,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("put", "/api/business-config"): {"requestBody": _body(_PATCH)},
     ("post", "/api/business-config/preflight"): {"requestBody": _body(_PATCH)},
     ("post", "/api/bootstrap"): {"requestBody": _body(_WIRE)},
-    ("put", "/api/enabled"): {"requestBody": _body(
-        {"type": "object", "required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}}
-    )},
+    ("put", "/api/enabled"): {"requestBody": _ENABLED_BODY},
     ("put", "/api/config"): {"requestBody": _body({
         "type": "object",
         "required": list(OUTBOUND_FIELDS),
@@ -157,8 +171,9 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         {"type": "object", "properties": {"batch": {"type": ["integer", "null"], "minimum": 0}}},
         required=False,
     )},
-    ("get", "/api/dlq"): {"parameters": [_query("stream", _STREAM), _limit(MAX_DLQ_LIMIT)]},
-    ("post", "/api/dlq/replay"): {"requestBody": _body({
+    ("get", "/api/dlq"): {"parameters": [_query("stream", _STREAM), _limit(MAX_DLQ_LIMIT),
+                                         _ACCOUNT_QUERY]},
+    ("post", "/api/dlq/replay"): {"parameters": [_ACCOUNT_QUERY], "requestBody": _body({
         "type": "object",
         "required": ["stream"],
         "properties": {"stream": _STREAM, "ids": {"type": "array", "items": {"type": "string"}}},
@@ -167,9 +182,9 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/logs/audit"): {"parameters": _LOG_QUERY},
     ("get", "/api/trace"): {"parameters": [
         {**_query("q", {"type": "string", "minLength": 1, "maxLength": MAX_QUERY}),
-         "required": True}]},
+         "required": True}, _ACCOUNT_QUERY]},
     ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"})]},
-    ("post", "/api/rules/dry-run"): {"requestBody": _body({
+    ("post", "/api/rules/dry-run"): {"parameters": [_ACCOUNT_QUERY], "requestBody": _body({
         "type": "object",
         "properties": {name: _wire_field(name) for name in ("notify_rules", "quiet_hours")},
         "additionalProperties": False,
@@ -186,6 +201,18 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     # `t`: the subscription's callback token (issue #23); without it every post is 401.
     ("post", "/push/jmap"): {"requestBody": _body(_PUSH),
                              "parameters": [_query("t", {"type": "string"})]},
+    ("get", "/api/audit"): {"parameters": [_ACCOUNT_QUERY]},
+    ("post", "/api/audit"): {"parameters": [_ACCOUNT_QUERY]},
+    ("post", "/reconcile"): {"parameters": [_ACCOUNT_QUERY]},
+    ("post", "/api/accounts"): {"requestBody": _body(_NEW_ACCOUNT)},
+    ("get", "/api/accounts/{id}"): {"parameters": [_PATH_ID]},
+    ("put", "/api/accounts/{id}"): {"parameters": [_PATH_ID],
+                                    "requestBody": _body(_ACCOUNT_PATCH)},
+    ("delete", "/api/accounts/{id}"): {"parameters": [_PATH_ID]},
+    ("put", "/api/accounts/{id}/enabled"): {"parameters": [_PATH_ID],
+                                            "requestBody": _ENABLED_BODY},
+    ("get", "/api/accounts/{id}/status"): {"parameters": [_PATH_ID]},
+    ("post", "/api/accounts/{id}/owner-key"): {"parameters": [_PATH_ID]},
     ("post", "/debug/notify"): {"parameters": [_query("chat_id", {"type": "integer"}),
                                                _query("text", {"type": "string"})]},
 }

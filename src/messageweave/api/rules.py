@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from messageweave.api.accounts import served_account
 from messageweave.api.admin import invalid_configuration
 from messageweave.api.credentials import require_admin, services
 from messageweave.config.live import NotConfigured
@@ -78,6 +79,7 @@ def _tried(cfg: BusinessConfig, body: bytes) -> BusinessConfig:
 async def post_dry_run(request: Request) -> JSONResponse:
     """Sends nothing and writes nothing; an empty body (or `{}`) tries the saved rules."""
     await require_admin(request)
+    await served_account(request)
     body = await request.body()
     svc = services(request)
     cfg = svc.config.config

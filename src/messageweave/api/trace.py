@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
+from messageweave.api.accounts import served_account
 from messageweave.api.credentials import require_admin, services
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
@@ -33,6 +34,7 @@ _TRACE: dict[str, Any] = {
     "content": {"application/json": {"schema": _TRACE}}}})
 async def get_trace(request: Request) -> JSONResponse:
     await require_admin(request)
+    await served_account(request)
     try:
         answer = await trace(services(request), request.query_params.get("q") or "")
     except InvalidQuery as exc:

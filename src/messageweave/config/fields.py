@@ -302,6 +302,15 @@ FIELD = {f.name: f for f in FIELDS}
 FIELD_NAMES = tuple(FIELD)
 SECRET_FIELDS = tuple(f.name for f in FIELDS if f.secret)
 GENERATED_SECRETS = tuple(f.name for f in FIELDS if f.generated)
+# Issue #35 (SPEC G.2): the fields each account has for itself (its *account wire*); every
+# other field is deployment-wide (one bot, one LLM, one set of tokens). `owner_user_ids` goes
+# with the chats it guards (G.2 names it nowhere).
+ACCOUNT_FIELD_NAMES: tuple[str, ...] = tuple(
+    f.name for f in FIELDS
+    if f.name.startswith(("jmap_", "imap_", "smtp_")) or f.name in {
+        "mail_source", "account_id", "push_mode", "notify_mailbox_roles", "telegram_chat_id",
+        "chat_allowlist", "timezone", "bot_language", "notify_rules", "quiet_hours",
+        "digest_threshold", "read_in_chat", "owner_user_ids"})
 # The string limits of §5.2 step 2, in the order their messages are checked.
 MAX_CHARS = {f.name: f.max_chars for f in FIELDS if f.kind == "str" and f.max_chars}
 MESSAGE_NAMES = {f.name: f.message_name for f in FIELDS}

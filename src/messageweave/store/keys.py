@@ -6,6 +6,8 @@ fails when a key defined here is missing from it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # --- configuration -------------------------------------------------------------------------
 BUSINESS_CONFIG = "config:business"
 BUSINESS_CONFIG_REVISION = "config:business:revision"
@@ -384,3 +386,54 @@ IMAP_IDLE_STATUS_TTL_S = 120
 
 def telegram_poll_offset(bot_id: str) -> str:
     return f"{TELEGRAM_POLL_OFFSET_PREFIX}{bot_id}"
+
+
+# --- accounts (issue #35, SPEC G; `messageweave.store.accounts`) ---------------------------
+# An account other than `default` keeps its configuration under its own hash tag, `a:{<id>}:`,
+# so the keys a script writes together share one Redis Cluster slot. The index of those ids is
+# deployment-wide (`default` is never in it: it is `config:business`).
+DEFAULT_ACCOUNT = "default"
+ACCOUNTS_INDEX = "accounts"
+OWNER_SESSION_TTL_S = 1800
+
+
+@dataclass(frozen=True)
+class AccountConfigKeys:
+    """The configuration keys of one account (reference §1.11); every name starts with
+    `a:{<id>}:`, the account's hash tag."""
+
+    account_id: str
+
+    @property
+    def prefix(self) -> str:
+        return f"a:{{{self.account_id}}}:"
+
+    @property
+    def config(self) -> str:
+        """The encrypted account wire (`config.accounts`); absent for `default`."""
+        return f"{self.prefix}config"
+
+    @property
+    def revision(self) -> str:
+        return f"{self.prefix}config:revision"
+
+    @property
+    def name(self) -> str:
+        """`default`'s name (the other accounts' is in their wire)."""
+        return f"{self.prefix}name"
+
+    @property
+    def enabled(self) -> str:
+        return f"{self.prefix}enabled"
+
+    @property
+    def owner_key(self) -> str:
+        return f"{self.prefix}owner_key"
+
+    def owner_session(self, digest: str) -> str:
+        return f"{self.prefix}owner_session:{digest}"
+
+    @property
+    def every_key(self) -> str:
+        """The SCAN pattern of every key of the account (its deletion)."""
+        return f"{self.prefix}*"

@@ -1,0 +1,181 @@
+"""Typed operations on the accounts' configuration keys (issue #35, reference §1.11).
+
+An account other than `default` is its encrypted account wire (`a:{<id>}:config`), the revision
+beside it, its `enabled` flag and its owner key's HMAC, all under the account's hash tag, and its
+id in the deployment-wide index `accounts`. Each write that must be atomic is one script on one
+slot (the account's). `default` is `config:business` (`store.state`); only its name, `enabled`
+flag and owner key live here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messageweave.store import keys
+from messageweave.store.keys import AccountConfigKeys
+from messageweave.store.redis import Redis
+from messageweave.store.scripts import Script
+
+# KEYS: config, revision, enabled   ARGV: ciphertext
+# → the new revision (1), or -1 when the account exists already (nothing written).
+CREATE_ACCOUNT = Script("""
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('SET', KEYS[3], '1')
+  return redis.call('INCR', KEYS[2])
+end
+return -1
+""", keys=("config", "revision", "enabled"), args=("ciphertext",))
+
+# KEYS: config, revision   ARGV: expected ("" = any), ciphertext
+# → the new revision; -1 when the stored revision is not the expected one, -2 when the account
+# is gone (a write racing its deletion must not bring it back).
+WRITE_ACCOUNT = Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -2
+end
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= current then
+  return -1
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return redis.call('INCR', KEYS[2])
+""", keys=("config", "revision"), args=("expected", "ciphertext"))
+
+# KEYS: config, target   ARGV: value
+# → 1 once `target` holds `value`; 0 when the account is gone (nothing written).
+SET_IF_ACCOUNT = Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[1])
+return 1
+""", keys=("config", "target"), args=("value",))
+
+_DELETE_BATCH = 500
+
+
+def _text(value: bytes | str | None) -> str | None:
+    """A reply of this client (`decode_responses`) as the `str` it is."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class AccountGone(Exception):
+    """The account was deleted (or never created) while it was being written."""
+
+
+class AccountExists(Exception):
+    """An account with this id is stored already."""
+
+
+class AccountRevisionConflict(Exception):
+    """The stored revision of the account is not the one the write was based on."""
+
+
+@dataclass(frozen=True)
+class StoredAccount:
+    revision: int
+    ciphertext: str | None
+    enabled: bool  # absent = enabled
+
+
+class AccountStore:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def ids(self) -> list[str]:
+        """The ids in the index (accounts other than `default`), sorted."""
+        return sorted(str(_text(i)) for i in await self.redis.smembers(keys.ACCOUNTS_INDEX))
+
+    async def read(self, account_id: str) -> StoredAccount:
+        k = AccountConfigKeys(account_id)
+        revision, ciphertext, enabled = await self.redis.mget(k.revision, k.config, k.enabled)
+        return StoredAccount(int(revision) if revision else 0, _text(ciphertext),
+                             _text(enabled) != "0")
+
+    async def create(self, account_id: str, ciphertext: str) -> int:
+        """Index the id first: a crash before the config is written leaves an id without an
+        account, which reads as absent (and a retry creates it); never an unindexed account."""
+        await self.redis.sadd(keys.ACCOUNTS_INDEX, account_id)
+        k = AccountConfigKeys(account_id)
+        result = int(await CREATE_ACCOUNT(
+            self.redis, keys={"config": k.config, "revision": k.revision, "enabled": k.enabled},
+            args={"ciphertext": ciphertext}))
+        if result < 0:
+            raise AccountExists
+        return result
+
+    async def write(self, account_id: str, ciphertext: str, expected: int | None) -> int:
+        k = AccountConfigKeys(account_id)
+        result = int(await WRITE_ACCOUNT(
+            self.redis, keys={"config": k.config, "revision": k.revision},
+            args={"expected": "" if expected is None else str(expected),
+                  "ciphertext": ciphertext}))
+        if result == -2:
+            raise AccountGone
+        if result < 0:
+            raise AccountRevisionConflict
+        return result
+
+    async def set_enabled(self, account_id: str, enabled: bool) -> None:
+        k = AccountConfigKeys(account_id)
+        if account_id == keys.DEFAULT_ACCOUNT:  # `default` exists with config:business
+            await self.redis.set(k.enabled, "1" if enabled else "0")
+            return
+        await self._set_if_account(k, k.enabled, "1" if enabled else "0")
+
+    async def default_name(self) -> str | None:
+        return _text(await self.redis.get(AccountConfigKeys(keys.DEFAULT_ACCOUNT).name))
+
+    async def set_default_name(self, name: str) -> None:
+        await self.redis.set(AccountConfigKeys(keys.DEFAULT_ACCOUNT).name, name)
+
+    # --- owner key and sessions ----------------------------------------------------------
+    async def set_owner_key(self, account_id: str, digest: str) -> None:
+        """Store the new owner key's HMAC, and end the sessions the old one opened (each
+        session also names the key it was opened with, so none outlives it even before its
+        key is deleted here)."""
+        k = AccountConfigKeys(account_id)
+        if account_id == keys.DEFAULT_ACCOUNT:
+            await self.redis.set(k.owner_key, digest)
+        else:
+            await self._set_if_account(k, k.owner_key, digest)
+        await self._delete_matching(k.owner_session("*"))
+
+    async def owner_key(self, account_id: str) -> str | None:
+        return _text(await self.redis.get(AccountConfigKeys(account_id).owner_key))
+
+    async def put_owner_session(self, account_id: str, digest: str, key_digest: str) -> None:
+        await self.redis.set(AccountConfigKeys(account_id).owner_session(digest), key_digest,
+                             ex=keys.OWNER_SESSION_TTL_S)
+
+    async def owner_session_key(self, account_id: str, digest: str) -> tuple[str | None,
+                                                                             str | None]:
+        """(the owner key's HMAC the session was opened with, the current one)."""
+        k = AccountConfigKeys(account_id)
+        opened_with, current = await self.redis.mget(k.owner_session(digest), k.owner_key)
+        return _text(opened_with), _text(current)
+
+    # --- deletion ------------------------------------------------------------------------
+    async def delete(self, account_id: str) -> None:
+        """Every key of the account, its configuration first (so a write racing the deletion
+        finds it gone), then its id in the index."""
+        k = AccountConfigKeys(account_id)
+        await self.redis.delete(k.config)
+        await self._delete_matching(k.every_key)
+        await self.redis.srem(keys.ACCOUNTS_INDEX, account_id)
+
+    async def _set_if_account(self, k: AccountConfigKeys, target: str, value: str) -> None:
+        done = await SET_IF_ACCOUNT(self.redis, keys={"config": k.config, "target": target},
+                                    args={"value": value})
+        if not int(done):
+            raise AccountGone
+
+    async def _delete_matching(self, pattern: str) -> None:
+        batch: list[str] = []
+        async for key in self.redis.scan_iter(match=pattern, count=_DELETE_BATCH):
+            batch.append(key)
+            if len(batch) >= _DELETE_BATCH:
+                await self.redis.unlink(*batch)
+                batch = []
+        if batch:
+            await self.redis.unlink(*batch)
