@@ -16,7 +16,7 @@ from messageweave.api.credentials import services
 from messageweave.config.accounts import Account
 from messageweave.mail.eventsource import read_in_force
 from messageweave.ops.sendlog import Outcome
-from messageweave.probes import Shared, guarded, mail_probe, probe_ttl
+from messageweave.probes import ProbeFailure, Shared, guarded, mail_probe, probe_ttl
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.oplog import send_log
@@ -25,10 +25,10 @@ from messageweave.store.streams import StreamStore
 PAUSED = "fail: paused"
 
 
-def _probe_of(request: Request, account_id: str) -> Shared[str | None]:
+def _probe_of(request: Request, account_id: str) -> Shared[ProbeFailure | None]:
     """The account's shared mail probe on this instance, made on first use (one event loop:
     no race). A deleted account's stays until the process ends: one small object per id."""
-    probes: dict[str, Shared[str | None]] | None = getattr(request.app.state,
+    probes: dict[str, Shared[ProbeFailure | None]] | None = getattr(request.app.state,
                                                            "account_probes", None)
     if probes is None:
         probes = request.app.state.account_probes = {}
@@ -41,7 +41,7 @@ async def _mail(request: Request, account: Account) -> str:
     _check, probe = mail_probe(account.config)
     failure = await _probe_of(request, account.id).get(
         account.revision, lambda: guarded(probe, account.config))
-    return "ok" if failure is None else f"fail: {failure}"
+    return "ok" if failure is None else f"fail: {failure.kind}"  # the class (`probes.KINDS`)
 
 
 async def _last_notified_at(svc: Services) -> str | None:
