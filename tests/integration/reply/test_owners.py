@@ -80,7 +80,11 @@ async def test_in_a_group_only_the_owner_may_read_search_reply_and_send(
     preview = await _says(served, OWNER, f"/reply {email_id} Yes, from the owner")
     [send] = [d for t, d in keyboard(preview) if t == "发送"]
     assert (await _presses(served, MEMBER, preview, send))["text"] == REFUSAL
+    sending = await _last_id(served)
     assert (await _presses(served, OWNER, preview, send))["text"] == "已发送"
+    # The press is answered before the chat's "已发送（time）" message is posted: wait for it,
+    # or the owner's /read below would take it for its answer (a race seen under load).
+    assert (await _next(served, sending)).text.startswith("已发送（")
     sent = await asyncio.to_thread(
         smtp_sink.wait_for, lambda r: r.message["Subject"] == "Re: Owners only 7 June", 1,
         WAIT_S)
