@@ -263,12 +263,6 @@ async def mail_server_failure(cfg: BusinessConfig) -> ProbeFailure | None:
     return await {"jmap": jmap_session_failure, "mail": imap_login_failure}[check](cfg)
 
 
-async def probe_jmap_session(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the JMAP session answers, else the short text of `jmap_session_failure`."""
-    failure = await jmap_session_failure(cfg, timeout_s)
-    return None if failure is None else failure.detail
-
-
 _TG_FAILED = "telegram get_me probe failed"
 _TG_REMEDIES = {
     "refused": "the Bot API refuses connections: check telegram_api_base_url and that "
@@ -310,13 +304,6 @@ async def telegram_get_me_failure(cfg: BusinessConfig, timeout_s: float = PROBE_
     cause = ("Telegram refused the bot token" if kind == "unauthorized" else "getMe answered")
     return ProbeFailure(_TG_FAILED, f"{cause} (HTTP {response.status_code})",
                         _TG_REMEDIES[kind], kind)
-
-
-async def probe_telegram_get_me(cfg: BusinessConfig, timeout_s: float = PROBE_TIMEOUT_S
-                                ) -> str | None:
-    """None when getMe answers, else the short text of `telegram_get_me_failure`."""
-    failure = await telegram_get_me_failure(cfg, timeout_s)
-    return None if failure is None else failure.detail
 
 
 async def guarded(probe: Probe, cfg: BusinessConfig) -> ProbeFailure | None:

@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import Page, Request, expect
 
 from messageweave.mail import eventsource
+from messageweave.mail.imap import idle
 from messageweave.mail.push_lifecycle import REASONS
 from messageweave.pipeline import polling
 from tests.helpers import (
@@ -64,7 +65,9 @@ def test_running_but_unsaved_then_configured_each_say_so_with_each_peer_in_words
     service: LiveService, page_run: PageRun
 ) -> None:
     """Bug caught (issue #15): before anything was saved the page said "The service is
-    configured" while `/ready` answered 503; and nothing said which peer failed."""
+    configured" while `/ready` answered 503; and nothing said which peer failed. Signed out,
+    a failed peer's line names the failed check and asks to sign in for the cause (issue #34:
+    it guessed "the bot token was refused or the Bot API is not reachable")."""
     page = page_run.page
     open_page(page, service)
     summary = page.locator("#setup-summary")
@@ -72,7 +75,7 @@ def test_running_but_unsaved_then_configured_each_say_so_with_each_peer_in_words
     expect(page.locator("#auth-card")).to_be_visible()
     assert readiness(page) == {
         "redis": "Redis: reachable.",
-        "jmap": "Mail server (JMAP): not checked until a configuration is saved.",
+        "mail": "Mail server: not checked until a configuration is saved.",
         "telegram": "Telegram: not checked until a configuration is saved.",
         "updates": "Telegram messages: reported once the service is ready.",
         "push": "Mail push: reported once the service is ready.",
@@ -84,12 +87,10 @@ def test_running_but_unsaved_then_configured_each_say_so_with_each_peer_in_words
     page.click("#setup-recheck")
     expect(summary).to_have_text("The service is configured. Sign in to manage it.")
     expect(page.locator("#ready-list li[data-peer='jmap']")).to_have_text(
-        "Mail server (JMAP): not reachable or sign-in refused — Test connection shows why.",
-        timeout=PROBED)
+        "Mail server (JMAP): the “jmap” check failed — sign in for the cause.", timeout=PROBED)
     lines = readiness(page)
     assert lines["redis"] == "Redis: reachable."
-    assert lines["telegram"] == ("Telegram: the bot token was refused or the Bot API is not "
-                                 "reachable.")
+    assert lines["telegram"] == "Telegram: the “telegram” check failed — sign in for the cause."
     expect(page.locator("#ready-list li[data-peer='jmap']")).to_have_class(re.compile("error"))
     expect(page.locator("#ready-summary")).to_have_text("Not ready: a check below failed.")
 
@@ -128,11 +129,12 @@ def test_every_push_reason_of_ready_has_words_on_the_page() -> None:
 
 
 def test_every_reason_of_the_new_receivers_has_words_on_the_page() -> None:
-    """Catches a reason of the poller or the EventSource holder (issue #22) reaching the page
-    as the server's English: status.js must map each one, and the "not yet" labels, to words
-    of both languages."""
+    """Catches a reason of the poller, the EventSource holder (issue #22) or the IMAP IDLE
+    holder (issue #34) reaching the page as the server's English: status.js must map each one,
+    and the "not yet" labels, to words of both languages."""
     source = resources.files("messageweave.web").joinpath("status.js").read_text()
     texts = [*polling.REASONS.values(), *eventsource.REASONS.values(),
+             *idle.REASONS.values(), "no instance holds the IMAP IDLE yet",
              "no instance is receiving Telegram updates yet",
              "no instance holds the EventSource yet"]
     assert [text for text in texts if f'"{text}"' not in source] == []

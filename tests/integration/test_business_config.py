@@ -7,7 +7,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.config.model import parse_wire
-from messageweave.probes import probe_telegram_get_me
+from messageweave.probes import telegram_get_me_failure
 from messageweave.store import keys
 from tests.helpers import (
     admin_headers,
@@ -304,4 +304,5 @@ async def test_the_telegram_probe_answers_for_a_token_no_url_can_hold() -> None:
     """Catches the probe raising `InvalidURL` for a stored token (one saved before the rule
     above) instead of answering that the probe failed."""
     cfg = parse_wire(sample_wire(bot_token="123456:abc\x7f", telegram_api_base_url="http://127.0.0.1:9"))
-    assert await probe_telegram_get_me(cfg) == "telegram get_me probe failed"
+    failure = await telegram_get_me_failure(cfg)
+    assert failure is not None and failure.detail == "telegram get_me probe failed"

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.config.model import MAX_CA_PEM_CHARS, parse_wire
-from messageweave.probes import probe_jmap_session
+from messageweave.probes import jmap_session_failure
 from tests.helpers import (
     CYRUS_PASSWORD,
     CYRUS_USER,
@@ -75,13 +75,14 @@ async def test_a_pasted_ca_makes_a_private_mail_server_reachable_without_a_resta
 async def test_the_diagnose_probe_uses_the_pasted_ca(
     cyrus: CyrusServer, system_trust_only: None,
 ) -> None:
-    """Bug caught: `probe_jmap_session` (diagnose, /debug/jmap, /ready) built its TLS context
+    """Bug caught: `jmap_session_failure` (diagnose, /debug/jmap, /ready) built its TLS context
     from the environment only, so it failed where the runtime succeeded."""
     wire = sample_wire(jmap_session_url=cyrus.origin + "/", jmap_username=CYRUS_USER,
                        jmap_password=CYRUS_PASSWORD)
-    assert await probe_jmap_session(parse_wire(wire)) == "jmap session probe failed"
+    failure = await jmap_session_failure(parse_wire(wire))
+    assert failure is not None and failure.detail == "jmap session probe failed"
     trusted = parse_wire({**wire, "jmap_ca_pem": cyrus.ca_file.read_text()})
-    assert await probe_jmap_session(trusted) is None
+    assert await jmap_session_failure(trusted) is None
 
 
 async def test_a_value_that_is_not_pem_certificates_is_refused_and_stores_nothing(

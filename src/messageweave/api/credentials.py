@@ -145,11 +145,13 @@ async def require_admin_key_or_session(request: Request) -> None:
     await _authenticate(request, {Credential.ADMIN_KEY, Credential.ADMIN_SESSION})
 
 
-async def shows_admin(request: Request) -> bool:
-    """For a public route that tells an admin session more (`/api/status`): True when the
-    request carries a valid admin session. Never refuses (the route stays public), but obeys
-    the throttle like every Bearer route: while the client is locked the answer is False even
-    for a valid session, and a credential that matches nothing is counted as a failure."""
+async def shows_admin(request: Request, *, admin_key: bool = False) -> bool:
+    """For a public route that tells the admin more (`/api/status`'s build, `/ready`'s
+    reasons): True when the request carries a valid admin session, or with `admin_key` the
+    admin key itself (`/ready`: the CLI, a monitoring script; issue #34), never for another
+    credential or none. Never refuses (the route stays public), but obeys the throttle like
+    every Bearer route: while the client is locked the answer is False even for a valid
+    credential, and a credential that matches nothing is counted as a failure."""
     if not request.headers.get("authorization"):
         return False
     svc = services(request)
@@ -162,7 +164,8 @@ async def shows_admin(request: Request) -> bool:
     if token is not None:
         for kind in sorted(Credential, key=lambda k: k is not Credential.ADMIN_SESSION):
             if await _principal(svc, kind, token) is not None:
-                return kind is Credential.ADMIN_SESSION
+                return kind is Credential.ADMIN_SESSION or (
+                    admin_key and kind is Credential.ADMIN_KEY)
     await _count_failure(request, svc, client)
     return False
 

@@ -4,7 +4,9 @@ Mounted only when requested (`--debug` or a truthy `DEBUG_ENABLED`) *and* `DEBUG
 least 32 characters (`settings.DEBUG_TOKEN_MIN_CHARS`; shorter, the start logs why); otherwise
 every debug path is an ordinary 404. Every route needs `Bearer DEBUG_TOKEN`, throttled like
 every credential (`api.credentials.require_debug_token`).
-Probe failures are answers, not errors: `/debug/jmap` and `/debug/telegram` are always 200.
+Probe failures are answers, not errors: `/debug/jmap` and `/debug/telegram` are always 200, and
+name the cause as `/ready` does for an admin (`probes.ProbeFailure`: refused, timed out, TLS,
+refused credentials), never a token.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.errors import ApiError, invalid_request, service_unavailable
 from messageweave.ops.metrics import observe_call
-from messageweave.probes import probe_jmap_session, probe_telegram_get_me
+from messageweave.probes import ProbeFailure, jmap_session_failure, telegram_get_me_failure
 from messageweave.store.opstats import reconcile_cursor
 
 DEFAULT_NOTIFY_TEXT = "messageweave debug: outbound test OK"
@@ -104,8 +106,19 @@ async def debug_redis(request: Request) -> JSONResponse:
     return JSONResponse({"reachable": True, "global_enabled": enabled})
 
 
-def _probe_answer(detail: str | None) -> JSONResponse:
-    return JSONResponse({"ok": True} if detail is None else {"ok": False, "detail": detail})
+def _probe_answer(failure: ProbeFailure | None) -> JSONResponse:
+    """`{"ok": true}`, or the failure: `detail` (the documented short text), `reason` (a
+    `probes.KINDS` code: `refused`, `timeout`, `tls`, `unauthorized`…), `cause` and `remedy`
+    (English; a host and port at most, never a token, a password or a URL's path)."""
+    if failure is None:
+        return JSONResponse({"ok": True})
+    return JSONResponse({"ok": False, "detail": failure.detail, "reason": failure.kind,
+                         "cause": failure.cause, "remedy": failure.remedy})
+
+
+def _not_configured(detail: str, remedy: str) -> JSONResponse:
+    return _probe_answer(ProbeFailure(detail, "nothing is configured to probe", remedy,
+                                      "not_configured"))
 
 
 @router.get("/jmap")
@@ -114,14 +127,15 @@ async def debug_jmap(request: Request) -> JSONResponse:
     await svc.config.refresh()
     cfg = svc.config.config
     if cfg is None or not cfg.jmap_session_url.strip():
-        return _probe_answer("jmap session url not configured")
+        return _not_configured("jmap session url not configured", "set jmap_session_url")
     started = time.perf_counter()
     try:
-        detail = await probe_jmap_session(cfg)
+        failure = await jmap_session_failure(cfg)
     except ValueError:  # a URL httpx cannot parse
-        detail = "jmap session url invalid"
-    observe_call("jmap", time.perf_counter() - started, detail is None)
-    return _probe_answer(detail)
+        failure = ProbeFailure("jmap session url invalid", "jmap_session_url is not a URL",
+                               "check jmap_session_url", "answer")
+    observe_call("jmap", time.perf_counter() - started, failure is None)
+    return _probe_answer(failure)
 
 
 @router.get("/telegram")
@@ -130,11 +144,11 @@ async def debug_telegram(request: Request) -> JSONResponse:
     await svc.config.refresh()
     cfg = svc.config.config
     if cfg is None:
-        return _probe_answer("telegram bot token not configured")
+        return _not_configured("telegram bot token not configured", "set bot_token")
     started = time.perf_counter()
-    detail = await probe_telegram_get_me(cfg)
-    observe_call("telegram", time.perf_counter() - started, detail is None)
-    return _probe_answer(detail)
+    failure = await telegram_get_me_failure(cfg)
+    observe_call("telegram", time.perf_counter() - started, failure is None)
+    return _probe_answer(failure)
 
 
 @router.get("/worker")

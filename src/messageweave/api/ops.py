@@ -142,7 +142,7 @@ async def ready(request: Request) -> JSONResponse:
                    ((mail_check, mail_failure), ("telegram", telegram_failure)) if failure}
     failed = [name for name, ok in checks.items() if not ok]
     if failed:
-        if await shows_admin(request):
+        if await shows_admin(request, admin_key=True):
             return _not_ready(request, failed, reasons)
         raise ApiError(503, "service_unavailable", retry=True,
                        headers={READY_FAILED_HEADER: ", ".join(failed)})

@@ -12,7 +12,10 @@ renewal. A lease that could not be taken or kept is tried again after a jittered
   backoff base: `REFUSED_BASE_S` where a fix needs a person), and retried after a jittered
   backoff that a new configuration cuts short.
 - The status (`store.receivers.LoopStatus`, at the holder's status key) is written on every
-  report, for every instance to read (`/ready`, `diagnose`, `/metrics`, the page).
+  report, for every instance to read (`/ready`, `diagnose`, `/metrics`, the page), and written
+  again every `status_ttl_s / STATUS_REFRESHES_PER_TTL` while the lease is held (`_keep_status`):
+  a backoff, a recheck or a connect that hangs until its timeout may last longer than the key's
+  EX, and an expired status reads "no instance holds it yet" (issue #34).
 - On every (re)connect the holder asks for a catch-up pass, at most one per
   `RECONNECT_CATCHUP_S` (`ReconnectCatchups`): mail that came while nobody listened is not
   left for the periodic pass.
@@ -26,6 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import ClassVar
 
 from redis.exceptions import RedisError
@@ -45,6 +49,7 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 REFUSED_BASE_S = 30.0  # refused credentials, no such mailbox, no push offered: a person's fix
 IDLE_S = 1.0  # while not wanted: how often the holder looks again
+STATUS_REFRESHES_PER_TTL = 3  # a held lease writes its status again this often per its EX
 
 
 async def ask_catchup(redis: Redis, account_id: str) -> None:
@@ -111,6 +116,8 @@ class LeaseHolder(abc.ABC):
         self._state = ""
         self._since = 0
         self._last_event: int | None = None
+        self._written: LoopStatus | None = None  # what this hold last wrote
+        self._writing = asyncio.Lock()  # a refresh never lands after a newer report
 
     @abc.abstractmethod
     def _lock(self) -> Lock:
@@ -158,10 +165,27 @@ class LeaseHolder(abc.ABC):
 
     async def _hold(self) -> None:
         """The body run under the lease: returns when the holder is no longer wanted."""
+        self._written = None  # another instance may have held it meanwhile
+        keeper = asyncio.create_task(self._keep_status(), name=f"{self.place} status")
         try:
             await self._connections()
         finally:
+            await cancel(keeper)
             await self.catchups.close()
+
+    async def _keep_status(self) -> None:
+        """Write the last status again, its `at` now, every `status_ttl_s /
+        STATUS_REFRESHES_PER_TTL` while the lease is held, so it outlives every wait of the
+        holder's (the poller's `_pause` does the same for Telegram's)."""
+        while True:
+            await asyncio.sleep(self.status_ttl_s / STATUS_REFRESHES_PER_TTL)
+            async with self._writing:
+                if self._written is None:
+                    continue
+                self._written = replace(self._written, at=int(self.clock()))
+                with contextlib.suppress(RedisError):  # the next report or refresh writes it
+                    await write_status(self.svc.redis, self.status_key, self.status_ttl_s,
+                                       self._written)
 
     async def _failed(self, exc: BaseException, failures: int) -> None:
         """Log and report a failed connection, then wait out its backoff (`failures`-th in a
@@ -180,6 +204,8 @@ class LeaseHolder(abc.ABC):
                 self.log.info("%s: %s", self.log_prefix, self.connected_line)
             elif state != "off":
                 self.log.warning("%s: %s", self.log_prefix, self.reasons.get(state, state))
-        await write_status(self.svc.redis, self.status_key, self.status_ttl_s,
-                           LoopStatus(state, detail, now, self._since, self._last_event,
-                                      self.svc.config.revision))
+        async with self._writing:
+            self._written = LoopStatus(state, detail, now, self._since, self._last_event,
+                                       self.svc.config.revision)
+            await write_status(self.svc.redis, self.status_key, self.status_ttl_s,
+                               self._written)

@@ -202,6 +202,10 @@ function mailText(label, age) {
     return age === null || age === undefined ? t("callbacks.mail.eventsource")
       : t("callbacks.mail.eventsourceAge", { age: ageText(age) });
   }
+  if (label === "ok (idle)") {  // an IMAP mailbox (issue #34: it read "periodic check only")
+    return age === null || age === undefined ? t("callbacks.mail.idle")
+      : t("callbacks.mail.idleAge", { age: ageText(age) });
+  }
   if (label === "ok (subscription)") return t("callbacks.mail.subscription");
   if (label === "off") return t("callbacks.mail.off");
   return t("callbacks.mail.degraded", { reason: pushReason(label) });

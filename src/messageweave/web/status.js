@@ -14,14 +14,16 @@ import { known, t } from "./i18n.js";
 
 // The checks `/ready` runs, in the order shown. `configured` is not a peer: when it fails the
 // peers were not probed (they need a configuration). `updates` and `push` are labels of the
-// 200 body only.
-const PEERS = ["redis", "jmap", "telegram", "updates", "push"];
-const PROBED = ["jmap", "telegram"];
+// 200 body only. `mail` stands for the mail server's check, whichever the source is: `/ready`
+// names it `jmap` for a JMAP mailbox and `mail` for an IMAP one (`probes.mail_probe`).
+const PEERS = ["redis", "mail", "telegram", "updates", "push"];
+const MAIL_CHECKS = ["jmap", "mail"];
 const REQUEST = { credentials: "omit", cache: "no-store", redirect: "error",
   referrerPolicy: "no-referrer", headers: { Accept: "application/json" } };
 
 // What the card last read: the status, `/ready`, and (signed in) the switch and the queues.
-const view = { status: null, ready: null, enabled: null, delivery: null, run: 0, busy: false };
+const view = { status: null, ready: null, enabled: null, delivery: null, run: 0, busy: false,
+  mailCheck: null };
 export const LIVE_MS = 2000;
 
 // `/ready` answered: 200 with a boolean per check (and push and updates as labels), or 503
@@ -39,14 +41,32 @@ async function readReady() {
   }
   let body = null;
   try { body = await response.json(); } catch (err) { body = null; }
-  if (response.ok) return body;
+  if (response.ok) return rememberMailCheck(body);
   const header = response.headers.get("x-ready-failed");
   if (header === null) return null;
   const failed = header.split(",").map(function (name) { return name.trim(); });
   const answer = { status: "not_ready", configured: failed.indexOf("configured") < 0,
     reasons: body && typeof body.failed === "object" && body.failed !== null ? body.failed : {} };
-  ["redis"].concat(PROBED).forEach(function (name) { answer[name] = failed.indexOf(name) < 0; });
-  return answer;
+  // A 503 names only the checks that failed: a mail check that passed is the one a former
+  // answer named, or unknown (then said without the source's name).
+  const mail = MAIL_CHECKS.find(function (name) { return failed.indexOf(name) >= 0; }) ||
+    view.mailCheck;
+  ["redis", "telegram"].concat(mail ? [mail] : []).forEach(function (name) {
+    answer[name] = failed.indexOf(name) < 0;
+  });
+  return rememberMailCheck(answer);
+}
+
+// Which mail check an answer holds (`jmap`, `mail`), or null; remembered for the next 503.
+function mailCheckOf(ready) {
+  return MAIL_CHECKS.find(function (name) { return typeof ready[name] === "boolean"; }) || null;
+}
+
+function rememberMailCheck(ready) {
+  if (ready && typeof ready === "object" && mailCheckOf(ready) !== null) {
+    view.mailCheck = mailCheckOf(ready);
+  }
+  return ready;
 }
 
 // The server says why something is degraded in its own English (`push_lifecycle.REASONS`,
@@ -67,6 +87,12 @@ const PUSH_REASONS = {
   "the mail server offers no EventSource": "reason.es.unavailable",
   "the session's eventSourceUrl is not on the session's origin": "reason.es.bad_url",
   "no instance holds the EventSource yet": "reason.es.none_yet",
+  "IMAP IDLE connecting": "reason.idle.connecting",
+  "IMAP IDLE connection lost, reconnecting": "reason.idle.failing",
+  "the IMAP server refused the credentials": "reason.idle.refused",
+  "a notify mailbox cannot be selected": "reason.idle.no_mailbox",
+  "the IMAP server does not offer IDLE": "reason.idle.no_idle",
+  "no instance holds the IMAP IDLE yet": "reason.idle.none_yet",
 };
 const UPDATES_REASONS = {
   "no webhook is registered with Telegram (telegram_updates is webhook)": "reason.tg.no_webhook",
@@ -94,6 +120,7 @@ export function isOk(label) {
 function pushWords(label) {
   if (label === "ok (eventsource)") return t("ready.push.eventsource");
   if (label === "ok (subscription)") return t("ready.push.subscription");
+  if (label === "ok (idle)") return t("ready.push.idle");
   if (isOk(label)) return t("ready.push.ok");
   if (label === "off") return t("ready.push.off");
   return t("ready.push.degraded", { reason: reasonWords(label, PUSH_REASONS) });
@@ -114,15 +141,35 @@ function peerLine(name, ready) {
     const text = name === "push" ? pushWords(label) : updatesWords(label);
     return [text, isOk(label) ? "ok" : "error"];
   }
-  if (PROBED.indexOf(name) >= 0 && !ready.configured) return [t("ready." + name + ".skipped"), ""];
+  if (name === "mail") return mailLine(ready);
+  if (name === "telegram" && !ready.configured) return [t("ready.telegram.skipped"), ""];
   if (ready[name]) return [t("ready." + name + ".ok"), "ok"];
-  return [causeWords(name, (ready.reasons || {})[name]), "error"];
+  return [causeWords(name, ready), "error"];
 }
 
-// A failed check in words: its cause when `/ready` told one (signed in), else the guess.
-function causeWords(name, why) {
-  const key = why && typeof why.reason === "string" ? "ready." + name + ".cause." + why.reason : "";
-  return key && known(key) ? t(key) : t("ready." + name + ".failed");
+// The mail server's line. A 503 that names no mail check and was configured probed it: it
+// passed, from a source the page may not know yet.
+function mailLine(ready) {
+  if (!ready.configured) return [t("ready.mailServer.skipped"), ""];
+  const check = mailCheckOf(ready);
+  if (check === null) return [t("ready.mailServer.ok"), "ok"];
+  if (ready[check]) return [t("ready." + check + ".ok"), "ok"];
+  return [causeWords(check, ready), "error"];
+}
+
+// A failed check in words: its cause when `/ready` told one (the admin); else only what it
+// tells anyone, the failed check's name, and that signing in shows why (issue #34: the
+// signed-out page guessed "the bot token was refused"). Redis's check has one cause.
+function causeWords(name, ready) {
+  if (name === "redis") return t("ready.redis.failed");
+  const why = (ready.reasons || {})[name];
+  const peer = t("ready.name." + name);
+  if (!why || typeof why.reason !== "string") {
+    return t("ready.failedSignIn", { peer: peer, check: name });
+  }
+  const key = "ready." + name + ".cause." + why.reason;
+  if (known(key)) return t(key);
+  return t("ready.failedCause", { peer: peer, cause: String(why.cause || why.reason) });
 }
 
 function utcMinute(unix) {
@@ -183,7 +230,7 @@ function showReady() {
   PEERS.forEach(function (name) {
     const line = peerLine(name, ready);
     const li = document.createElement("li");
-    li.dataset.peer = name;
+    li.dataset.peer = name === "mail" ? mailCheckOf(ready) || "mail" : name;
     li.textContent = line[0];
     if (line[1]) li.classList.add(line[1]);
     $("ready-list").appendChild(li);
@@ -295,7 +342,10 @@ export function wire() {
   $("setup-recheck").addEventListener("click", loadStatus);
   $("processing-on").addEventListener("click", switchOn);
   document.addEventListener("mw:enabled", function () { loadStatus(); });
-  document.addEventListener("mw:saved", liveTick);
+  document.addEventListener("mw:saved", function () {
+    view.mailCheck = null;  // the source may have changed: the next answer says which
+    liveTick();
+  });
   document.addEventListener("visibilitychange", liveTick);
   setInterval(liveTick, LIVE_MS);
 }

@@ -130,8 +130,10 @@ async def test_probes_without_configuration_say_not_configured(
     jmap = await debug_client.get("/debug/jmap", headers=H)
     telegram = await debug_client.get("/debug/telegram", headers=H)
     assert (jmap.status_code, telegram.status_code) == (200, 200)
-    assert jmap.json() == {"ok": False, "detail": "jmap session url not configured"}
-    assert telegram.json() == {"ok": False, "detail": "telegram bot token not configured"}
+    assert (jmap.json()["detail"], jmap.json()["reason"]) == (
+        "jmap session url not configured", "not_configured")
+    assert (telegram.json()["detail"], telegram.json()["reason"]) == (
+        "telegram bot token not configured", "not_configured")
 
 
 async def test_probe_failures_are_200_answers_with_the_documented_detail(
@@ -143,10 +145,12 @@ async def test_probe_failures_are_200_answers_with_the_documented_detail(
     await _configure(debug_client, wire)
     jmap = await debug_client.get("/debug/jmap", headers=H)
     telegram = await debug_client.get("/debug/telegram", headers=H)
-    assert (jmap.status_code, jmap.json()) == (
-        200, {"ok": False, "detail": "jmap session probe failed"})
-    assert (telegram.status_code, telegram.json()) == (
-        200, {"ok": False, "detail": "telegram get_me probe failed"})
+    assert (jmap.status_code, jmap.json()["ok"], jmap.json()["detail"]) == (
+        200, False, "jmap session probe failed")
+    assert (telegram.status_code, telegram.json()["ok"], telegram.json()["detail"]) == (
+        200, False, "telegram get_me probe failed")
+    assert jmap.json()["reason"] == telegram.json()["reason"] == "unauthorized"
+    assert "wrong-SECRET" not in jmap.text and str(wire["bot_token"]) not in telegram.text
 
 
 async def test_a_silent_telegram_is_a_timed_out_probe(
@@ -157,7 +161,28 @@ async def test_a_silent_telegram_is_a_timed_out_probe(
     await telegram_emulator.fail(token=str(wire["bot_token"]), method="getMe", delay_ms=4000)
     await _configure(debug_client, wire)
     response = await debug_client.get("/debug/telegram", headers=H)
-    assert response.json() == {"ok": False, "detail": "telegram get_me probe timed out"}
+    body = response.json()
+    assert (body["ok"], body["detail"], body["reason"]) == (
+        False, "telegram get_me probe timed out", "timeout")
+
+
+async def test_telegram_names_a_refused_connection_never_the_token(
+    debug_client: httpx.AsyncClient, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
+    trust_cyrus: None,
+) -> None:
+    """Catches: `/debug/telegram` answering only "telegram get_me probe failed" whatever went
+    wrong (issue #34: the operator was sent to the bot token while the Bot API refused the
+    connection); its cause must say "connection refused" with the host and port, and nothing
+    in the answer may hold the token or the URL's path."""
+    wire = peer_wire(cyrus, telegram_emulator,
+                     telegram_api_base_url=f"http://127.0.0.1:{closed_port()}")
+    await _configure(debug_client, wire)
+    response = await debug_client.get("/debug/telegram", headers=H)
+    body = response.json()
+    assert (response.status_code, body["ok"], body["reason"]) == (200, False, "refused")
+    assert body["cause"].startswith("connection refused (127.0.0.1:"), body
+    assert "bot token" not in body["remedy"], body
+    assert str(wire["bot_token"]) not in response.text and "/bot" not in response.text
 
 
 async def test_worker_shows_revision_cursor_and_outbound(

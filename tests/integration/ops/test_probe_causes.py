@@ -20,6 +20,7 @@ from cryptography.x509.oid import NameOID
 
 from messageweave.config.model import parse_wire
 from messageweave.probes import jmap_session_failure, telegram_get_me_failure
+from messageweave.store import keys
 from tests.helpers import ADMIN_KEY, closed_port, login, run_cli
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
@@ -173,3 +174,29 @@ async def test_diagnose_names_a_refused_connection_not_the_token(
     line = next(line for line in out.splitlines() if "telegram getMe" in line)
     assert "connection refused (127.0.0.1:" in line, out
     assert "check the bot token" not in out and str(wire["bot_token"]) not in out
+
+
+async def test_ready_says_why_to_the_admin_key_and_counts_a_wrong_one(
+    client: httpx.AsyncClient, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
+    trust_cyrus: None,
+) -> None:
+    """Catches: `/ready`'s reason given to an admin session only, so the CLI or a monitoring
+    script holding the admin key (`Authorization: Bearer <admin key>`) got the bare envelope;
+    and a key that matches nothing not counted against the caller (a free oracle), or the
+    reason shown to another credential (the worker token)."""
+    session = await login(client)
+    wire = _wire(cyrus, telegram_emulator, f"http://127.0.0.1:{closed_port()}")
+    assert (await client.put("/api/business-config", headers=session, json=wire)).is_success
+    key = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    admin = await client.get("/ready", headers=key)
+    assert admin.status_code == 503, admin.text
+    assert admin.json()["failed"]["telegram"]["reason"] == "refused"
+    assert str(wire["bot_token"]) not in admin.text
+    worker = await client.get("/ready", headers={"Authorization": f"Bearer {wire['worker_token']}"})
+    assert set(worker.json()) == {"error", "request_id"}
+    for _ in range(keys.THROTTLE_MAX_FAILURES):
+        wrong = await client.get("/ready", headers={"Authorization": "Bearer " + "cd" * 32})
+        assert set(wrong.json()) == {"error", "request_id"}
+    locked = await client.get("/ready", headers=key)  # the right key, from a locked address
+    assert locked.status_code == 503 and set(locked.json()) == {"error", "request_id"}
+    assert (await client.post("/api/admin/session", headers=key)).status_code == 429
