@@ -135,7 +135,9 @@ def assert_well_behaved(response: Any, label: str) -> None:
     assert status != 500 and status not in range(504, 600) and status != 501, (label, text)
     if status >= 300:
         body = json.loads(text)
-        assert isinstance(body, dict) and set(body) == {"error", "request_id"}, (label, text)
+        # `/ready`'s 503 tells an admin why (`failed`, reference §3.1; issue #34)
+        why = {"failed"} if label.startswith("GET /ready") and status == 503 else set()
+        assert isinstance(body, dict) and set(body) - why == {"error", "request_id"}, (label, text)
     exposed = text + " " + " ".join(f"{k}: {v}" for k, v in response.headers.items())
     leaked = [secret for secret in SECRETS if secret in exposed]
     assert leaked == [], (label, leaked)
