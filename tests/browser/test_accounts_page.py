@@ -1,7 +1,8 @@
 """The accounts card and the owner's sign-in (issue #35 item 6), in Chromium against the real
 service, a real Cyrus user for the new account and the Telegram emulator as the deployment's
 Bot API: the admin adds an account with "Test connection", pauses it and makes its owner key;
-the owner signs in with that key and sees their own account alone; the admin removes it."""
+the owner signs in with that key, sees their own account alone and changes its settings and
+notification rules; the admin removes it. And the trace and gap audit cards' account choice."""
 
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     send), a "Test connection" that tests the default account's mailbox instead of the one
     typed, a save that hides "not served yet", a pause or owner key the row does not show, and
     an owner key that opens the admin's cards (hidden, not merely disabled) or another account,
-    or cannot change its own account's name and language; and a removal without a confirmation
-    naming the account."""
+    or cannot change its own account's name, language and notification rules (without touching
+    the default account's); and a removal without a confirmation naming the account."""
     user, password = f"fam{random.randrange(10**9)}", "family-mail-SECRET"
     cyrus.add_user(user, password)
     save_configuration(service, sample_wire(telegram_api_base_url=telegram_emulator.base_url))
@@ -116,12 +117,29 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     owner.click("#acct-save")
     expect(owner.locator("#acct-form-msg")).to_have_text("Saved (revision 2).")
     expect(_row(owner, "family")).to_contain_text("The Smiths")
+    # Their notification rules: the rules card, for their own account (no dry run: admin's).
+    expect(owner.locator("#rules-state")).to_have_text("Settings of account family, revision 2.")
+    expect(owner.locator("#dry-run")).to_be_hidden()
+    owner.check("#r-quiet_hours")
+    owner.fill("#r-digest_threshold", "12")
+    owner.click("#rules-save")
+    expect(owner.locator("#rules-msg")).to_have_text("Notification settings saved (revision 3).")
+    expect(owner.locator("#rules-error")).to_contain_text("not served yet")
+    expect(owner.locator("#rules-state")).to_have_text("Settings of account family, revision 3.")
+    owner.fill("#acct-name", "The Smiths family")  # the form patches the rules' revision
+    owner.click("#acct-save")
+    expect(owner.locator("#acct-form-msg")).to_have_text("Saved (revision 4).")
     owner.click("#sign-out")
     expect(owner.locator("#accounts-card")).to_be_hidden()
     next(runs, None)  # the owner's page closed, its CSP checked
 
     page.click("#acct-refresh")
-    expect(_row(page, "family")).to_contain_text("The Smiths")
+    expect(_row(page, "family")).to_contain_text("The Smiths family")
+    page.click('#acct-rows button[data-account="family"][data-action="edit"]')
+    expect(page.locator("#a-f-bot_language")).to_have_value("zh")  # the owner's changes, kept
+    # …and the default account's rules were not touched by them.
+    expect(page.locator("#r-digest_threshold")).to_have_value("0")
+    expect(page.locator("#r-quiet_hours")).not_to_be_checked()
     messages: list[str] = []
 
     def accept(dialog: object) -> None:
@@ -137,19 +155,29 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
                      headers=_admin(service)).status_code == 404  # gone from the store too
 
 
+def _family(service: LiveService) -> str:
+    """The default account and account `family` stored by another admin tool; its owner key."""
+    save_configuration(service, sample_wire())
+    admin = _admin(service)
+    with httpx.Client(base_url=service.base_url) as http:
+        created = http.post("/api/accounts", headers=admin, json={
+            "id": "family", "name": "Family", "telegram_chat_id": FAMILY_CHAT,
+            "chat_allowlist": [FAMILY_CHAT], "jmap_session_url": "https://127.0.0.1:9/",
+            "jmap_username": "bob", "jmap_password": "family-SECRET"})
+        assert created.status_code == 201, created.text
+        key = http.post("/api/accounts/family/owner-key", headers=admin)
+        assert key.status_code == 200, key.text
+    owner_key: str = key.json()["owner_key"]
+    return owner_key
+
+
 def test_the_trace_and_audit_cards_say_an_account_is_not_served_yet(
     service: LiveService, page_run: PageRun,
 ) -> None:
     """Catches the trace and gap audit cards answering about the default account's mailbox
     when another account is chosen, or showing its 409 as a bare failure code instead of
     "not served yet"."""
-    save_configuration(service, sample_wire())
-    with httpx.Client(base_url=service.base_url) as http:
-        created = http.post("/api/accounts", headers=_admin(service), json={
-            "id": "family", "name": "Family", "telegram_chat_id": FAMILY_CHAT,
-            "chat_allowlist": [FAMILY_CHAT], "jmap_session_url": "https://127.0.0.1:9/",
-            "jmap_username": "bob", "jmap_password": "family-SECRET"})
-        assert created.status_code == 201, created.text
+    _family(service)
     page = page_run.page
     signed_in(page, service, revision=1)
     expect(page.locator("#trace-account option")).to_have_count(2)
@@ -165,3 +193,27 @@ def test_the_trace_and_audit_cards_say_an_account_is_not_served_yet(
     expect(page.locator("#gap-msg")).to_contain_text("Not served yet")
     page.select_option("#gap-account", "default")
     expect(page.locator("#gap-last")).to_have_text("No audit has run yet.")
+
+
+def test_an_owner_who_stays_signed_in_gets_their_account_back_after_a_reload(
+    service: LiveService, page_run: PageRun,
+) -> None:
+    """Catches "stay signed in" losing an owner's session on a reload (kept as an admin
+    session's only), or resuming it as an admin session that shows the admin cards; and a
+    wrong owner key said as a wrong admin key."""
+    owner_key = _family(service)
+    page = page_run.page
+    open_page(page, service)
+    page.fill("#auth-key", "family.not-the-key")
+    page.click("#auth-submit")
+    expect(page.locator("#auth-msg")).to_contain_text("Wrong owner key")
+    page.fill("#auth-key", owner_key)
+    page.check("#auth-keep")
+    page.click("#auth-submit")
+    expect(_row(page, "family")).to_contain_text("Family")
+    page.reload()
+    expect(page.locator("#session-title")).to_have_text("Owner session: account family")
+    expect(_row(page, "family")).to_contain_text("Family")
+    expect(page.locator("#acct-name")).to_have_value("Family")
+    expect(page.locator("#admin")).to_be_hidden()
+    assert owner_key not in page.evaluate("JSON.stringify(sessionStorage)")  # the key, never

@@ -6,7 +6,7 @@
 // account is `POST /api/accounts`; a change `PUT /api/accounts/{id}` with only what changed
 // and the revision read. "Test connection" is the business card's (`preflight.js`): the
 // account's fields over the stored deployment fields (the bot, the AI service).
-import { api, reasonOf, session } from "./api.js";
+import { ACCOUNT_REVISION, announceRevision, api, reasonOf, session } from "./api.js";
 import {
   baselineFrom, businessLabelKey, changedFields, FormError, isSecret, kindOf, readFields,
   showValue, withLabels,
@@ -222,6 +222,7 @@ async function save(event) {
       : await api("PUT", "/api/accounts/" + encodeURIComponent(state.id),
         Object.assign(body, { revision: state.revision }), true);
     const id = state.id === null ? result.id : state.id;
+    announceRevision(id, result.revision);
     const headline = state.id === null ? t("acct.created", { id: id, n: result.revision })
       : t("acct.saved", { n: result.revision });
     const warnings = preflight.failureLines(result.warnings, FP);
@@ -279,4 +280,7 @@ export function wire() {
   $("acct-form").addEventListener("submit", save);
   $("acct-test").addEventListener("click", testConnection);
   $("acct-cancel").addEventListener("click", close);
+  document.addEventListener(ACCOUNT_REVISION, function (event) {
+    if (event.detail.id === state.id) state.revision = event.detail.revision;
+  });
 }

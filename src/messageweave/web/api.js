@@ -91,3 +91,10 @@ export function accountQuery(sep, account) {
 export function notServed(account) {
   return t("acct.notServedRoute", { id: account });
 }
+
+// Two cards edit one account (its form and, for its owner, the notification rules), each only
+// its own fields: a save tells the other the account's new revision, to patch against.
+export const ACCOUNT_REVISION = "mw:account-revision";
+export function announceRevision(id, revision) {
+  document.dispatchEvent(new CustomEvent(ACCOUNT_REVISION, { detail: { id: id, revision: revision } }));
+}

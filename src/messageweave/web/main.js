@@ -20,10 +20,11 @@ import * as zones from "./zones.js";
 // The cards behind sign-in, in the order they load after it (the status card first: signed
 // in, it also reads the switch and the queues).
 // The accounts card is wired last: its form copies the business form's inputs once their help
-// lines are in place. An owner's session opens the accounts card alone.
+// lines are in place. An owner's session opens the accounts card and the notification rules of
+// their own account, nothing else.
 const CARDS = [status.signedIn, processing, business, discover, rules, callbacks, chats, delivery,
   gapAudit, logs, trace, accounts];
-session.manage(CARDS, [accounts]);
+session.manage(CARDS, [accounts, rules]);
 
 // What the browser tests read: the language, the message tables, the zones and the state.
 window.__mw = {

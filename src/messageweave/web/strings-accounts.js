@@ -63,6 +63,7 @@ export const TEXTS = {
   "acct.notServedRoute": ["Not served yet: the service serves only the default account for now, so there is nothing of account {id} to show.", "尚未服务：目前服务只处理默认账户，因此没有账户 {id} 的内容可显示。"],
   "acct.testNeedsSecret": ["Type the account's password to test its connection: a saved password is never read back.", "请输入该账户的密码以测试连接：已保存的密码不会被读回。"],
   "acct.choice": ["Account", "账户"],
+  "rules.accountState": ["Settings of account {id}, revision {n}.", "账户 {id} 的设置，修订号 {n}。"],
   "auth.ownerIntro": ["An account's owner signs in here with the owner key the admin gave them.", "账户所有者在此使用管理员给的所有者密钥登录。"],
   "auth.ownerWrong": ["Wrong owner key (or one replaced by a newer key). Ask the admin for a new one.", "所有者密钥错误（或已被新密钥取代）。请向管理员索取新的密钥。"],
   "session.ownerTitle": ["Owner session: account {id}", "所有者会话：账户 {id}"],
