@@ -9,6 +9,7 @@ import { $, cell, el, say } from "./dom.js";
 import { t, utcTime } from "./i18n.js";
 
 const DEFAULT = "default";
+const COLUMNS = 8;
 let generation = 0;
 
 function path(id, tail) {
@@ -31,9 +32,12 @@ function actionButton(key, labelKey, account, handler) {
   return button;
 }
 
+// The admin's buttons for one account, on a row of their own under it (the table stays narrow
+// enough for a phone's width beside its eight columns).
 function actions(account) {
   const td = document.createElement("td");
-  td.className = "actions";
+  td.colSpan = COLUMNS;
+  td.className = "acct-actions";
   if (account.id === DEFAULT) {
     td.append(el("span", { className: "muted", textContent: t("acct.defaultRow") }), " ");
   } else {
@@ -45,7 +49,10 @@ function actions(account) {
   if (account.id !== DEFAULT) {
     td.append(" ", actionButton("acct.remove", "acct.removeFor", account, remove));
   }
-  return td;
+  const tr = document.createElement("tr");
+  tr.dataset.actionsOf = account.id;
+  tr.appendChild(td);
+  return tr;
 }
 
 function row(account, status) {
@@ -57,8 +64,7 @@ function row(account, status) {
     cell(mailText(status), status && status.mail === "ok" ? "ok" : ""),
     cell(status ? String(status.push) : "—"), cell(status ? String(status.waiting) : "—"),
     cell(status ? String(status.dlq) : "—"), cell(status ? last : "—"));
-  if (!session.account) tr.appendChild(actions(account));
-  return tr;
+  return session.account ? [tr] : [tr, actions(account)];
 }
 
 async function statusOf(account) {
@@ -86,7 +92,7 @@ async function loadAccounts() {
     const data = await api("GET", "/api/accounts", undefined, true);
     const statuses = await Promise.all(data.accounts.map(statusOf));
     if (mine !== generation) return data.accounts;
-    $("acct-rows").replaceChildren(...data.accounts.map(function (account, i) {
+    $("acct-rows").replaceChildren(...data.accounts.flatMap(function (account, i) {
       return row(account, statuses[i]);
     }));
     $("acct-table").hidden = data.accounts.length === 0;

@@ -14,7 +14,6 @@ export const TEXTS = {
   "acct.waiting": ["Waiting", "等待中"],
   "acct.dlq": ["Failed", "失败"],
   "acct.lastNotified": ["Last notified (UTC)", "最近通知（UTC）"],
-  "acct.actions": ["Actions", "操作"],
   "acct.enabled": ["enabled", "已启用"],
   "acct.pausedState": ["paused", "已暂停"],
   "acct.mailOk": ["reachable", "可以连接"],
