@@ -217,3 +217,25 @@ def test_an_owner_who_stays_signed_in_gets_their_account_back_after_a_reload(
     expect(page.locator("#acct-name")).to_have_value("Family")
     expect(page.locator("#admin")).to_be_hidden()
     assert owner_key not in page.evaluate("JSON.stringify(sessionStorage)")  # the key, never
+
+    # The admin makes a new owner key: the old key's session ends, and the owner is told so.
+    with httpx.Client(base_url=service.base_url) as http:
+        assert http.post("/api/accounts/family/owner-key",
+                         headers=_admin(service)).status_code == 200
+    page.fill("#acct-name", "Family B")
+    page.click("#acct-save")
+    expect(page.locator("#auth-msg")).to_have_text(
+        "Your owner session ended (it expired, or the admin made a new owner key). Sign in again.")
+    expect(page.locator("#accounts-card")).to_be_hidden()
+
+
+def test_no_account_can_be_added_before_the_business_configuration_is_saved(
+    service: LiveService, page_run: PageRun,
+) -> None:
+    """Catches an "Add account" that is offered with nothing to extend (its save would be a 409
+    shown as "this id exists already")."""
+    page = page_run.page
+    signed_in(page, service)
+    expect(page.locator("#acct-msg")).to_have_text(
+        "No account yet: save the business configuration first (it is the default account).")
+    expect(page.locator("#acct-add")).to_be_disabled()

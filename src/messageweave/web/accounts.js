@@ -96,6 +96,7 @@ async function loadAccounts() {
       return row(account, statuses[i]);
     }));
     $("acct-table").hidden = data.accounts.length === 0;
+    $("acct-add").disabled = data.accounts.length === 0;  // nothing to extend before a first save
     say("acct-msg", data.accounts.length === 0 ? t("acct.none") : "");
     if (!session.account) fillChoices(data.accounts);
     return data.accounts;
@@ -219,5 +220,9 @@ export function wire() {
     form.openNew(saved);
   });
   $("acct-refresh").addEventListener("click", loadAccounts);
+  // The business card saved: the default account (its name, its chats) may be new.
+  document.addEventListener("mw:saved", function () {
+    if (session.token && !session.account) loadAccounts();
+  });
   $("acct-key-copy").addEventListener("click", copyKey);
 }

@@ -71,7 +71,7 @@ async function resume() {
   } catch (err) {
     if (err.status === 401 || err.status === 403) {
       forget();
-      say("auth-msg", t("auth.expired"), "error");
+      say("auth-msg", t(owner ? "auth.ownerExpired" : "auth.expired"), "error");
     }
     return;
   }
@@ -124,7 +124,7 @@ function startSession(token, expiresAt, account) {
 function tick() {
   const left = clock.expiresAt - Date.now();
   if (left <= 0) {
-    endSession("auth.expired");
+    endSession(expiredKey());
     return;
   }
   say("session-expiry", t(session.account ? "session.ownerExpires" : "session.expires",
@@ -158,7 +158,12 @@ function endSession(messageKey) {
   $("auth-key").focus();
 }
 
-onSessionLost(function () { endSession("auth.expired"); });
+// The words for a session that ended by itself: the admin's, or an owner's.
+function expiredKey() {
+  return session.account ? "auth.ownerExpired" : "auth.expired";
+}
+
+onSessionLost(function () { endSession(expiredKey()); });
 
 async function signOut() {
   const token = session.token;

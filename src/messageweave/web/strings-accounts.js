@@ -64,6 +64,7 @@ export const TEXTS = {
   "acct.choice": ["Account", "账户"],
   "rules.accountState": ["Settings of account {id}, revision {n}.", "账户 {id} 的设置，修订号 {n}。"],
   "auth.ownerIntro": ["An account's owner signs in here with the owner key the admin gave them.", "账户所有者在此使用管理员给的所有者密钥登录。"],
+  "auth.ownerExpired": ["Your owner session ended (it expired, or the admin made a new owner key). Sign in again.", "你的所有者会话已结束（已过期，或管理员生成了新的所有者密钥）。请重新登录。"],
   "auth.ownerWrong": ["Wrong owner key (or one replaced by a newer key). Ask the admin for a new one.", "所有者密钥错误（或已被新密钥取代）。请向管理员索取新的密钥。"],
   "session.ownerTitle": ["Owner session: account {id}", "所有者会话：账户 {id}"],
   "session.ownerExpires": ["Owner session expires in about {n} minutes.", "所有者会话约 {n} 分钟后过期。"],
