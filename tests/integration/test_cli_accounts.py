@@ -19,9 +19,10 @@ ONE_MAILBOX_COMMANDS = [["reconcile", "--once"], ["audit"], ["dlq", "list"],
                         ["dlq", "replay", keys.STREAM_JMAP], ["trace", "Invoice"]]
 
 
-async def run_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+async def run_cli(redis_url: str, *args: str, columns: int = 200
+                  ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "REDIS_URL": redis_url, "CONFIG_ENCRYPTION_KEY": ADMIN_KEY,
-           "COLUMNS": "200"}
+           "COLUMNS": str(columns)}
     return await asyncio.to_thread(
         subprocess.run, [console_script("messageweave"), *args],
         env=env, capture_output=True, text=True, timeout=60,
@@ -85,14 +86,15 @@ async def test_accounts_lists_each_account_with_its_name_and_state(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, embedded_redis_url: str,
 ) -> None:
     """Catches `messageweave accounts` missing an account, showing a paused one as enabled,
-    reading a name as console markup, or printing an account's mail password."""
-    admin = await with_family(client, name="[red]Family[/red]")
+    reading a name as console markup, cutting a long name over two lines on a narrow terminal,
+    or printing an account's mail password."""
+    admin = await with_family(client, name="[red]Family[/red] " + "x" * 40)
     paused = await client.put("/api/accounts/family/enabled", headers=admin,
                               json={"enabled": False})
     assert paused.status_code == 200, paused.text
-    listed = await run_cli(embedded_redis_url, "accounts")
+    listed = await run_cli(embedded_redis_url, "accounts", columns=60)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     lines = [line.split(None, 2) for line in listed.stdout.splitlines()]
     assert lines == [["default", "enabled", "default"],
-                     ["family", "paused", "[red]Family[/red]"]], listed.stdout
+                     ["family", "paused", "[red]Family[/red] " + "x" * 40]], listed.stdout
     assert FAMILY_SECRET not in listed.stdout + listed.stderr

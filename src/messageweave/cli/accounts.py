@@ -49,7 +49,8 @@ def accounts_command(
             continue
         state = "[green]enabled[/]" if account.enabled else "[yellow]paused[/]"
         # A name is the admin's (or the owner's) text: printed, never read as markup.
-        console.print(f"{account.id:<32} {state:<18} {escape(account.name)}", highlight=False)
+        console.print(f"{account.id:<32} {state:<18} {escape(account.name)}", highlight=False,
+                      soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
