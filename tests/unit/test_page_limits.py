@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from messageweave import web
-from messageweave.config import features, fields, model
+from messageweave.config import accounts, features, fields, model
 
 WEB = Path(web.__file__).parent
 
@@ -64,3 +64,18 @@ def test_each_field_length_the_page_allows_is_the_declared_one() -> None:
     declared = {name: fields.FIELD[name].max_chars for name in allowed if name in fields.FIELD}
     assert len(declared) >= 13, "the business form has fewer length-limited fields than before"
     assert {name: allowed[name] for name in declared} == declared
+
+
+def test_the_accounts_card_allows_what_an_account_id_and_name_may_be() -> None:
+    """Catches the accounts card's id or name input (issue #35) cutting, or letting through, a
+    value the server's `config.accounts` refuses or takes: the `maxlength`s, the name limit and
+    the id pattern the form checks before sending."""
+    html = (WEB / "index.html").read_text(encoding="utf-8")
+    limits = {name: int(limit) for name, limit in re.findall(
+        r'<input\b[^>]*\bid="acct-(id|name)"[^>]*\bmaxlength="(\d+)"', html)}
+    longest_id = int(re.search(r"\{0,(\d+)\}\$$", accounts.ACCOUNT_ID_PATTERN).group(1)) + 1
+    assert limits == {"id": longest_id, "name": accounts.NAME_MAX_CHARS}
+    assert js_constant("account-form.js", "NAME_MAX_CHARS") == accounts.NAME_MAX_CHARS
+    source = (WEB / "account-form.js").read_text(encoding="utf-8")
+    pattern = re.search(r"^const ID_PATTERN = /(.+)/;", source, re.MULTILINE)
+    assert pattern and pattern.group(1) == accounts.ACCOUNT_ID_PATTERN

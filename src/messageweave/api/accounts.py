@@ -25,7 +25,12 @@ from messageweave.api.credentials import (
     require_owner_key,
     services,
 )
-from messageweave.config.account_service import AccountSave, NoBusinessConfig, UnknownAccount
+from messageweave.config.account_service import (
+    AccountNotServed,
+    AccountSave,
+    NoBusinessConfig,
+    UnknownAccount,
+)
 from messageweave.config.errors import ConfigInvalid, WireError
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.errors import ApiError, conflict, json_object, parse_json, service_unavailable
@@ -58,7 +63,8 @@ def _answers() -> Iterator[None]:
         raise invalid_configuration(str(exc)) from exc
     except (UnknownAccount, AccountGone) as exc:
         raise not_found() from exc
-    except (NoBusinessConfig, AccountExists, AccountRevisionConflict, RevisionConflict) as exc:
+    except (NoBusinessConfig, AccountExists, AccountRevisionConflict, RevisionConflict,
+            AccountNotServed) as exc:
         raise conflict() from exc
     except StoredConfigInvalid as exc:
         raise invalid_configuration() from exc
@@ -186,10 +192,5 @@ async def served_account(request: Request) -> str:
     """`?account=` of the admin routes that act on one mailbox (SPEC G.3): absent = `default`;
     an unknown id → 404 `not_found`; another account → 409 `conflict` until the runtime serves
     it (reference §7.16). Called after the route authenticated its caller."""
-    account_id = request.query_params.get("account")
-    if account_id is None or account_id == DEFAULT_ACCOUNT:
-        return DEFAULT_ACCOUNT
     with _answers():
-        await accounts(services(request)).get(account_id)
-    raise conflict()
-
+        return await accounts(services(request)).served(request.query_params.get("account"))

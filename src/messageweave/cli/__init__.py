@@ -5,6 +5,7 @@
 - `pipeline`: `drain`, `dlq list`, `dlq replay`;
 - `mailbox`: `reconcile`, `audit`;
 - `trace`: `trace` (where is my mail?);
+- `accounts`: `accounts` (the accounts the operator commands' `--account` names);
 - `service`: `service install`, `service uninstall`, `service status` (a systemd user unit).
 
 What several of them need lives in `common`; the command modules import only that, never
@@ -28,7 +29,7 @@ def build_app() -> typer.Typer:
     `messageweave serve` becomes) does not carry it (issue #14)."""
     import typer
 
-    from messageweave.cli import mailbox, ops, pipeline, serve, service, trace
+    from messageweave.cli import accounts, mailbox, ops, pipeline, serve, service, trace
 
     app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
     serve.register(app)
@@ -36,6 +37,7 @@ def build_app() -> typer.Typer:
     pipeline.register(app)
     mailbox.register(app)
     trace.register(app)
+    accounts.register(app)
     service.register(app)
     return app
 

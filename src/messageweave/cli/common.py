@@ -1,9 +1,10 @@
-"""What several commands share: the console, the `--data-dir` option, loading the settings
-printing a failure (exit code 1), the admin key of a data directory (`run` and `service install`
-create it), and the services of a configured instance."""
+"""What several commands share: the console, the `--data-dir` and `--account` options, loading
+the settings printing a failure (exit code 1), the admin key of a data directory (`run` and
+`service install` create it), the services of a configured instance, and the accounts."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -12,18 +13,27 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from redis.exceptions import RedisError
 from rich.console import Console
+from rich.markup import escape
 
 from messageweave import runtime
+from messageweave.config.account_service import AccountNotServed, AccountService, UnknownAccount
+from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.runtime import settings_from_data_dir
 from messageweave.services import Services
 from messageweave.settings import KEY_FILE, Settings
+from messageweave.store.accounts import AccountStore
+from messageweave.store.keys import DEFAULT_ACCOUNT
 
 console = Console()
 
 DataDirOption = Annotated[Path | None, typer.Option(
     help="The data directory of `messageweave run`: its embedded Redis and key are used when "
          "REDIS_URL / CONFIG_ENCRYPTION_KEY are unset (default: the one `run` uses).")]
+
+AccountOption = Annotated[str, typer.Option(
+    "--account", help="The account whose mailbox this acts on (see `messageweave accounts`).")]
 
 
 def fail(detail: str, *, highlight: bool | None = None) -> NoReturn:
@@ -67,5 +77,35 @@ async def stored_services(settings: Settings) -> AsyncIterator[Services]:
             raise RuntimeError("nothing configured yet: save a configuration first")
         await svc.config.refresh()
         yield svc
+    finally:
+        await runtime.close(svc)
+
+
+def account_service(svc: Services) -> AccountService:
+    return AccountService(svc.config, AccountStore(svc.redis), svc.settings.encryption_key)
+
+
+def check_account(settings: Settings, account_id: str) -> None:
+    """Exit 1 with a clear line unless the runtime serves `account_id` (the rule of the routes'
+    `?account=`: `AccountService.served`). `default` needs no look-up."""
+    if account_id == DEFAULT_ACCOUNT:
+        return
+    named = escape(account_id)  # the operator's text, not markup
+    try:
+        asyncio.run(_served(settings, account_id))
+    except UnknownAccount:
+        fail(f"account {named}: no such account (see messageweave accounts)",
+             highlight=False)
+    except AccountNotServed:
+        fail(f"account {named}: not served yet: the runtime serves only the "
+             f"{DEFAULT_ACCOUNT} account", highlight=False)
+    except (RedisError, StoreUnavailable, StoredConfigInvalid, OSError) as exc:
+        fail(f"{type(exc).__name__}: {exc}", highlight=False)
+
+
+async def _served(settings: Settings, account_id: str) -> None:
+    svc = runtime.build_services(settings)
+    try:
+        await account_service(svc).served(account_id)
     finally:
         await runtime.close(svc)

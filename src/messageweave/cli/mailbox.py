@@ -18,7 +18,15 @@ from redis.exceptions import RedisError
 from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
+from messageweave.cli.common import (
+    AccountOption,
+    DataDirOption,
+    check_account,
+    console,
+    fail,
+    load_settings,
+    stored_services,
+)
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.auditor import TRIGGER_CLI, run_audit
 from messageweave.mail.errors import MailError
@@ -62,12 +70,14 @@ def reconcile_command(
     once: Annotated[bool, typer.Option("--once", help="One pass only (cron).")] = False,
     max_passes: Annotated[int, typer.Option(help="Stop after this many passes.")] = 1000,
     data_dir: DataDirOption = None,
+    account: AccountOption = "default",
 ) -> None:
     """Find new mail now: replay Email/changes (or walk after a re-baseline) and enqueue it.
 
     Example: messageweave reconcile --once --data-dir .messageweave
     """
     settings = load_settings(data_dir)
+    check_account(settings, account)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     try:
         with Bar(*columns, console=console, transient=True) as bar:
@@ -89,13 +99,14 @@ async def _audit(settings: Settings) -> AuditResult:
         return await run_audit(svc, TRIGGER_CLI)
 
 
-def audit_command(data_dir: DataDirOption = None) -> None:
+def audit_command(data_dir: DataDirOption = None, account: AccountOption = "default") -> None:
     """Check that no new mail of the audit window was left without its notification, and
     re-enqueue the missing ones. Exit 0: nothing missing; 3: missing mail found; 1: failure.
 
     Example: messageweave audit --data-dir .messageweave
     """
     settings = load_settings(data_dir)
+    check_account(settings, account)
     try:
         result = asyncio.run(_audit(settings))
     except (MailError, RedisError, RuntimeError, StoreUnavailable, StoredConfigInvalid,

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from messageweave import runtime
 from messageweave.aio import cancel
-from messageweave.cli.common import DataDirOption, load_settings
+from messageweave.cli.common import AccountOption, DataDirOption, check_account, load_settings
 from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import Worker
 from messageweave.services import Services
@@ -108,12 +108,14 @@ def dlq_list(
     = None,
     limit: Annotated[int, typer.Option(min=1, max=ingress.MAX_DLQ_LIMIT)] = 50,
     data_dir: DataDirOption = None,
+    account: AccountOption = "default",
 ) -> None:
     """Print dead-lettered events as JSON lines (id, stream, class, reason, attempts, time).
 
     Example: messageweave dlq list --stream stalwart:telegram --limit 10
     """
     streams = list(keys.STREAMS) if stream is None else [_stream(stream)]
+    check_account(load_settings(data_dir), account)
 
     async def main() -> None:
         async with _services(data_dir) as svc:
@@ -129,12 +131,14 @@ def dlq_replay(
     ids: Annotated[list[str] | None, typer.Argument(help="DLQ entry ids (default: all)")]
     = None,
     data_dir: DataDirOption = None,
+    account: AccountOption = "default",
 ) -> None:
     """Put dead-lettered events back on their stream.
 
     Example: messageweave dlq replay stalwart:telegram 1718000000000-0
     """
     name = _stream(stream)
+    check_account(load_settings(data_dir), account)
 
     async def main() -> None:
         async with _services(data_dir) as svc:

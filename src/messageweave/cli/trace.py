@@ -15,7 +15,15 @@ from typing import Annotated, Any
 import typer
 from redis.exceptions import RedisError
 
-from messageweave.cli.common import DataDirOption, console, fail, load_settings, stored_services
+from messageweave.cli.common import (
+    AccountOption,
+    DataDirOption,
+    check_account,
+    console,
+    fail,
+    load_settings,
+    stored_services,
+)
 from messageweave.config.live import NotConfigured, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.errors import MailError
 from messageweave.pipeline.trace import MAX_QUERY, InvalidQuery, trace
@@ -119,6 +127,7 @@ def trace_command(
     query: Annotated[list[str], typer.Argument(help="An email id, or words of its subject.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the trace as JSON.")] = False,
     data_dir: DataDirOption = None,
+    account: AccountOption = "default",
 ) -> None:
     """Where is my mail? Every step of a mail with its time: seen, enqueued, each attempt,
     the Telegram message id, the DLQ. Exit 0: found; 3: nothing matches; 1: failure.
@@ -129,6 +138,7 @@ def trace_command(
     if not text.strip() or len(text) > MAX_QUERY:
         fail(f"query: give an email id or subject words (at most {MAX_QUERY} characters)")
     settings = load_settings(data_dir)
+    check_account(settings, account)
     try:
         answer = asyncio.run(_trace(settings, text))
     except (InvalidQuery, MailError, RedisError, RuntimeError, NotConfigured, StoreUnavailable,

@@ -51,6 +51,11 @@ class UnknownAccount(Exception):
     """No account with this id (`default`: no business configuration stored yet)."""
 
 
+class AccountNotServed(Exception):
+    """An account the runtime does not serve yet: an operator's action on its mailbox (a
+    route's `?account=`, a command's `--account`) is refused (reference §7.16)."""
+
+
 class NoBusinessConfig(Exception):
     """No business configuration is stored: there is nothing an account could extend."""
 
@@ -121,6 +126,16 @@ class AccountService:
         name, values = self._decode(account_id, stored.ciphertext)
         return Account(account_id, name, stored.enabled, stored.revision,
                        effective(business, values))
+
+    async def served(self, account_id: str | None) -> str:
+        """The account an operator's action on one mailbox names (None: `default`), when the
+        runtime serves it: `UnknownAccount` for no such account, `AccountNotServed` for one it
+        does not serve yet. The one rule of the routes' `?account=` and the commands'
+        `--account` (reference §7.16)."""
+        if account_id is None or account_id == DEFAULT_ACCOUNT:
+            return DEFAULT_ACCOUNT
+        await self.get(account_id)
+        raise AccountNotServed(account_id)
 
     async def every(self) -> list[Account]:
         """Every account, sorted by id (none before a business configuration is stored)."""

@@ -1,8 +1,9 @@
 // Calls to the service: one `api()` for every route, the error envelope read into an
-// `ApiFailure`, and the admin session's token (kept only in this page's memory).
+// `ApiFailure`, and the session's token (kept only in this page's memory): the admin's, or an
+// account owner's (`account` names the account; null for the admin's).
 import { t } from "./i18n.js";
 
-export const session = { token: null };
+export const session = { token: null, account: null };
 
 // Set by session.js: what to do when the server says the session is no longer valid.
 let sessionLost = function () {};
@@ -79,4 +80,21 @@ export function reasonOf(err) {
 // An operator route this server version does not have (the card says so instead of failing).
 export function isMissingRoute(err) {
   return err instanceof ApiFailure && err.status === 404 && (err.code === "not_found" || !err.code);
+}
+
+// `?account=` (after `sep`) of the routes that act on one mailbox; nothing for `default`.
+export function accountQuery(sep, account) {
+  return account && account !== "default" ? sep + "account=" + encodeURIComponent(account) : "";
+}
+
+// The 409 of such a route for an account the service does not serve yet, in words.
+export function notServed(account) {
+  return t("acct.notServedRoute", { id: account });
+}
+
+// Two cards edit one account (its form and, for its owner, the notification rules), each only
+// its own fields: a save tells the other the account's new revision, to patch against.
+export const ACCOUNT_REVISION = "mw:account-revision";
+export function announceRevision(id, revision) {
+  document.dispatchEvent(new CustomEvent(ACCOUNT_REVISION, { detail: { id: id, revision: revision } }));
 }

@@ -112,9 +112,10 @@ function pemValue(raw) {
   return text === "" ? null : text;
 }
 
-// The form as canonical values: strings for text, BigInt for integers, arrays for lists.
-function readField(name, kind) {
-  const el = $("f-" + name);
+// The form as canonical values: strings for text, BigInt for integers, arrays for lists. The
+// accounts card holds the same inputs under its own id prefix (`a-f-`).
+function readField(name, kind, prefix) {
+  const el = $((prefix || "f-") + name);
   if (kind === "bool") return el.checked;
   const raw = el.value;
   switch (kind) {
@@ -155,6 +156,20 @@ export function readForm() {
   return values;
 }
 
+// The fields `names` only, from the inputs `prefix + name`.
+export function readFields(prefix, names) {
+  const values = {};
+  FIELDS.forEach(function (pair) {
+    if (names.indexOf(pair[0]) >= 0) values[pair[0]] = readField(pair[0], pair[1], prefix);
+  });
+  return values;
+}
+
+export function kindOf(name) {
+  const pair = FIELDS.find(function (p) { return p[0] === name; });
+  return pair ? pair[1] : undefined;
+}
+
 function comparable(kind, value) {
   if (kind === "intlist") return value.map(String).sort().join(",");
   if (kind === "strlist" || kind === "names") return value.join("\n");
@@ -189,11 +204,13 @@ export function fullWire(values) {
   return wire;
 }
 
-// Only what differs from the readback (`baseline`); secrets only when typed.
+// Only what differs from the readback (`baseline`); secrets only when typed. Only the fields
+// `values` holds are compared.
 export function changedFields(values, baseline) {
   const patch = {};
   FIELDS.forEach(function (pair) {
     const name = pair[0], kind = pair[1];
+    if (!(name in values)) return;
     const value = values[name];
     if (isSecret(kind)) {
       if (value.trim() !== "") patch[name] = value;
@@ -203,6 +220,18 @@ export function changedFields(values, baseline) {
     if (comparable(kind, value) !== comparable(kind, baseline[name])) patch[name] = value;
   });
   return patch;
+}
+
+// Shows a readback value (in `baselineFrom`'s shapes) in the input `el` of a field of `kind`
+// that is not a secret.
+export function showValue(el, kind, value) {
+  if (kind === "bool") {
+    el.checked = value === true;
+  } else if (kind === "intlist" || kind === "strlist" || kind === "names") {
+    el.value = value.map(String).join(", ");
+  } else {
+    el.value = value === null || value === undefined ? "" : String(value);
+  }
 }
 
 // The readback's values in the form's canonical shapes (secrets are never read back).

@@ -19,36 +19,42 @@ const PRESETS = {
   dovecot: { note: "preset.dovecotNote" },  // your own server: nothing to fill in
 };
 
-function fill(prefix, server) {
-  $("f-" + prefix + "_host").value = server[0];
-  $("f-" + prefix + "_port").value = String(server[1]);
-  $("f-" + prefix + "_security").value = server[2];
+// `p`: the id prefix of the form ("" for the business card's, "a-" for the accounts card's,
+// which holds copies of the same inputs).
+function fill(p, server, field) {
+  $(p + "f-" + field + "_host").value = server[0];
+  $(p + "f-" + field + "_port").value = String(server[1]);
+  $(p + "f-" + field + "_security").value = server[2];
 }
 
 // The preset chosen: its servers filled in (an input event, so the form knows it changed) and
 // its note said.
-function applyPreset() {
-  const preset = PRESETS[$("imap-preset").value];
+function applyPreset(p, form) {
+  const preset = PRESETS[$(p + "imap-preset").value];
   if (!preset) {
-    say("preset-note", "");
+    say(p + "preset-note", "");
     return;
   }
-  if (preset.imap) fill("imap", preset.imap);
-  if (preset.smtp) fill("smtp", preset.smtp);
-  say("preset-note", t(preset.note));
-  $("biz-form").dispatchEvent(new Event("input", { bubbles: true }));
+  if (preset.imap) fill(p, preset.imap, "imap");
+  if (preset.smtp) fill(p, preset.smtp, "smtp");
+  say(p + "preset-note", t(preset.note));
+  $(form).dispatchEvent(new Event("input", { bubbles: true }));
 }
 
 // Only the fields of the mail source chosen are shown.
-export function showSource() {
-  const imap = $("f-mail_source").value === "imap";
-  $("imap-fields").hidden = !imap;
-  $("jmap-fields").hidden = imap;
+export function showSource(p) {
+  const prefix = p || "";
+  const imap = $(prefix + "f-mail_source").value === "imap";
+  $(prefix + "imap-fields").hidden = !imap;
+  $(prefix + "jmap-fields").hidden = imap;
 }
 
-export function wireSource() {
-  $("f-mail_source").addEventListener("change", showSource);
-  $("imap-preset").addEventListener("change", applyPreset);
+export function wireSource(p, form) {
+  const prefix = p || "";
+  $(prefix + "f-mail_source").addEventListener("change", function () { showSource(prefix); });
+  $(prefix + "imap-preset").addEventListener("change", function () {
+    applyPreset(prefix, form || "biz-form");
+  });
 }
 
 // Which field fixes a failed step of the `mail` or `smtp` component.

@@ -4,11 +4,13 @@ import { api, reasonOf, session } from "./api.js";
 import {
   addFieldHelp, baselineFrom, businessLabelKey, changedFields, checkLlm, checkTokens, FIELDS,
   FormError, fullWire, isSecret, label, randomToken, readForm, revealTokens, showGenerated,
-  TOKEN_FIELDS, withLabels,
+  showValue, TOKEN_FIELDS, withLabels,
 } from "./business-form.js";
-import { imapLines, showSource, wireSource } from "./business-imap.js";
+import { showSource, wireSource } from "./business-imap.js";
 import { $, say } from "./dom.js";
-import { known, lang, t } from "./i18n.js";
+import { lang, t } from "./i18n.js";
+import * as preflight from "./preflight.js";
+import { certificateHint } from "./preflight.js";
 import { loadStatus } from "./status.js";
 import { browserZone, selectZone } from "./zones.js";
 
@@ -95,10 +97,6 @@ function prefill(body) {
       el.required = !state.configured && kind === "secret" && name !== "llm_api_key" &&
         TOKEN_FIELDS.indexOf(name) < 0;
       updateMarker(name);
-    } else if (kind === "bool") {
-      el.checked = value === true;
-    } else if (kind === "intlist" || kind === "strlist" || kind === "names") {
-      el.value = value.map(String).join(", ");
     } else if (name === "timezone") {
       // A first setup proposes the browser's zone (when the server has it), not the
       // contract's default; a saved zone is shown as saved.
@@ -106,7 +104,7 @@ function prefill(body) {
     } else if (name === "bot_language" && !state.configured) {
       el.value = lang === "zh" ? "zh" : "en";  // the page's language, not the contract's zh
     } else {
-      el.value = value === null ? "" : String(value);
+      showValue(el, kind, value);
     }
   });
   showSource();
@@ -139,64 +137,11 @@ export function updateDirty() {
   $("cb-register").disabled = !(state.configured && !isDirty()) || nothing;
 }
 
-// `host:port` of the session URL in the form, for the openssl command of the hint.
-function serverAddress() {
-  try {
-    const url = new URL($("f-jmap_session_url").value.trim());
-    return url.hostname + ":" + (url.port || "443");
-  } catch (err) {
-    return "mail.example.com:443";
-  }
-}
-
-// A JMAP warning whose TLS verification failed (OpenSSL's reason code), in words; or null.
-function certificateHint(warnings) {
-  const failed = (warnings || []).find(function (w) {
-    return w.component === "jmap" && /CERTIFICATE_VERIFY_FAILED/.test(w.detail || "");
-  });
-  if (!failed) return null;
-  return /self[- ]signed|local issuer/i.test(failed.detail)
-    ? t("biz.certSelfSigned", { host: serverAddress() }) : t("biz.certUntrusted");
-}
-
-// The warnings as red lines; a certificate failure adds its hint, which links to the field
-// and is repeated under it.
+// The warnings of a save as red lines; a certificate failure's hint is repeated under its field.
 function failureLines(warnings) {
-  const lines = (warnings || []).map(function (w) {
-    const key = "biz.component." + w.component;
-    return { text: t("biz.warning", { component: known(key) ? t(key) : w.component,
-      step: w.step, detail: w.detail }), kind: "error" };
-  });
-  const hint = certificateHint(warnings);
-  if (hint) {
-    lines.push({ text: hint, kind: "error", field: "jmap_ca_pem" });
-    say("cert-hint", hint, "error");
-  }
-  return lines;
-}
-
-// One item per line, each coloured by its own outcome ("ok", "error" or none), so a success
-// never shows in red beside a failure, nor a failure in green.
-function report(id, lines) {
-  const list = $(id);
-  list.replaceChildren();
-  lines.forEach(function (line) {
-    const li = document.createElement("li");
-    if (line.kind) li.classList.add(line.kind);
-    if (line.field) {
-      const link = document.createElement("a");
-      link.href = "#f-" + line.field;
-      link.textContent = line.text;
-      link.addEventListener("click", function (event) {
-        event.preventDefault();
-        $("f-" + line.field).focus();
-      });
-      li.appendChild(link);
-    } else {
-      li.textContent = line.text;
-    }
-    list.appendChild(li);
-  });
+  const hint = certificateHint(warnings, "f-");
+  if (hint) say("cert-hint", hint, "error");
+  return preflight.failureLines(warnings, "f-");
 }
 
 function clearResults() {
@@ -246,8 +191,8 @@ async function saveBusiness(event) {
       say("biz-msg", t("biz.saved", { n: result.revision }) + on, "ok");
     } else {
       say("biz-msg", t("biz.savedOnly", { n: result.revision }) + on, "ok");
-      report("biz-warnings", [{ text: t("biz.notApplied"), kind: "error" }]
-        .concat(failureLines(result.warnings)));
+      preflight.report("biz-warnings", [{ text: t("biz.notApplied"), kind: "error" }]
+        .concat(failureLines(result.warnings)), "f-");
     }
   } catch (err) {
     if (!session.token) return;
@@ -281,19 +226,6 @@ async function switchOn() {
   }
 }
 
-// A preflight's Telegram failure in the page's words (the token, or the address), linked to
-// the field to fix; then the server's own detail.
-function telegramLines(errors) {
-  const detail = String((errors && errors[0] && errors[0].detail) || "");
-  const lines = [];
-  if (/^Telegram refused the bot token/.test(detail)) {
-    lines.push({ text: t("biz.telegramRefused"), kind: "error", field: "bot_token" });
-  } else if (/^the Bot API could not be reached/.test(detail)) {
-    lines.push({ text: t("biz.telegramUnreachable"), kind: "error", field: "telegram_api_base_url" });
-  }
-  return lines.concat(failureLines(errors));
-}
-
 async function testConnection() {
   clearResults();
   let body;
@@ -306,52 +238,13 @@ async function testConnection() {
     formError(err);
     return;
   }
-  say("preflight-result", t("biz.testing"));
   $("biz-test").disabled = true;
   try {
-    const result = await api("POST", "/api/business-config/preflight", body, true);
-    const lines = [];
-    if (!result.validation || !result.validation.ok) {
-      say("preflight-result", t("biz.testInvalid"), "error");
-      report("preflight-issues", ((result.validation && result.validation.errors) || [])
-        .map(function (text) { return { text: serverText(text), kind: "error" }; }));
-      return;
-    }
-    let allOk = true;
-    // Telegram is tested too (issue #22): getMe for the token at the Bot API address. A
-    // server that does not report it yet shows no line for it.
-    // An IMAP wire (issue #33) has `mail` and `smtp` (null while no SMTP server is set) and
-    // no `jmap`; a JMAP wire neither of the two.
-    ["jmap", "mail", "smtp", "telegram", "llm"].forEach(function (name) {
-      const component = result.components && result.components[name];
-      const label = t("biz.component." + name);
-      if (component === undefined && name === "telegram") return;
-      if (!component && name !== "llm") return;
-      if (!component) {
-        lines.push({ text: t("biz.componentSkipped", { component: label }) });
-      } else if (component.ok) {
-        lines.push({ text: t(name === "telegram" ? "biz.telegramOk" : "biz.componentOk",
-          { component: label }), kind: "ok" });
-      } else {
-        allOk = false;
-        lines.push({ text: t("biz.componentFailed", { component: label }), kind: "error" });
-        if (name === "mail" || name === "smtp") {
-          lines.push.apply(lines, imapLines(name, component.errors));
-        }
-        lines.push.apply(lines, name === "telegram" ? telegramLines(component.errors)
-          : failureLines(component.errors));
-      }
-    });
-    // Replies from the chat need JMAP submission (issue #25): said, not counted as a failure.
-    const replies = result.components && result.components.replies;
-    if (replies && !replies.ok) {
-      const smtpOff = replies.errors && replies.errors[0] && replies.errors[0].step === "smtp";
-      lines.push(smtpOff ? { text: t("biz.repliesOffSmtp"), kind: "error", field: "smtp_host" }
-        : { text: t("biz.repliesOff"), kind: "error" });
-    }
-    // The headline is the outcome: "passed" only when every probed peer answered.
-    say("preflight-result", t(allOk ? "biz.testOk" : "biz.testFailed"), allOk ? "ok" : "error");
-    report("preflight-issues", lines);
+    const result = await preflight.testConnection(body,
+      { result: "preflight-result", issues: "preflight-issues" }, "f-", serverText);
+    const jmap = result && result.components && result.components.jmap;
+    const hint = certificateHint(jmap && jmap.errors, "f-");
+    if (hint) say("cert-hint", hint, "error");
   } catch (err) {
     if (session.token) say("preflight-result", t("biz.failed", { reason: reasonOf(err) }), "error");
   } finally {

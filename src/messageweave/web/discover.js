@@ -3,39 +3,40 @@
 // (`POST /api/telegram/discover-chats`) with the token typed in, or the saved one, before
 // anything needs saving; one click fills the chat id, the owner (the user who sent the code)
 // and, when it is empty, the allowed chat ids. A group as the chat with no owner listed is
-// warned of: every member of it could read mail and send.
+// warned of: every member of it could read mail and send. The accounts card's form has the
+// same finder under the id prefix `a-` (`wireFinder`), with the saved bot token.
 import { api, reasonOf, session } from "./api.js";
 import { businessLabelKey, withLabels } from "./business-form.js";
 import { hasSavedSecret, onReadback, updateDirty } from "./business.js";
 import { $, el, say } from "./dom.js";
 import { known, t } from "./i18n.js";
 
-function clearChats() {
-  $("discover-list").replaceChildren();
-  say("discover-msg", "");
+function clearChats(p) {
+  $(p + "discover-list").replaceChildren();
+  say(p + "discover-msg", "");
 }
 
 function ids(text) {
   return text.split(/[\s,]+/).filter(Boolean);
 }
 
-function useChat(chat) {
-  $("f-telegram_chat_id").value = String(chat.chat_id);
-  $("f-telegram_chat_id").removeAttribute("aria-invalid");
-  const owners = $("f-owner_user_ids");
+function useChat(chat, p, onFilled) {
+  $(p + "f-telegram_chat_id").value = String(chat.chat_id);
+  $(p + "f-telegram_chat_id").removeAttribute("aria-invalid");
+  const owners = $(p + "f-owner_user_ids");
   const listed = ids(owners.value);
   if (!listed.includes(String(chat.user_id))) owners.value = listed.concat(String(chat.user_id)).join(", ");
-  const allow = $("f-chat_allowlist");
+  const allow = $(p + "f-chat_allowlist");
   const added = allow.value.trim() === "";
   if (added) {
     allow.value = String(chat.chat_id);
     allow.removeAttribute("aria-invalid");
   }
-  $("discover-list").replaceChildren();
-  say("discover-msg", t(added ? "discover.filledBoth" : "discover.filled",
+  $(p + "discover-list").replaceChildren();
+  say(p + "discover-msg", t(added ? "discover.filledBoth" : "discover.filled",
     { id: chat.chat_id, user: chat.user_id }), "ok");
-  warnUnguarded();
-  updateDirty();
+  warnUnguarded(p);
+  onFilled();
 }
 
 function chatText(chat) {
@@ -46,51 +47,57 @@ function chatText(chat) {
 }
 
 // No chat sent the code yet: say what to send, and the link that sends it.
-function showCode(data) {
+function showCode(data, p) {
   if (data.conflict) {
-    say("discover-msg", t("discover.conflict"), "error");
+    say(p + "discover-msg", t("discover.conflict"), "error");
     return;
   }
   const command = "/start " + data.code;
   const parts = [el("span", { textContent: t("discover.send") + " " })];
-  parts.push(el("code", { id: "discover-command", textContent: command }));
+  parts.push(el("code", { id: p + "discover-command", textContent: command }));
   if (data.link) {
     parts.push(el("span", { textContent: " " + t("discover.orOpen") + " " }));
-    parts.push(el("a", { id: "discover-link", href: data.link, target: "_blank", rel: "noopener noreferrer",
+    parts.push(el("a", { id: p + "discover-link", href: data.link, target: "_blank", rel: "noopener noreferrer",
       textContent: data.link }));
   }
   parts.push(el("span", { textContent: " " + t("discover.then", { minutes: Math.ceil(data.expires_in_s / 60) }) }));
-  const msg = $("discover-msg");
+  const msg = $(p + "discover-msg");
   msg.replaceChildren(...parts);
   msg.className = "msg";
 }
 
-function showChats(data) {
+function showChats(data, p, onFilled) {
   const chats = data.chats || [];
-  const list = $("discover-list");
+  const list = $(p + "discover-list");
   list.replaceChildren(...chats.map(function (chat) {
     const button = el("button", { type: "button", textContent: chatText(chat) });
     button.dataset.chatId = String(chat.chat_id);
     button.dataset.userId = String(chat.user_id);
     button.setAttribute("aria-label", t("discover.useFor", { id: chat.chat_id, user: chat.user_id }));
-    button.addEventListener("click", function () { useChat(chat); });
+    button.addEventListener("click", function () { useChat(chat, p, onFilled); });
     const li = el("li");
     li.appendChild(button);
     return li;
   }));
-  if (chats.length) say("discover-msg", t("discover.pick"));
-  else showCode(data);
+  if (chats.length) say(p + "discover-msg", t("discover.pick"));
+  else showCode(data, p);
 }
 
 // A group (a negative id) as the notification chat and no owner: every member may read.
-function warnUnguarded() {
-  const chat = $("f-telegram_chat_id").value.trim();
-  const unguarded = /^-\d+$/.test(chat) && ids($("f-owner_user_ids").value).length === 0;
-  say("owners-warning", unguarded ? t("owners.unguarded") : "", unguarded ? "error" : "");
+function warnUnguarded(p) {
+  const chat = $(p + "f-telegram_chat_id").value.trim();
+  const unguarded = /^-\d+$/.test(chat) && ids($(p + "f-owner_user_ids").value).length === 0;
+  say(p + "owners-warning", unguarded ? t("owners.unguarded") : "", unguarded ? "error" : "");
 }
 
-async function findChats() {
-  clearChats();
+// The business form's token and Bot API address as typed; the accounts card has neither (the
+// deployment's saved ones serve every account).
+async function findChats(p, onFilled) {
+  clearChats(p);
+  if (p) {
+    await askTelegram({}, p, onFilled);
+    return;
+  }
   const token = $("f-bot_token").value.trim();
   if (!token && !hasSavedSecret("bot_token")) {
     say("discover-msg", t("discover.needToken"), "error");
@@ -102,22 +109,37 @@ async function findChats() {
   if (token) body.bot_token = token;
   const base = $("f-telegram_api_base_url").value.trim();
   if (base) body.telegram_api_base_url = base;
-  $("discover-chats").disabled = true;
-  say("discover-msg", t("discover.finding"));
+  await askTelegram(body, p, onFilled);
+}
+
+async function askTelegram(body, p, onFilled) {
+  $(p + "discover-chats").disabled = true;
+  say(p + "discover-msg", t("discover.finding"));
   try {
-    showChats(await api("POST", "/api/telegram/discover-chats", body, true));
+    showChats(await api("POST", "/api/telegram/discover-chats", body, true), p, onFilled);
   } catch (err) {
     if (!session.token) return;
     if (err.status === 422 && err.configError) {
-      say("discover-msg", withLabels(err.configError, businessLabelKey), "error");
+      say(p + "discover-msg", withLabels(err.configError, businessLabelKey), "error");
     } else if (err.status === 502) {
-      say("discover-msg", t("discover.failed", { reason: err.telegramError || reasonOf(err) }), "error");
+      say(p + "discover-msg", t("discover.failed", { reason: err.telegramError || reasonOf(err) }), "error");
     } else {
-      say("discover-msg", t("biz.failed", { reason: reasonOf(err) }), "error");
+      say(p + "discover-msg", t("biz.failed", { reason: reasonOf(err) }), "error");
     }
   } finally {
-    $("discover-chats").disabled = false;
+    $(p + "discover-chats").disabled = false;
   }
+}
+
+// The finder of the form whose ids start with `p`; `onFilled` runs once a chat filled it.
+export function wireFinder(p, onFilled) {
+  $(p + "f-telegram_chat_id").addEventListener("input", function () { warnUnguarded(p); });
+  $(p + "f-owner_user_ids").addEventListener("input", function () { warnUnguarded(p); });
+  $(p + "discover-chats").addEventListener("click", function () { findChats(p, onFilled); });
+}
+
+export function clearFinder(p) {
+  clearChats(p);
 }
 
 export function load() {
@@ -125,16 +147,14 @@ export function load() {
 }
 
 export function reset() {
-  clearChats();
+  clearChats("");
 }
 
 export function wire() {
   $("h-telegram_chat_id").after($("discover-msg"), $("discover-list"));  // the help first
   $("h-owner_user_ids").after($("owners-warning"));
-  $("f-telegram_chat_id").addEventListener("input", warnUnguarded);
-  $("f-owner_user_ids").addEventListener("input", warnUnguarded);
-  onReadback(warnUnguarded);
-  $("discover-chats").addEventListener("click", findChats);
+  wireFinder("", updateDirty);
+  onReadback(function () { warnUnguarded(""); });
   // Saved: "save the configuration to keep it" is no longer true.
-  document.addEventListener("mw:saved", clearChats);
+  document.addEventListener("mw:saved", function () { clearChats(""); });
 }

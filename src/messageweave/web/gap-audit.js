@@ -1,5 +1,6 @@
-// Card "Gap audit": the last run (`GET /api/audit`) and "run now" (`POST /api/audit`).
-import { api, isMissingRoute, reasonOf, session } from "./api.js";
+// Card "Gap audit": the last run (`GET /api/audit`) and "run now" (`POST /api/audit`), of the
+// account chosen (issue #35: `?account=`; one the service does not serve yet answers 409).
+import { accountQuery, api, isMissingRoute, notServed, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
 import { known, t, utcTime } from "./i18n.js";
 
@@ -24,14 +25,23 @@ function showGapLast(last) {
   say("gap-last", text, last.missing > 0 ? "error" : "ok");
 }
 
+function gapPath() {
+  return "/api/audit" + accountQuery("?", $("gap-account").value);
+}
+
+// A failure in words: the 409 of an account not served yet, else `key` with the reason.
+function gapFailure(err, key) {
+  if (isMissingRoute(err)) return t("common.notAvailable", { feature: t("gap.title") });
+  return err.status === 409 ? notServed($("gap-account").value) : t(key, { reason: reasonOf(err) });
+}
+
 async function loadGapAudit() {
   try {
-    const data = await api("GET", "/api/audit", undefined, true);
+    const data = await api("GET", gapPath(), undefined, true);
     showGapLast(data.last);
   } catch (err) {
     if (!session.token) return;
-    say("gap-last", isMissingRoute(err) ? t("common.notAvailable", { feature: t("gap.title") })
-      : t("gap.loadFailed", { reason: reasonOf(err) }), "error");
+    say("gap-last", gapFailure(err, "gap.loadFailed"), "error");
   }
 }
 
@@ -39,12 +49,11 @@ async function runGapAudit() {
   $("gap-run").disabled = true;
   say("gap-msg", t("gap.running"));
   try {
-    const data = await api("POST", "/api/audit", undefined, true);
+    const data = await api("POST", gapPath(), undefined, true);
     say("gap-msg", t("gap.done", data), data.missing > 0 ? "error" : "ok");
   } catch (err) {
     if (!session.token) return;
-    say("gap-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("gap.title") })
-      : t("gap.failed", { reason: reasonOf(err) }), "error");
+    say("gap-msg", gapFailure(err, "gap.failed"), "error");
   } finally {
     $("gap-run").disabled = false;
   }
@@ -63,4 +72,8 @@ export function reset() {
 
 export function wire() {
   $("gap-run").addEventListener("click", runGapAudit);
+  $("gap-account").addEventListener("change", function () {
+    say("gap-msg", "");
+    loadGapAudit();
+  });
 }

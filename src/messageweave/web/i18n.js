@@ -2,10 +2,12 @@
 // both languages, lives in the strings-*.js modules and nowhere else: strings-common.js (header,
 // status, readiness, sign-in, session, shared texts), strings-config.js (service, runtime, the
 // business form and its fields), strings-rules.js (notification rules, quiet hours, digest, bot
-// language, dry run), strings-ops.js (callbacks, chats, delivery, gap audit, logs, trace).
+// language, dry run), strings-ops.js (callbacks, chats, delivery, gap audit, logs, trace),
+// strings-accounts.js (the accounts card, the owner's sign-in).
 // Each entry is `key: [English, Chinese]`, so a key cannot exist in one language only.
 // index.html names its static texts by key (`data-i18n`, `data-i18n-placeholder`,
 // `data-i18n-aria`); the modules call `t(key, vars)` from here and never import a strings module.
+import { TEXTS as ACCOUNTS } from "./strings-accounts.js";
 import { TEXTS as COMMON } from "./strings-common.js";
 import { TEXTS as CONFIG } from "./strings-config.js";
 import { TEXTS as OPS } from "./strings-ops.js";
@@ -15,7 +17,7 @@ import { TEXTS as RULES } from "./strings-rules.js";
 // A key in two strings modules stops the page from loading rather than one text silently
 // replacing the other.
 export const MESSAGES = { en: {}, zh: {} };
-for (const table of [COMMON, CONFIG, RULES, OPS]) {
+for (const table of [COMMON, CONFIG, RULES, OPS, ACCOUNTS]) {
   for (const [key, [en, zh]] of Object.entries(table)) {
     if (Object.prototype.hasOwnProperty.call(MESSAGES.en, key)) {
       throw new Error(`i18n: the key "${key}" is defined in two strings-*.js modules`);

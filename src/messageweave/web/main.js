@@ -1,6 +1,7 @@
 // The admin page's entry module: translates the page, wires every card and checks the
 // service status. Vanilla JS modules under a strict CSP: no inline code, no eval, no cookies,
 // no storage but the admin session kept when "stay signed in" was ticked (session.js). One module per card; api.js, dom.js and i18n.js are shared.
+import * as accounts from "./accounts.js";
 import * as business from "./business.js";
 import * as callbacks from "./callbacks.js";
 import * as chats from "./chats.js";
@@ -18,9 +19,12 @@ import * as zones from "./zones.js";
 
 // The cards behind sign-in, in the order they load after it (the status card first: signed
 // in, it also reads the switch and the queues).
+// The accounts card is wired last: its form copies the business form's inputs once their help
+// lines are in place. An owner's session opens the accounts card and the notification rules of
+// their own account, nothing else.
 const CARDS = [status.signedIn, processing, business, discover, rules, callbacks, chats, delivery,
-  gapAudit, logs, trace];
-session.manage(CARDS);
+  gapAudit, logs, trace, accounts];
+session.manage(CARDS, [accounts, rules]);
 
 // What the browser tests read: the language, the message tables, the zones and the state.
 window.__mw = {

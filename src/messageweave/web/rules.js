@@ -3,8 +3,11 @@
 // first setup can choose it). They are fields of the business configuration: the card
 // fills from the business card's readback and saves only what changed, as a patch against the
 // revision that card holds, so the two never overwrite each other. The dry run tries the
-// editor's rules, unsaved, on the last 20 mails.
-import { api, reasonOf, session } from "./api.js";
+// editor's rules, unsaved, on the last 20 mails. An account's owner (issue #35) gets this card
+// beside the accounts card, for their own account: read and saved through
+// `GET`/`PUT /api/accounts/{id}` against that account's revision, without the dry run (an
+// admin route).
+import { ACCOUNT_REVISION, announceRevision, api, reasonOf, session } from "./api.js";
 import { addHelp, businessLabelKey, withLabels } from "./business-form.js";
 import { adoptRevision, load as reloadBusiness, onReadback, savedState } from "./business.js";
 import { $, say } from "./dom.js";
@@ -29,6 +32,8 @@ const QUIET_FIELD = /\bQUIET_HOURS\.(start|end)\b/g;
 // `baseline`: the saved values in the card's shapes; `refill`: the next readback replaces
 // what the card shows even if it was edited (after a conflict or this card's own save).
 const state = { baseline: null, refill: false };
+// An owner's own account: its revision as last read.
+const owned = { revision: 0 };
 // What the button preview shows: the last readback's values, and whether they were saved.
 const preview = { values: {}, configured: false };
 
@@ -200,7 +205,9 @@ function rejected(message) {
 function showState(configured, revision) {
   $("rules-save").disabled = !configured;
   $("dry-run").disabled = !configured;
-  say("rules-state", configured ? t("rules.state", { n: revision }) : t("rules.needsConfig"));
+  const saved = session.account ? t("rules.accountState", { id: session.account, n: revision })
+    : t("rules.state", { n: revision });
+  say("rules-state", configured ? saved : t("rules.needsConfig"));
 }
 
 // Every readback of the business card: the chats to choose from and the saved values. An edit
@@ -236,11 +243,37 @@ async function reread(expected) {
   await reloadBusiness();
 }
 
+function accountPath() {
+  return "/api/accounts/" + encodeURIComponent(session.account);
+}
+
+// The owner's account read back, replacing what the card shows.
+async function rereadAccount() {
+  state.refill = true;
+  try {
+    const account = await api("GET", accountPath(), undefined, true);
+    owned.revision = account.revision;
+    onBody({ values: account.values, configured: true, revision: account.revision });
+  } catch (err) {
+    if (session.token) say("rules-error", t("biz.failed", { reason: reasonOf(err) }), "error");
+  }
+}
+
+function current() {
+  return session.account ? { configured: true, revision: owned.revision } : savedState();
+}
+
+// Saved, but not served yet (an account the runtime does not serve), or not connected.
+function notApplied(result) {
+  const runtime = (result.warnings || []).some(function (w) { return w.component === "accounts"; });
+  say("rules-error", t(runtime ? "acct.notServed" : "biz.notApplied"), "error");
+}
+
 async function save(event) {
   event.preventDefault();
   clearErrors();
-  const current = savedState();
-  if (!current.configured || state.baseline === null) {
+  const saved = current();
+  if (!saved.configured || state.baseline === null) {
     say("rules-error", t("rules.needsConfig"), "error");
     return;
   }
@@ -259,18 +292,20 @@ async function save(event) {
     say("rules-msg", t("biz.nothing"));
     return;
   }
-  patch.revision = current.revision;
+  patch.revision = saved.revision;
   $("rules-save").disabled = true;
   try {
-    const result = await api("PUT", "/api/business-config", patch, true);
-    await reread(result.revision);
+    const result = await api("PUT", session.account ? accountPath() : "/api/business-config",
+      patch, true);
+    await (session.account ? rereadAccount() : reread(result.revision));
+    if (session.account) announceRevision(session.account, result.revision);
     say("rules-msg", t("rules.saved", { n: result.revision }), "ok");
-    if (!result.runtime_applied) say("rules-error", t("biz.notApplied"), "error");
+    if (!result.runtime_applied) notApplied(result);
   } catch (err) {
     if (!session.token) return;
     if (err.status === 409) {
       state.refill = true;
-      await reloadBusiness();
+      await (session.account ? rereadAccount() : reloadBusiness());
       say("rules-error", t("biz.conflict"), "error");
     } else if (err.status === 422) {
       rejected(err.configError);
@@ -280,7 +315,7 @@ async function save(event) {
       say("rules-error", t("biz.failed", { reason: reasonOf(err) }), "error");
     }
   } finally {
-    $("rules-save").disabled = !savedState().configured;
+    $("rules-save").disabled = !current().configured;
   }
 }
 
@@ -295,11 +330,20 @@ function draft() {
   }
 }
 
+// The admin's card is filled by the business card's readback (`onReadback`), which load() of
+// that card starts; an owner's is moved beside the accounts card (its place, `#admin`, stays
+// hidden) and reads the owner's account.
 export function load() {
-  // Filled by the business card's readback (`onReadback`), which load() of that card starts.
+  if (!session.account) return;
+  $("accounts-card").after($("rules-card"));
+  $("dry-box").hidden = true;
+  rereadAccount();
 }
 
 export function reset() {
+  $("callbacks-card").before($("rules-card"));  // back in its place among the admin cards
+  $("dry-box").hidden = false;
+  owned.revision = 0;
   state.baseline = null;
   state.refill = false;
   editor.setChats(null, []);
@@ -323,9 +367,16 @@ export function wire() {
   $("r-quiet_hours").addEventListener("change", syncQuiet);
   $("rules-add").addEventListener("click", editor.addRule);
   $("rules-form").addEventListener("submit", save);
+  // The account form saved only its own fields of the owner's account: these still hold.
+  document.addEventListener(ACCOUNT_REVISION, function (event) {
+    if (!session.account || event.detail.id !== session.account) return;
+    owned.revision = event.detail.revision;
+    showState(true, owned.revision);
+  });
   $("rules-reload").addEventListener("click", function () {
     clearErrors();
-    reread(savedState().revision);
+    if (session.account) rereadAccount();
+    else reread(savedState().revision);
   });
   onReadback(onBody);
   $("f-bot_language").addEventListener("change", showPreview);

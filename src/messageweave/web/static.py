@@ -31,7 +31,8 @@ SCRIPTS = (
     "strings-ops.js", "api.js", "dom.js", "status.js", "session.js", "processing.js",
     "business.js", "business-form.js", "business-imap.js", "rules.js", "rules-editor.js",
     "dry-run.js", "zones.js", "callbacks.js", "delivery.js", "gap-audit.js", "logs.js",
-    "chats.js", "trace.js", "discover.js",
+    "chats.js", "trace.js", "discover.js", "preflight.js", "strings-accounts.js", "accounts.js",
+    "account-form.js",
 )
 # Every file served under /assets/, with its media type.
 ASSETS: dict[str, str] = {**dict.fromkeys(SCRIPTS, _JS), "styles.css": "text/css; charset=utf-8"}

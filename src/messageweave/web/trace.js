@@ -1,6 +1,8 @@
 // Card "Where is my mail?": an email id or subject words → `GET /api/trace?q=`, and for each
-// matching mail every step the service recorded, with its time (in UTC, labelled so).
-import { api, isMissingRoute, reasonOf, session } from "./api.js";
+// matching mail every step the service recorded, with its time (in UTC, labelled so). The
+// account chosen (issue #35) is asked for with `&account=`; one the service does not serve
+// yet answers 409, said in words.
+import { accountQuery, api, isMissingRoute, notServed, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
 import { known, queueName, t, utcTime } from "./i18n.js";
 
@@ -67,7 +69,8 @@ async function search(event) {
   say("trace-msg", t("trace.searching"));
   $("trace-go").disabled = true;
   try {
-    const data = await api("GET", "/api/trace?q=" + encodeURIComponent(q), undefined, true);
+    const data = await api("GET", "/api/trace?q=" + encodeURIComponent(q) +
+      accountQuery("&", $("trace-account").value), undefined, true);
     if (mine !== generation) return;
     $("trace-results").replaceChildren(...data.mails.map(mailBlock));
     const notes = [];
@@ -76,8 +79,10 @@ async function search(event) {
     say("trace-msg", notes.join(" "));
   } catch (err) {
     if (!session.token || mine !== generation) return;
+    const failed = err.status === 409 ? notServed($("trace-account").value)
+      : t("trace.failed", { reason: reasonOf(err) });
     say("trace-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("trace.title") })
-      : t("trace.failed", { reason: reasonOf(err) }), "error");
+      : failed, "error");
   } finally {
     if (mine === generation) $("trace-go").disabled = false;
   }

@@ -15,6 +15,7 @@ from starlette.routing import Route
 import messageweave.api
 from messageweave.web import static
 from tests.helpers import ADMIN_KEY, assert_envelope, closed_port, login, sample_wire
+from tests.integration.test_accounts import family_wire
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 
@@ -41,18 +42,22 @@ ROUTE_GROUPS: dict[str, list[tuple[str, str]]] = {
                    ("POST", "/api/audit"), ("GET", "/api/push/status"),
                    ("GET", "/api/telegram/refused-chats"), ("GET", "/api/trace"),
                    ("POST", "/api/rules/dry-run")],
+    # Issue #35: `{id}` is the owner's own account, another one, or (admin) the owner's.
+    "own account": [("GET", "/api/accounts"), ("GET", "/api/accounts/{id}"),
+                    ("PUT", "/api/accounts/{id}"), ("GET", "/api/accounts/{id}/status")],
+    "other account": [("GET", "/api/accounts/{id}"), ("PUT", "/api/accounts/{id}"),
+                      ("GET", "/api/accounts/{id}/status")],
+    "accounts admin": [("POST", "/api/accounts"), ("DELETE", "/api/accounts/{id}"),
+                       ("PUT", "/api/accounts/{id}/enabled"),
+                       ("POST", "/api/accounts/{id}/owner-key")],
+    "owner login": [("POST", "/api/owner/session")],
 }
+# The account each column's `{id}` names: the owner key's and session's account is `family`.
+OWNER_ACCOUNT = "family"
+GROUP_ACCOUNT = {"own account": OWNER_ACCOUNT, "other account": "default",
+                 "accounts admin": OWNER_ACCOUNT}
 # Authenticated otherwise, and not in the table (docs/security.md §3 says why).
 NOT_IN_TABLE = {("GET", "/ready"), ("POST", "/push/jmap")}
-# Issue #35's account routes and their owner credentials: checked route by route, for the admin
-# session, an owner session and an owner key, by tests/integration/test_accounts.py and
-# test_account_owners.py (every route of the app refuses an owner session there); their column
-# and rows join docs/security.md §3 when that file is next edited (by its merger).
-NOT_IN_TABLE |= {("GET", "/api/accounts"), ("POST", "/api/accounts"),
-                 ("GET", "/api/accounts/{id}"), ("PUT", "/api/accounts/{id}"),
-                 ("DELETE", "/api/accounts/{id}"), ("PUT", "/api/accounts/{id}/enabled"),
-                 ("GET", "/api/accounts/{id}/status"), ("POST", "/api/accounts/{id}/owner-key"),
-                 ("POST", "/api/owner/session")}
 
 WIRE = sample_wire(telegram_api_base_url=f"http://127.0.0.1:{closed_port()}")
 
@@ -70,11 +75,26 @@ def _table() -> list[tuple[str, str, str]]:
 TABLE = _table()
 
 
+async def _owner_key(client: httpx.AsyncClient) -> str:
+    made = await client.post(f"/api/accounts/{OWNER_ACCOUNT}/owner-key",
+                             headers=await login(client))
+    assert made.status_code == 200, made.text
+    key: str = made.json()["owner_key"]
+    return key
+
+
 async def _credential(client: httpx.AsyncClient, name: str) -> dict[str, str]:
     """The headers a holder of `name` sends; the webhook secret also as a Bearer (a holder may
     try it anywhere)."""
     if name == "admin session":
         return await login(client)
+    if name in ("owner key", "owner session"):
+        owner = {"Authorization": f"Bearer {await _owner_key(client)}"}
+        if name == "owner key":
+            return owner
+        opened = await client.post("/api/owner/session", headers=owner)
+        assert opened.status_code == 200, opened.text
+        return {"Authorization": f"Bearer {opened.json()['session']}"}
     token = {"no credential": None, "telegram webhook secret": WIRE["telegram_webhook_secret"],
              "reconcile token": WIRE["reconcile_token"], "worker token": WIRE["worker_token"],
              "admin key": ADMIN_KEY}[name]
@@ -100,14 +120,15 @@ def test_the_table_covers_every_route_and_every_credential() -> None:
     assert mounted - NOT_IN_TABLE == grouped, "docs/security.md §3 and the app's routes differ"
     assert {c for c, _, _ in TABLE} == {"no credential", "telegram webhook secret",
                                         "reconcile token", "worker token", "admin key",
-                                        "admin session"}
+                                        "admin session", "owner key", "owner session"}
     assert {g for _, g, _ in TABLE} == set(ROUTE_GROUPS)
     assert {cell for _, _, cell in TABLE} <= {"yes", "401", "403"}
 
 
 @pytest.mark.parametrize(
     ("credential", "method", "path", "cell"),
-    [(c, m, p, cell) for c, group, cell in TABLE for m, p in ROUTE_GROUPS[group]],
+    [(c, m, p.replace("{id}", GROUP_ACCOUNT.get(group, "")), cell)
+     for c, group, cell in TABLE for m, p in ROUTE_GROUPS[group]],
 )
 async def test_each_credential_opens_exactly_its_routes(
     client: httpx.AsyncClient, credential: str, method: str, path: str, cell: str
@@ -115,10 +136,14 @@ async def test_each_credential_opens_exactly_its_routes(
     """Catches a credential that opens more than its row says — above all the worker token
     reading or changing settings (where it could redirect the JMAP password or the bot token),
     registering the webhook or push, or replaying the DLQ — and one that lost a route it needs
-    (`/worker`, `/metrics`, the kill switch for the worker token)."""
+    (`/worker`, `/metrics`, the kill switch for the worker token); and (issue #35) an owner
+    key or session that opens anything but its own account's routes, or an admin session that
+    could open an owner session."""
     setup = await login(client)
     assert (await client.put("/api/business-config", json=WIRE, headers=setup)).status_code \
         == 200
+    created = await client.post("/api/accounts", headers=setup, json=family_wire())
+    assert created.status_code == 201, created.text
     headers = await _credential(client, credential)
     # An empty body: a route that let the credential through then answers 400, 409, 503 or
     # 200 (nothing sent, nothing written); one that refused it answers 401 or 403.
