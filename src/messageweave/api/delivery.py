@@ -33,6 +33,7 @@ from messageweave.pipeline.worker import MAX_BATCH, Worker
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.oplog import valid_stream_id
+from messageweave.store.streams import stream_named
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +167,11 @@ async def delivery_status(request: Request) -> JSONResponse:
 
 
 def _stream(value: object) -> str:
-    if not isinstance(value, str) or value not in keys.STREAMS:
+    """The stream key a request names by its contract's name (`stalwart:jmap`)."""
+    stream = stream_named(value) if isinstance(value, str) else None
+    if stream is None:
         raise invalid_request()
-    return value
+    return stream
 
 
 @router.get("/api/dlq")

@@ -69,6 +69,12 @@ return out
 MAX_INGRESS_BATCH = 64
 
 
+def stream_named(name: str) -> str | None:
+    """The stream key a route or command names: by the key, or by the contract's name
+    (`stalwart:jmap`, the key without its hash tag; issue #35)."""
+    return next((s for s in keys.STREAMS if name in (s, s.split("}:", 1)[-1])), None)
+
+
 class SwitchedOff(Exception):
     """The kill switch (`config:enabled`) is off: nothing was written."""
 
