@@ -31,6 +31,7 @@ from messageweave.services import Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
 from messageweave.store.redis import connect, embedded_url
 from messageweave.store.state import ConfigStore
+from messageweave.store.upgrade import upgrade
 from messageweave.version import build_version
 
 
@@ -60,6 +61,7 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     """`build_services` with the stored configuration loaded, closed on exit (CLI commands)."""
     svc = build_services(settings)
     try:
+        await upgrade(svc.redis)  # before any key is read (issue #35)
         await svc.config.refresh()
         yield svc
     finally:
@@ -95,6 +97,7 @@ async def serving(svc: Services) -> AsyncIterator[Worker]:
     everything stopped and closed on exit. Yields the instance's worker, which the app hands
     to `POST /worker` (`app.state.worker`): one consumer name per process."""
     add_secret_source(svc.secrets)
+    await upgrade(svc.redis)  # before any loop runs (issue #35)
     await svc.config.refresh()
     worker = Worker(svc)
     tasks = background(svc, worker)
