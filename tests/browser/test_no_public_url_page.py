@@ -420,7 +420,7 @@ def test_the_delivery_card_counts_what_waits_not_what_was_delivered(
     page = page_run.page
     signed_in(page, configured, revision=1)
     row = page.locator("#delivery-rows tr").first
-    expect(row.locator("th, td")).to_have_text(["a:{default}:stalwart:jmap", "0", "1", "0"])
+    expect(row.locator("th, td")).to_have_text(["stalwart:jmap", "0", "1", "0"])
     expect(page.locator("#delivery-table thead th")).to_have_text(
         ["Stream", "Waiting", "Being sent or retried", "Failed (dead-letter queue)"])
 

@@ -22,7 +22,7 @@ from messageweave.config.outbound import (
 )
 from messageweave.pipeline.ingress import MAX_DLQ_LIMIT
 from messageweave.pipeline.trace import MAX_QUERY
-from messageweave.store import keys
+from messageweave.store.streams import STREAM_NAMES
 
 router = APIRouter()
 
@@ -125,7 +125,7 @@ def _limit(maximum: int) -> dict[str, Any]:
     return _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})
 
 
-_STREAM = {"type": "string", "enum": list(keys.STREAMS)}
+_STREAM = {"type": "string", "enum": list(STREAM_NAMES)}
 _LOG_QUERY = [_limit(200), _query("before", {"type": "string"})]
 
 # (method, path) → the parts FastAPI cannot see: requestBody and parameters.

@@ -26,7 +26,7 @@ from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import Worker
 from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.streams import stream_named
+from messageweave.store.streams import STREAM_NAMES, stream_key
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -99,9 +99,9 @@ def drain(
 
 def _stream(name: str) -> str:
     """The stream key named by its contract's name (`stalwart:jmap`)."""
-    stream = stream_named(name)
+    stream = stream_key(name)
     if stream is None:
-        raise typer.BadParameter(f"stream must be one of {', '.join(keys.STREAMS)}")
+        raise typer.BadParameter(f"stream must be one of {', '.join(STREAM_NAMES)}")
     return stream
 
 

@@ -128,7 +128,7 @@ consent_ai = DEFAULT.consent_ai
 
 
 # --- delivery pipeline ---------------------------------------------------------------------
-STREAM_JMAP = "a:{default}:stalwart:jmap"
+STREAM_JMAP = DEFAULT.stream_jmap
 STREAM_TELEGRAM = "{tg}:stalwart:telegram"
 STREAMS = (STREAM_JMAP, STREAM_TELEGRAM)
 CONSUMER_GROUP = "stalwart-workers"

@@ -54,7 +54,7 @@ async def test_diagnose_passes_on_a_healthy_setup(
     code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
     assert code == 0, out
     for name in ("redis", "configuration", "enabled", "jmap session", "telegram getMe",
-                 "queue a:{default}:stalwart:jmap"):
+                 "queue stalwart:jmap"):
         assert f"ok   {name}" in out, out
     assert "warn telegram webhook" in out and "all checks passed" in out
 

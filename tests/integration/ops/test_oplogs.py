@@ -95,7 +95,7 @@ async def test_send_log_pages_newest_first_and_filters_by_outcome(
                                params={"limit": 3, "before": first["next_before"]})).json()
     assert [r["event_id"] for r in second["records"]] == ["3-0", "2-0", "1-0"]
     record = first["records"][0]
-    assert record | {"stream": "a:{default}:stalwart:jmap", "kind": "new_mail", "chat_id": 4242,
+    assert record | {"stream": "stalwart:jmap", "kind": "new_mail", "chat_id": 4242,
                      "outcome": "delivered", "failure_class": None, "latency_ms": 12.3,
                      "message_ids": [6]} == record
     assert record["time"].endswith("Z")

@@ -175,7 +175,7 @@ async def test_the_cli_prints_each_step_and_exits_0_found_3_not_found(
     code, out = await run_cli("trace", email_id, **env)
     assert code == 0, out
     assert f"{email_id} {subject!r}: delivered" in out
-    assert f"enqueued on a:{{default}}:stalwart:jmap as {entry}" in out
+    assert f"enqueued on stalwart:jmap as {entry}" in out
     assert f"delivered: Telegram message {sent.message_id}" in out
     step_lines = [line for line in out.splitlines() if line.startswith("  20")]
     assert len(step_lines) >= 4  # received, seen, enqueued, attempt, delivered: each dated
