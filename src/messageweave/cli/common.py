@@ -15,7 +15,7 @@ from messageweave import runtime
 from messageweave.runtime import settings_from_data_dir
 from messageweave.services import Services
 from messageweave.settings import Settings
-from messageweave.store.upgrade import upgrade
+from messageweave.store.upgrade import upgrade_if_reachable
 
 console = Console()
 
@@ -46,7 +46,7 @@ async def stored_services(settings: Settings) -> AsyncIterator[Services]:
     the stored configuration cannot be read."""
     svc = runtime.build_services(settings)
     try:
-        await upgrade(svc.redis)  # before any key is read (issue #35)
+        await upgrade_if_reachable(svc.redis)  # before any key is read (issue #35)
         _, cfg = await svc.config.read_stored()
         if cfg is None:
             raise RuntimeError("nothing configured yet: save a configuration first")

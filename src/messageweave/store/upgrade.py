@@ -11,11 +11,16 @@ release knew no other); RENAME across slots is refused by a cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from messageweave.store import keys, waiting
 from messageweave.store.mailbox import Lock
@@ -24,8 +29,15 @@ from messageweave.store.redis import Redis, text_of
 SCHEMA_VERSION = "schema:version"
 CURRENT = "2"
 UPGRADE_LOCK = "lock:upgrade"
-UPGRADE_LOCK_TTL_S = 60
+# Short, and renewed every third of it while the upgrade runs, however long one step takes: a
+# run killed with the lock held delays the next by at most this.
+UPGRADE_LOCK_TTL_S = 6
 _WAIT_S = 0.2
+# Redis cannot be reached (refused, reset, timed out, still loading, the wrong password): the
+# serving process tries again after 0.5 s, doubling up to 30 s, while `/healthz` answers.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.5, 30.0
+log = logging.getLogger(__name__)
 # Test-only: SIGKILL this process right after the given step (a kill at a precise step cannot
 # be produced otherwise; tests/integration/test_upgrade.py).
 KILL_AFTER_ENV = "MESSAGEWEAVE_UPGRADE_KILL_AFTER"
@@ -126,7 +138,7 @@ async def upgraded(redis: Redis) -> bool:
 
 async def upgrade(redis: Redis) -> bool:
     """Bring Redis to the current names; True when this call moved anything. Safe to call at
-    every start: a current Redis costs one GET."""
+    every start: a current Redis costs one GET. Raises what Redis raises (`UNREACHABLE`)."""
     if await upgraded(redis):
         return False
     lock = Lock(redis, UPGRADE_LOCK, UPGRADE_LOCK_TTL_S)
@@ -135,16 +147,56 @@ async def upgrade(redis: Redis) -> bool:
         if await upgraded(redis):
             return False
     try:
-        if await upgraded(redis):
-            return False
-        kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
-        for number, step in enumerate(steps(), start=1):
-            await step(redis)
-            if number % 20 == 0:
-                await lock.renew()
-            if number == kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
-        await redis.set(SCHEMA_VERSION, CURRENT)
-        return True
+        async with _renewed(lock):
+            if await upgraded(redis):
+                return False
+            kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
+            for number, step in enumerate(steps(), start=1):
+                await step(redis)
+                if number == kill_after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            await redis.set(SCHEMA_VERSION, CURRENT)
+            return True
     finally:
-        await lock.release()
+        with contextlib.suppress(*UNREACHABLE):
+            await lock.release()
+
+
+@contextlib.asynccontextmanager
+async def _renewed(lock: Lock) -> AsyncIterator[None]:
+    """`lock` renewed every third of its TTL while the block runs."""
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(lock.ttl_s / 3)
+            with contextlib.suppress(*UNREACHABLE):
+                await lock.renew()
+
+    task = asyncio.create_task(renew(), name="upgrade-lock")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def upgrade_if_reachable(redis: Redis) -> None:
+    """`upgrade` for a CLI command: when Redis cannot be reached nothing is moved, and the
+    command meets (and reports) that itself, as before issue #35."""
+    with contextlib.suppress(*UNREACHABLE):
+        await upgrade(redis)
+
+
+async def upgrade_when_reachable(redis: Redis) -> None:
+    """`upgrade`, tried again with backoff while Redis cannot be reached (the serving process:
+    its loops wait for this, its HTTP server does not)."""
+    wait = _RETRY_FIRST_S
+    while True:
+        try:
+            await upgrade(redis)
+            return
+        except UNREACHABLE as exc:
+            log.warning("data upgrade: Redis unreachable (%s), next try in %.1f s",
+                        type(exc).__name__, wait)
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, _RETRY_MAX_S)
