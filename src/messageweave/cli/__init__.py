@@ -27,7 +27,7 @@ def build_app() -> typer.Typer:
     `messageweave serve` becomes) does not carry it (issue #14)."""
     import typer
 
-    from messageweave.cli import mailbox, ops, pipeline, serve, trace
+    from messageweave.cli import mailbox, ops, pipeline, serve, trace, upgrade
 
     app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
     serve.register(app)
@@ -35,6 +35,7 @@ def build_app() -> typer.Typer:
     pipeline.register(app)
     mailbox.register(app)
     trace.register(app)
+    upgrade.register(app)
     return app
 
 

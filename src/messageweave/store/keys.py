@@ -109,10 +109,10 @@ ACCOUNT_NAMES = (
 DEFAULT = AccountKeys(DEFAULT_ACCOUNT)
 
 # --- configuration -------------------------------------------------------------------------
-BUSINESS_CONFIG = "{cfg}:config:business"
-BUSINESS_CONFIG_REVISION = "{cfg}:config:business:revision"
+BUSINESS_CONFIG = CFG + "config:business"
+BUSINESS_CONFIG_REVISION = CFG + "config:business:revision"
 OUTBOUND_CONFIG = "config:outbound"
-ENABLED = "{tg}:config:enabled"
+ENABLED = TG + "config:enabled"
 ADMIN_SESSION = "config:admin_session"
 ADMIN_SESSION_TTL_S = 1800
 
@@ -129,7 +129,7 @@ consent_ai = DEFAULT.consent_ai
 
 # --- delivery pipeline ---------------------------------------------------------------------
 STREAM_JMAP = DEFAULT.stream_jmap
-STREAM_TELEGRAM = "{tg}:stalwart:telegram"
+STREAM_TELEGRAM = TG + "stalwart:telegram"
 STREAMS = (STREAM_JMAP, STREAM_TELEGRAM)
 CONSUMER_GROUP = "stalwart-workers"
 DLQ_SUFFIX = ":dlq"
@@ -223,7 +223,7 @@ def worker_heartbeat(consumer: str) -> str:
 
 
 # Rate governor (GCRA: each key holds the lane's theoretical arrival time in ms).
-GOVERNOR_LIMITS = "{gov}:governor:limits"
+GOVERNOR_LIMITS = GOV + "governor:limits"
 
 
 def governor_bot(bot_id: str) -> str:
@@ -243,8 +243,8 @@ def governor_pause(bot_id: str, chat_id: int) -> str:
 # `{chat_id}:name` and `{chat_id}:count`. At most `REFUSED_CHATS_MAX` chats, each dropped
 # `REFUSED_CHATS_TTL_S` after its last refusal (both keys get that EX too), so updates from
 # strangers cannot grow Redis.
-REFUSED_CHATS = "{tg}:telegram:refused"
-REFUSED_CHATS_INFO = "{tg}:telegram:refused:info"
+REFUSED_CHATS = TG + "telegram:refused"
+REFUSED_CHATS_INFO = TG + "telegram:refused:info"
 REFUSED_CHATS_MAX = 20
 REFUSED_CHATS_TTL_S = 604_800
 
@@ -409,7 +409,7 @@ THROTTLE_LOCK_MAX_S = 3600
 THROTTLE_STRIKES_TTL_S = 86_400
 # Sorted set: member = client, score = its last failed credential (Unix ms, Redis's clock);
 # EX `THROTTLE_STRIKES_TTL_S` from the last failure, members older than that dropped.
-THROTTLE_CLIENTS = "{thr}:throttle:clients"
+THROTTLE_CLIENTS = THR + "throttle:clients"
 THROTTLE_CLIENTS_MAX = 10_000
 
 
@@ -431,7 +431,7 @@ def throttle_strikes(client: str) -> str:
 # --- receiving without a public URL (issue #22) --------------------------------------------
 # The one instance that long-polls Telegram's getUpdates: `Lock` (owner token, EX, renewed
 # every third of it); the offset is written only by the holder (`store.polling.save_offset`).
-TELEGRAM_POLL_LOCK = "{tg}:lock:telegram-poll"
+TELEGRAM_POLL_LOCK = TG + "lock:telegram-poll"
 TELEGRAM_POLL_LOCK_TTL_S = 10
 # What the poller (or, with a webhook, the watcher) last saw: a hash {state, detail, at,
 # since}, EX `UPDATES_STATUS_TTL_S`, so a dead holder's word expires with it.
@@ -440,7 +440,7 @@ UPDATES_STATUS_TTL_S = 60
 # The next getUpdates offset of one bot (its numeric id, the token's public part): set to the
 # last queued update_id + 1 only after that update is in `stalwart:telegram`. No EX: Telegram
 # keeps unconfirmed updates for 24 h, and the id only grows.
-TELEGRAM_POLL_OFFSET_PREFIX = "{tg}:telegram:poll:offset:"
+TELEGRAM_POLL_OFFSET_PREFIX = TG + "telegram:poll:offset:"
 # The one instance that holds the JMAP EventSource connection (`Lock`, as above).
 EVENTSOURCE_LOCK = DEFAULT.named("lock:jmap-eventsource")
 EVENTSOURCE_LOCK_TTL_S = 15

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 # be produced otherwise; tests/integration/test_upgrade.py).
 KILL_AFTER_ENV = "MESSAGEWEAVE_UPGRADE_KILL_AFTER"
 
+Moved = list[tuple[str, str]]
 _OLD_JMAP, _OLD_TG = "stalwart:jmap", "stalwart:telegram"
 _STREAMS = ((_OLD_JMAP, keys.STREAM_JMAP), (_OLD_TG, keys.STREAM_TELEGRAM))
 
@@ -76,16 +77,20 @@ def _patterns() -> list[tuple[str, str]]:
     return out
 
 
-async def _rename(redis: Redis, old: str, new: str) -> None:
+async def _rename(redis: Redis, old: str, new: str) -> Moved:
     """Move `old` to `new` unless it moved already (or never existed); a `new` that exists
     already (written since) is kept, and `old` stays for the operator to look at."""
     if await redis.exists(old) and not await redis.exists(new):
         await redis.rename(old, new)
+        return [(old, new)]
+    return []
 
 
-async def _rename_prefix(redis: Redis, old: str, new: str) -> None:
+async def _rename_prefix(redis: Redis, old: str, new: str) -> Moved:
+    moved: Moved = []
     async for name in redis.scan_iter(match=f"{old}*", count=1000):
-        await _rename(redis, str(name), new + str(name)[len(old):])
+        moved += await _rename(redis, str(name), new + str(name)[len(old):])
+    return moved
 
 
 def _new_member(member: str) -> str:
@@ -95,9 +100,10 @@ def _new_member(member: str) -> str:
     return member
 
 
-async def _split_waiting(redis: Redis) -> None:
+async def _split_waiting(redis: Redis) -> Moved:
     """`delivery:waiting:{peer}` held both streams' entries: each goes to its stream's set,
     named as the ledger names it now (added first, the old set deleted last)."""
+    moved: Moved = []
     for peer in waiting.PEERS:
         old = f"delivery:waiting:{peer}"
         rows: list[Any] = await redis.zrange(old, 0, -1, withscores=True)
@@ -108,20 +114,26 @@ async def _split_waiting(redis: Redis) -> None:
                                            else keys.STREAM_JMAP)
             await redis.zadd(target, {renamed: score})
             await redis.expire(target, keys.DELIVERY_WAITING_TTL_S)
+            moved.append((f"{old} {member}", f"{target} {renamed}"))
         await redis.delete(old)
+    return moved
 
 
-async def _rename_unknown(redis: Redis) -> None:
+async def _rename_unknown(redis: Redis) -> Moved:
     """The members of `delivery:unknown_after_send` name their stream: renamed in place."""
+    moved: Moved = []
     rows: list[Any] = await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1, withscores=True)
     for member, score in rows:
         renamed = _new_member(str(member))
         if renamed != member:
             await redis.zadd(keys.DELIVERY_UNKNOWN, {renamed: score})
             await redis.zrem(keys.DELIVERY_UNKNOWN, member)
+            unknown = keys.DELIVERY_UNKNOWN
+            moved.append((f"{unknown} {member}", f"{unknown} {renamed}"))
+    return moved
 
 
-Step = Callable[[Redis], Awaitable[None]]
+Step = Callable[[Redis], Awaitable[Moved]]
 
 
 def steps() -> list[Step]:
@@ -136,27 +148,29 @@ async def upgraded(redis: Redis) -> bool:
     return text_of(await redis.get(SCHEMA_VERSION)) == CURRENT
 
 
-async def upgrade(redis: Redis) -> bool:
-    """Bring Redis to the current names; True when this call moved anything. Safe to call at
-    every start: a current Redis costs one GET. Raises what Redis raises (`UNREACHABLE`)."""
+async def upgrade(redis: Redis) -> Moved:
+    """Bring Redis to the current names; what this call moved (old → new; a member of a set
+    as `<set> <member>`), empty when nothing was left to move. Safe to call at every start: a
+    current Redis costs one GET. Raises what Redis raises (`UNREACHABLE`)."""
     if await upgraded(redis):
-        return False
+        return []
     lock = Lock(redis, UPGRADE_LOCK, UPGRADE_LOCK_TTL_S)
     while not await lock.acquire():
         await asyncio.sleep(_WAIT_S)
         if await upgraded(redis):
-            return False
+            return []
     try:
         async with _renewed(lock):
             if await upgraded(redis):
-                return False
+                return []
             kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
+            moved: Moved = []
             for number, step in enumerate(steps(), start=1):
-                await step(redis)
+                moved += await step(redis)
                 if number == kill_after:
                     os.kill(os.getpid(), signal.SIGKILL)
             await redis.set(SCHEMA_VERSION, CURRENT)
-            return True
+            return moved
     finally:
         with contextlib.suppress(*UNREACHABLE):
             await lock.release()
