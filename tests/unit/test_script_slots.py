@@ -8,7 +8,7 @@ from redis.crc import key_slot
 
 from messageweave.pipeline import governor
 from messageweave.store import keys, waiting
-from messageweave.store.keys import AccountKeys
+from messageweave.store.account_keys import AccountKeys
 from messageweave.store.scripts import CrossSlot, Script, Value
 from tests.unit.test_reference_doc import DOC
 from tests.unit.test_scripts import SCRIPTS

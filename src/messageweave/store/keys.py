@@ -5,8 +5,9 @@ fails when a key defined here is missing from it.
 
 Hash tags (issue #35, reference §1.0): a key's cluster slot is the hash of its first `{…}`, and
 every Lua script's KEYS share one slot (`store.scripts.Script` refuses others). A per-account
-key is `a:{<account id>}:` + the contract's name (`AccountKeys`); the module-level per-account
-names are the `default` account's (`DEFAULT`) until the runtime is threaded with accounts. A
+key is `a:{<account id>}:` + the contract's name (`AccountKeys`, defined in `store.account_keys`
+and re-exported here: this module's part for one account); the module-level per-account names
+are the `default` account's (`DEFAULT`) until the runtime is threaded with accounts. A
 deployment-wide key that a script uses together with others carries its group's tag as a prefix
 (`TG`, `GOV`, `CFG`, `THR`); the others keep the contract's names. Keys built from a stream's
 name (`delivery_inflight`, `dlq`…) inherit the stream's tag.
@@ -14,9 +15,10 @@ name (`delivery_inflight`, `dlq`…) inherit the stream's tag.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from messageweave.store.account_keys import ACCOUNT_NAMES as ACCOUNT_NAMES
+from messageweave.store.account_keys import DEFAULT_ACCOUNT as DEFAULT_ACCOUNT
+from messageweave.store.account_keys import AccountKeys as AccountKeys
 
-DEFAULT_ACCOUNT = "default"
 # The deployment-wide tags: the chat stream with its ledger, claims, poll lease and offset and
 # the kill switch; the rate governor's lanes; the configuration written together; the throttle.
 TG = "{tg}:"
@@ -25,87 +27,6 @@ CFG = "{cfg}:"
 THR = "{thr}:"
 
 
-@dataclass(frozen=True)
-class AccountKeys:
-    """The per-account names (SPEC G.6): the mailbox's stream and claims, its cursors, locks and
-    schedules, push, consent and buttons. Each is `prefix` (`a:{<id>}:`) + the contract's
-    name, so every script of one account runs in the account's slot."""
-
-    account_id: str
-
-    @property
-    def prefix(self) -> str:
-        """What every key of the account starts with: its hash tag."""
-        return f"a:{{{self.account_id}}}:"
-
-    def _key(self, name: str) -> str:
-        return self.prefix + name
-
-    def consent_ai(self, chat_id: int) -> str:
-        return self._key(f"consent:ai:{chat_id}")
-
-    @property
-    def stream_jmap(self) -> str:
-        return self._key("stalwart:jmap")
-
-    def digest_plan(self, entry_id: str) -> str:
-        """A digest entry's plan (issue #16, `pipeline.digest`): which of its mails go into
-        which message, and where; ids and chats only. Lives as long as the terminal record."""
-        return f"delivery:digest:{self.stream_jmap}:{entry_id}"
-
-    def button_action(self, action: str, email_id: str) -> str:
-        return self._key(f"button:{action}:{email_id}")
-
-    def button_part(self, email_id: str, part_id: str) -> str:
-        return self._key(f"button:f:{email_id}:{part_id}")
-
-    def dedup_jmap(self, account_id: str, email_id: str) -> str:
-        return self._key(f"dedup:jmap:{account_id}:{email_id}")
-
-    def ratelimit_push_verify(self, subscription_id: str) -> str:
-        return self._key(f"ratelimit:push-verify:{subscription_id}")
-
-    def reconcile_catchup(self, account_id: str) -> str:
-        return self._key(f"reconcile:catchup:{account_id}")
-
-    def audit_healed(self, account_id: str, email_id: str) -> str:
-        """Set when the auditor re-enqueued this mail (value: the new entry id, EX
-        `DEDUP_JMAP_TTL_S`): a mail is re-enqueued by the auditor at most once."""
-        return self._key(f"audit:healed:{account_id}:{email_id}")
-
-    def push_register_lock(self, url_digest: str) -> str:
-        return self._key(f"lock:push-register:{url_digest}")
-
-    def push_subscription(self, subscription_id: str) -> str:
-        return self._key(f"push:subscription:{subscription_id}")
-
-    def push_subscription_status(self, subscription_id: str) -> str:
-        return self._key(f"push:subscription:{subscription_id}:status")
-
-    def push_registration(self, url_digest: str) -> str:
-        return self._key(f"push:registration:{url_digest}")
-
-    def push_orphan(self, subscription_id: str) -> str:
-        return self._key(f"push:orphan:{subscription_id}")
-
-    def named(self, name: str) -> str:
-        """One of the fixed per-account names of `ACCOUNT_NAMES`, in this account."""
-        if name not in ACCOUNT_NAMES:
-            raise KeyError(name)
-        return self._key(name)
-
-
-# The fixed (not patterned) per-account names: the contract's names the module-level
-# constants below hold in the `default` account (`DEFAULT.named`).
-ACCOUNT_NAMES = (
-    "state:jmap:since", "lock:reconcile", "state:jmap:watermark", "schedule:reconcile",
-    "schedule:push-orphan-sweep", "state:jmap:baseline_at", "state:imap:cursor",
-    "state:imap:watermark", "schedule:gap-audit", "audit:last", "push:subscription:id",
-    "push:registration:current", "push:lifecycle", "push:state-change:last", "push:catchup:due",
-    "push:catchup:deferred", "schedule:push-maintenance", "schedule:reconcile-degraded",
-    "lock:jmap-eventsource", "push:eventsource:status", "lock:imap-idle",
-    "push:imap-idle:status",
-)
 DEFAULT = AccountKeys(DEFAULT_ACCOUNT)
 
 # --- configuration -------------------------------------------------------------------------
