@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 from messageweave.aio import cancel
@@ -31,6 +32,12 @@ from messageweave.services import Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
 from messageweave.store.redis import connect, embedded_url
 from messageweave.store.state import ConfigStore
+from messageweave.store.upgrade import (
+    UNREACHABLE,
+    upgrade,
+    upgrade_if_reachable,
+    upgrade_when_reachable,
+)
 from messageweave.version import build_version
 
 
@@ -60,28 +67,41 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     """`build_services` with the stored configuration loaded, closed on exit (CLI commands)."""
     svc = build_services(settings)
     try:
+        await upgrade_if_reachable(svc.redis)  # before any key is read (issue #35)
         await svc.config.refresh()
         yield svc
     finally:
         await close(svc)
 
 
-def background(svc: Services, worker: Worker) -> list[asyncio.Task[None]]:
+def background(svc: Services, worker: Worker,
+               upgrading: asyncio.Task[None] | None = None) -> list[asyncio.Task[None]]:
     """Start the loops of a serving instance; `stop` them in reverse order. A configured
     instance also opens its Telegram connection now (`TelegramClient.connect`, no
-    python-telegram-bot), so the first message after the start does not wait for it."""
+    python-telegram-bot), so the first message after the start does not wait for it. While
+    `upgrading` (the data upgrade, Redis unreachable at the start) runs, the loops wait for it."""
     opening = [] if svc.runtime is None else [
         asyncio.create_task(svc.runtime.telegram.connect(), name="telegram-connect")]
-    return [
-        *opening,
-        asyncio.create_task(svc.config.run_reload_loop(), name="config-reload"),
-        asyncio.create_task(run_worker(worker), name="worker"),
-        asyncio.create_task(run_scheduler(svc), name="scheduler"),
-        asyncio.create_task(run_auditor(svc), name="gap-auditor"),
-        asyncio.create_task(run_poller(svc), name="telegram-poller"),
-        asyncio.create_task(run_eventsource(svc), name="jmap-eventsource"),
-        asyncio.create_task(run_idle(svc), name="imap-idle"),
+    loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+        ("config-reload", svc.config.run_reload_loop), ("worker", partial(run_worker, worker)),
+        ("scheduler", partial(run_scheduler, svc)), ("gap-auditor", partial(run_auditor, svc)),
+        ("telegram-poller", partial(run_poller, svc)),
+        ("jmap-eventsource", partial(run_eventsource, svc)), ("imap-idle", partial(run_idle, svc)),
     ]
+    return [*opening, *([upgrading] if upgrading is not None else []),
+            *(asyncio.create_task(_after(upgrading, loop), name=name) for name, loop in loops)]
+
+
+async def _after(upgrading: asyncio.Task[None] | None, loop: Callable[[], Awaitable[None]]
+                 ) -> None:
+    if upgrading is not None:
+        await asyncio.shield(upgrading)  # one loop stopped does not stop the upgrade
+    await loop()
+
+
+async def _upgrade_later(svc: Services) -> None:
+    await upgrade_when_reachable(svc.redis)
+    await svc.config.refresh()
 
 
 async def stop(tasks: list[asyncio.Task[None]]) -> None:
@@ -95,9 +115,14 @@ async def serving(svc: Services) -> AsyncIterator[Worker]:
     everything stopped and closed on exit. Yields the instance's worker, which the app hands
     to `POST /worker` (`app.state.worker`): one consumer name per process."""
     add_secret_source(svc.secrets)
+    upgrading = None
+    try:
+        await upgrade(svc.redis)  # before any key is read (issue #35)
+    except UNREACHABLE:  # serve `/healthz` (and `/ready`: redis failed) meanwhile, as before
+        upgrading = asyncio.create_task(_upgrade_later(svc), name="upgrade")
     await svc.config.refresh()
     worker = Worker(svc)
-    tasks = background(svc, worker)
+    tasks = background(svc, worker, upgrading)
     # What the imports and the set-up allocated for good leaves the collector's view: a full
     # collection then scans only what the running service makes (shorter pauses on the push path).
     gc.collect()

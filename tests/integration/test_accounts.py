@@ -8,7 +8,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.keys import AccountConfigKeys
+from messageweave.store.keys import AccountKeys
 from tests.helpers import (
     ADMIN_KEY,
     assert_envelope,
@@ -75,7 +75,7 @@ async def test_a_new_account_is_listed_and_read_back_without_its_secrets(
     assert FAMILY_SECRET not in listed.text and "jmap-password-SECRET" not in listed.text
     one = await client.get("/api/accounts/family", headers=admin)
     assert one.status_code == 200 and one.json() == family
-    raw = await redis_client.get(AccountConfigKeys("family").config)
+    raw = await redis_client.get(AccountKeys("family").config)
     assert raw.startswith("v1:") and FAMILY_SECRET not in raw
 
 

@@ -7,6 +7,7 @@ so the suite runs those cases on both. A missing server is a failure with a reme
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -29,17 +30,22 @@ def _free_port() -> int:
         return port
 
 
-def start_debian_redis(data: Path, binary: str = DEBIAN_REDIS) -> tuple[subprocess.Popen[bytes],
-                                                                         str]:
-    """Start `binary` on a free loopback port with AOF in `data`; (process, redis:// URL)."""
+def start_debian_redis(data: Path, binary: str = DEBIAN_REDIS, *, port: int | None = None,
+                       rdb: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `binary` on `port` (default: a free one) of loopback with AOF in `data`; (process,
+    redis:// URL). With `rdb`: that dump copied into `data` and loaded, no AOF (`SAVE` writes
+    `data`/dump.rdb)."""
     if not os.path.exists(binary):
         raise RedisNotInstalled(
             f"Debian's redis-server is not installed at {binary}: run "
             "`sudo scripts/install-test-packages.sh` (scripts/test.sh does it as root)")
-    port = _free_port()
+    port = port or _free_port()
+    if rdb is not None:
+        shutil.copyfile(rdb, data / "dump.rdb")
     proc = subprocess.Popen(
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
-         "--appendonly", "yes", "--save", "", "--daemonize", "no"],
+         "--appendonly", "no" if rdb is not None else "yes", "--save", "",
+         "--dbfilename", "dump.rdb", "--daemonize", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"redis://127.0.0.1:{port}/0"

@@ -34,6 +34,7 @@ from messageweave.pipeline.worker import MAX_BATCH, Worker
 from messageweave.services import Services
 from messageweave.store import keys
 from messageweave.store.oplog import valid_stream_id
+from messageweave.store.streams import stream_key, stream_name
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +168,11 @@ async def delivery_status(request: Request) -> JSONResponse:
 
 
 def _stream(value: object) -> str:
-    if not isinstance(value, str) or value not in keys.STREAMS:
+    """The stream key a request names by its contract's name (`stalwart:jmap`)."""
+    stream = stream_key(value) if isinstance(value, str) else None
+    if stream is None:
         raise invalid_request()
-    return value
+    return stream
 
 
 @router.get("/api/dlq")
@@ -208,5 +211,6 @@ async def replay_dlq(request: Request) -> JSONResponse:
         replayed = await ingress.replay(svc.redis, stream, ids)
     except RedisError as exc:
         raise service_unavailable() from exc
-    await audit.record_audit(svc, audit.DLQ_REPLAYED, stream=stream, replayed=replayed)
+    await audit.record_audit(svc, audit.DLQ_REPLAYED, stream=stream_name(stream),
+                             replayed=replayed)
     return JSONResponse({"replayed": replayed})

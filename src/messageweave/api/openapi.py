@@ -23,7 +23,7 @@ from messageweave.config.outbound import (
 )
 from messageweave.pipeline.ingress import MAX_DLQ_LIMIT
 from messageweave.pipeline.trace import MAX_QUERY
-from messageweave.store import keys
+from messageweave.store.streams import STREAM_NAMES
 
 router = APIRouter()
 
@@ -126,7 +126,7 @@ def _limit(maximum: int) -> dict[str, Any]:
     return _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})
 
 
-_STREAM = {"type": "string", "enum": list(keys.STREAMS)}
+_STREAM = {"type": "string", "enum": list(STREAM_NAMES)}
 # Issue #35: an account wire (reference §5.8), the `{id}` of the account routes, `?account=`.
 _ACCOUNT_ID = {"type": "string", "pattern": ACCOUNT_ID_PATTERN}
 _ACCOUNT_PATCH: dict[str, Any] = {

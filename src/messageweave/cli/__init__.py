@@ -29,7 +29,7 @@ def build_app() -> typer.Typer:
     `messageweave serve` becomes) does not carry it (issue #14)."""
     import typer
 
-    from messageweave.cli import accounts, mailbox, ops, pipeline, serve, service, trace
+    from messageweave.cli import accounts, mailbox, ops, pipeline, serve, service, trace, upgrade
 
     app = typer.Typer(help="MessageWeave: your JMAP mailbox, in Telegram.", no_args_is_help=True)
     serve.register(app)
@@ -39,6 +39,7 @@ def build_app() -> typer.Typer:
     trace.register(app)
     accounts.register(app)
     service.register(app)
+    upgrade.register(app)
     return app
 
 

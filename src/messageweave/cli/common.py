@@ -25,6 +25,7 @@ from messageweave.services import Services
 from messageweave.settings import KEY_FILE, Settings
 from messageweave.store.accounts import AccountStore
 from messageweave.store.keys import DEFAULT_ACCOUNT
+from messageweave.store.upgrade import upgrade_if_reachable
 
 console = Console()
 
@@ -72,6 +73,7 @@ async def stored_services(settings: Settings) -> AsyncIterator[Services]:
     the stored configuration cannot be read."""
     svc = runtime.build_services(settings)
     try:
+        await upgrade_if_reachable(svc.redis)  # before any key is read (issue #35)
         _, cfg = await svc.config.read_stored()
         if cfg is None:
             raise RuntimeError("nothing configured yet: save a configuration first")

@@ -26,6 +26,7 @@ from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import Worker
 from messageweave.services import Services
 from messageweave.store import keys
+from messageweave.store.streams import STREAM_NAMES, stream_key
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -97,9 +98,11 @@ def drain(
 
 
 def _stream(name: str) -> str:
-    if name not in keys.STREAMS:
-        raise typer.BadParameter(f"stream must be one of {', '.join(keys.STREAMS)}")
-    return name
+    """The stream key named by its contract's name (`stalwart:jmap`)."""
+    stream = stream_key(name)
+    if stream is None:
+        raise typer.BadParameter(f"stream must be one of {', '.join(STREAM_NAMES)}")
+    return stream
 
 
 @dlq_app.command("list")

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from messageweave.ops.metrics import observe_delivery
 from messageweave.store.oplog import send_log
 from messageweave.store.redis import Redis
+from messageweave.store.streams import stream_name
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ async def record_send(
                      message_ids=message_ids, rule=rule)
     observe_delivery(outcome, failure_class,
                      [end_to_end_s if end_to_end_s is not None else latency_ms / 1000])
-    log.info("delivery %s %s %s", stream, event_id, outcome,
+    log.info("delivery %s %s %s", record["stream"], event_id, outcome,
              extra={"fields": {"event": "delivery", **record}})
     try:
         await send_log(redis).append(record)
@@ -90,8 +91,8 @@ async def record_replyless(redis: Redis, stream: str, kind: str,
     records = [_record(stream=stream, event_id=event_id, kind=kind, chat_id=chat_id,
                        outcome=outcome) for event_id, chat_id, _ in finished]
     observe_delivery(outcome, None, [end_to_end_s for _, _, end_to_end_s in finished])
-    log.info("delivery %s: %d update(s) needed no reply", stream, len(records),
-             extra={"fields": {"event": "delivery", "stream": stream, "kind": kind,
+    log.info("delivery %s: %d update(s) needed no reply", records[0]["stream"], len(records),
+             extra={"fields": {"event": "delivery", "stream": records[0]["stream"], "kind": kind,
                                "outcome": outcome, "count": len(records),
                                "event_ids": [r["event_id"] for r in records]}})
     try:
@@ -105,7 +106,7 @@ def _record(*, stream: str, event_id: str, kind: str, chat_id: int | None, outco
             message_ids: Sequence[int] = (), rule: str | None = None) -> dict[str, Any]:
     """A send-log record (reference §1.7): ids, classes and timings only."""
     record: dict[str, Any] = {
-        "stream": stream, "event_id": event_id, "kind": kind, "chat_id": chat_id,
+        "stream": stream_name(stream), "event_id": event_id, "kind": kind, "chat_id": chat_id,
         "outcome": outcome, "failure_class": failure_class,
         "latency_ms": round(latency_ms, 1), "message_ids": [int(i) for i in message_ids],
     }

@@ -7,8 +7,9 @@ for the whole cluster. A 429 pauses the chat's lane for `retry_after` seconds ev
 The limits can be changed (e.g. lifted for the benchmark) in the hash `governor:limits`
 (`bot_per_s`, `chat_per_s`, `group_per_min`; 0 = unlimited); absent fields use Telegram's.
 
-The worker charges the lanes in the ledger's fence script (`Ledger.gate`), so a send costs one
-round trip for both; `Governor.acquire` is the same check on its own.
+The worker charges the lanes right before the ledger's fence (`Ledger.gate`: `ACQUIRE`, then
+`MARK`); `Governor.acquire` is the same check on its own. Every lane key carries the `{gov}`
+hash tag, so `ACQUIRE` runs in one cluster slot (issue #35).
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from messageweave.store.scripts import Script
 
 MAX_WAIT_S = 5.0
 
-# The GCRA as a Lua function, shared by ACQUIRE and the ledger's fence (`ledger.GATE`), which
-# charges the lanes and writes the intent in one script. A script using it must call
-# `redis.replicate_commands()` first (it reads TIME before writing).
+# The GCRA as a Lua function. A script using it must call `redis.replicate_commands()` first (it
+# reads TIME before writing).
 # gcra(limits, bot lane, chat lane, chat pause, is_group '0'/'1') → 0 when a send may go now
 # (both lanes charged), else the milliseconds to wait.
 GCRA = """

@@ -13,7 +13,7 @@ from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys, refused
 from messageweave.store.redis import Redis
 from messageweave.store.refused import RefusedChat
-from messageweave.store.streams import DlqEntry, StreamStore, UpdateIngress
+from messageweave.store.streams import DlqEntry, StreamStore, UpdateIngress, stream_name
 from messageweave.store.streams import SwitchedOff as SwitchedOff  # for the webhook to catch
 
 MAX_DLQ_LIMIT = 500
@@ -208,7 +208,8 @@ async def enqueue_update_if_enabled(ingress: UpdateIngress, update: Update) -> b
 async def delivery_status(redis: Redis) -> dict[str, Any]:
     store = StreamStore(redis)
     return {
-        "streams": {stream: await store.stats(stream) for stream in keys.STREAMS},
+        "streams": {stream_name(stream): await store.stats(stream)
+                    for stream in keys.STREAMS},
         "unknown_after_send": await Ledger(redis, "").unknown_count(),
     }
 

@@ -7,10 +7,12 @@ The state machine is `docs/reference.md` §1.3.1. For each stream entry:
 2. Otherwise `BEGIN` takes the lease `delivery:inflight:{stream}:{id}` for this attempt: a random
    token plus the consumer name. A lease held by a live consumer (heartbeat present) is never
    taken over, not even when the consumer name is ours (another attempt of this process).
-3. Before every Telegram call, `GATE` checks that the lease still holds this attempt's token
-   and, in the same script, charges the rate governor's lanes and marks the intent `sending`
-   with the progress (the fence: a mismatch raises `LeaseLost` and nothing is sent). A known
-   failure marks it `failed` (`MARK`); only a failure that may have reached Telegram leaves it
+3. Before every Telegram call, `Ledger.gate` charges the rate governor's lanes
+   (`governor.ACQUIRE`, in the governor's slot) and then `MARK` checks that the lease still
+   holds this attempt's token and marks the intent `sending` with the progress (the fence: a
+   mismatch raises `LeaseLost` and nothing is sent). Two scripts since issue #35 (one slot
+   each): a lease found lost after the lanes were charged cost one rate token. A known failure
+   marks the intent `failed` (`MARK`); only a failure that may have reached Telegram leaves it
    `sending`.
 4. Success commits the terminal record with the Telegram message ids (whatever the lease says:
    a sent message gets its receipt), deletes lease/intent/retry and XACKs, in one script. A
@@ -32,7 +34,7 @@ from typing import Any
 
 from messageweave.errors import dump_json
 from messageweave.ops.sendlog import Outcome
-from messageweave.pipeline.governor import GCRA, LANE_KEYS, Lanes, wait_before
+from messageweave.pipeline.governor import ACQUIRE, Lanes, wait_before
 from messageweave.store import keys, waiting
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
@@ -71,39 +73,19 @@ return out
 """, keys=("committed", "inflight", "intent", "retry_due", "stream"),
     args=("lease", "lease_ttl", "entry_id", "heartbeat_prefix", "group", "busy_due", "forget"))
 
-# Writes the intent and extends the lease (KEYS and ARGV: MARK's).
-_WRITE_INTENT = """
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[2], 'consumer', ARGV[3], 'state', ARGV[4], 'reply', ARGV[5],
-  'chunk', ARGV[6], 'at', ARGV[7])
-redis.call('HDEL', KEYS[2], 'resolution')
-redis.call('EXPIRE', KEYS[2], ARGV[8])
-"""
-_INTENT_ARGS = ("lease", "lease_ttl", "consumer", "state", "reply", "chunk", "now", "intent_ttl")
 # KEYS: inflight, intent
 # ARGV: lease, lease_ttl, consumer, state (sending/failed), reply, chunk, now, intent_ttl
 # → 1 when written (and the lease extended), 0 when the lease is not ours (nothing written).
 MARK = Script("""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-""" + _WRITE_INTENT + """
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], 'consumer', ARGV[3], 'state', ARGV[4], 'reply', ARGV[5],
+  'chunk', ARGV[6], 'at', ARGV[7])
+redis.call('HDEL', KEYS[2], 'resolution')
+redis.call('EXPIRE', KEYS[2], ARGV[8])
 return 1
-""", keys=("inflight", "intent"), args=_INTENT_ARGS)
-
-# The fence and the rate governor in one script, right before each Telegram call.
-# KEYS: inflight, intent, limits, bot, chat, pause (the last four: the governor's lanes,
-#       `governor.Lanes.keys`)
-# ARGV: lease, lease_ttl, consumer, state (`sending`), reply, chunk, now, intent_ttl (MARK's),
-#       is_group (0/1)
-# → 0 when the call may go now (lanes charged, intent `sending` written, lease extended);
-#   -1 when the lease is not ours (nothing written, nothing charged); else the milliseconds to
-#   wait for the governor (nothing written).
-GATE = Script("redis.replicate_commands()\n" + GCRA + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local wait = gcra(KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[9])
-if wait > 0 then return wait end
-""" + _WRITE_INTENT + """
-return 0
-""", keys=("inflight", "intent", *LANE_KEYS), args=(*_INTENT_ARGS, "is_group"))
+""", keys=("inflight", "intent"),
+    args=("lease", "lease_ttl", "consumer", "state", "reply", "chunk", "now", "intent_ttl"))
 
 # KEYS: inflight, intent   ARGV: lease, resolution
 # → 1 when written, 0 when the lease is not ours or the intent is gone (nothing written).
@@ -268,7 +250,7 @@ def _forget(stream: str) -> str:
 
 
 def _fence_keys(lease: Lease) -> dict[str, str]:
-    """The KEYS of the fenced intent scripts (`MARK`, `RESOLVE`, the first two of `GATE`)."""
+    """The KEYS of the fenced intent scripts (`MARK`, `RESOLVE`)."""
     return {"inflight": lease.inflight_key,
             "intent": keys.delivery_intent(lease.stream, lease.entry_id)}
 
@@ -326,20 +308,21 @@ class Ledger:
 
     async def gate(self, lease: Lease, progress: SendProgress, lanes: Lanes) -> None:
         """Right before a Telegram call: wait for the governor's slot on `lanes`, then fence
-        the call. Returns once the call may go (the lanes charged, the intent `sending`, the
-        lease extended, all in one `GATE`); raises `LeaseLost` as soon as the lease is not
-        ours, before anything is written or charged. A wait asks again after at most
-        `governor.MAX_WAIT_S`, the lease checked each time."""
+        the call. Returns once the call may go (the lanes charged, then the intent `sending`
+        and the lease extended by `MARK`); raises `LeaseLost` when the lease is not ours, and
+        nothing is sent. A wait asks again after at most `governor.MAX_WAIT_S`, the lease
+        checked each time. The governor's lanes are in their own slot (`{gov}`), the fence in
+        the entry's: a lease found lost right after its lanes were charged costs one rate
+        token, which delays the chat's next send by at most one interval (reference §7)."""
         while True:
-            reply = int(await GATE(
-                self.redis, keys={**_fence_keys(lease), **lanes.named},
-                args={**self._intent_args(lease, progress, "sending"),
-                      "is_group": lanes.is_group}))
-            if reply < 0:
-                raise LeaseLost
-            if reply == 0:
+            wait = int(await ACQUIRE(self.redis, keys=lanes.named,
+                                     args={"is_group": lanes.is_group}))
+            if wait <= 0:
+                await self.mark(lease, progress, "sending")
                 return
-            await wait_before(reply)
+            if await self.redis.get(lease.inflight_key) != lease.value:
+                raise LeaseLost
+            await wait_before(wait)
 
     async def resolve(self, lease: Lease, resolution: str) -> None:
         await RESOLVE(self.redis, keys=_fence_keys(lease),
@@ -359,7 +342,7 @@ class Ledger:
             "retry_counter": keys.retry_counter(stream, entry_id),
             "retry_due": keys.retry_due(stream), "stream": stream,
             "retry_window": keys.retry_window(stream, entry_id),
-            "waiting": waiting.waiting_keys(),
+            "waiting": waiting.waiting_keys(stream),
         }, args={
             "record": dump_json(record),
             "committed_ttl": keys.COMMITTED_TTL_S, "group": keys.CONSUMER_GROUP,
@@ -385,7 +368,7 @@ class Ledger:
             "intent": keys.delivery_intent(stream, entry_id),
             "committed": keys.delivery_committed(stream, entry_id),
             "retry_window": keys.retry_window(stream, entry_id),
-            "waiting": waiting.waiting_keys(),
+            "waiting": waiting.waiting_keys(stream),
         }, args={
             "group": keys.CONSUMER_GROUP, "entry_id": entry_id,
             "max_attempts": max(1, max_attempts), "retry_ttl": keys.RETRY_TTL_S,

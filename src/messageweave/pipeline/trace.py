@@ -52,7 +52,7 @@ from messageweave.store import keys
 from messageweave.store.mailbox import NOT_NOTIFIED
 from messageweave.store.oplog import audit_log, send_log, valid_stream_id
 from messageweave.store.redis import Redis, int_of, text_of
-from messageweave.store.streams import StreamStore
+from messageweave.store.streams import StreamStore, stream_name
 
 MAX_QUERY = 200  # characters of a query
 MAX_MATCHES = 5  # mails a subject search traces
@@ -60,6 +60,7 @@ MAX_REPLAYS = 3  # replays of one dead letter followed
 PUSH_HINT_S = 30
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
 _STREAM = keys.STREAM_JMAP
+_STREAM_NAME = stream_name(_STREAM)  # as the send log and the steps name it
 LEFT_OUT = "left_out"  # a digest left the mail out: no longer in the mailbox (issue #16)
 
 
@@ -276,10 +277,11 @@ async def _entry_steps(redis: Redis, entry_id: str, steps: list[dict[str, Any]],
                        depth: int) -> str:
     """Append the steps of one `stalwart:jmap` entry (and of its replays); its status."""
     streams = StreamStore(redis)
-    steps.append(_step("enqueued", _entry_ms(entry_id), stream=_STREAM, entry_id=entry_id))
+    steps.append(_step("enqueued", _entry_ms(entry_id), stream=_STREAM_NAME,
+                       entry_id=entry_id))
 
     def mine(record: dict[str, Any]) -> bool:
-        return record.get("stream") == _STREAM and record.get("event_id") == entry_id
+        return record.get("stream") == _STREAM_NAME and record.get("event_id") == entry_id
 
     for r in await send_log(redis).since(_entry_ms(entry_id), mine, limit=50):
         steps.append(_step("attempt", _entry_ms(r["id"]), entry_id=entry_id,

@@ -1,4 +1,4 @@
-"""Typed operations on the accounts' configuration keys (issue #35, reference §1.11).
+"""Typed operations on the accounts' configuration keys (issue #35, reference §1.12).
 
 An account other than `default` is its encrypted account wire (`a:{<id>}:config`), the revision
 beside it, its `enabled` flag and its owner key's HMAC, all under the account's hash tag, and its
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messageweave.store import keys
-from messageweave.store.keys import AccountConfigKeys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
 
@@ -87,7 +87,7 @@ class AccountStore:
         return sorted(str(_text(i)) for i in await self.redis.smembers(keys.ACCOUNTS_INDEX))
 
     async def read(self, account_id: str) -> StoredAccount:
-        k = AccountConfigKeys(account_id)
+        k = AccountKeys(account_id)
         revision, ciphertext, enabled = await self.redis.mget(k.revision, k.config, k.enabled)
         return StoredAccount(int(revision) if revision else 0, _text(ciphertext),
                              _text(enabled) != "0")
@@ -96,7 +96,7 @@ class AccountStore:
         """Index the id first: a crash before the config is written leaves an id without an
         account, which reads as absent (and a retry creates it); never an unindexed account."""
         await self.redis.sadd(keys.ACCOUNTS_INDEX, account_id)
-        k = AccountConfigKeys(account_id)
+        k = AccountKeys(account_id)
         result = int(await CREATE_ACCOUNT(
             self.redis, keys={"config": k.config, "revision": k.revision, "enabled": k.enabled},
             args={"ciphertext": ciphertext}))
@@ -105,7 +105,7 @@ class AccountStore:
         return result
 
     async def write(self, account_id: str, ciphertext: str, expected: int | None) -> int:
-        k = AccountConfigKeys(account_id)
+        k = AccountKeys(account_id)
         result = int(await WRITE_ACCOUNT(
             self.redis, keys={"config": k.config, "revision": k.revision},
             args={"expected": "" if expected is None else str(expected),
@@ -117,24 +117,24 @@ class AccountStore:
         return result
 
     async def set_enabled(self, account_id: str, enabled: bool) -> None:
-        k = AccountConfigKeys(account_id)
+        k = AccountKeys(account_id)
         if account_id == keys.DEFAULT_ACCOUNT:  # `default` exists with config:business
             await self.redis.set(k.enabled, "1" if enabled else "0")
             return
         await self._set_if_account(k, k.enabled, "1" if enabled else "0")
 
     async def default_name(self) -> str | None:
-        return _text(await self.redis.get(AccountConfigKeys(keys.DEFAULT_ACCOUNT).name))
+        return _text(await self.redis.get(AccountKeys(keys.DEFAULT_ACCOUNT).name))
 
     async def set_default_name(self, name: str) -> None:
-        await self.redis.set(AccountConfigKeys(keys.DEFAULT_ACCOUNT).name, name)
+        await self.redis.set(AccountKeys(keys.DEFAULT_ACCOUNT).name, name)
 
     # --- owner key and sessions ----------------------------------------------------------
     async def set_owner_key(self, account_id: str, digest: str) -> None:
         """Store the new owner key's HMAC, and end the sessions the old one opened (each
         session also names the key it was opened with, so none outlives it even before its
         key is deleted here)."""
-        k = AccountConfigKeys(account_id)
+        k = AccountKeys(account_id)
         if account_id == keys.DEFAULT_ACCOUNT:
             await self.redis.set(k.owner_key, digest)
         else:
@@ -142,16 +142,16 @@ class AccountStore:
         await self._delete_matching(k.owner_session("*"))
 
     async def owner_key(self, account_id: str) -> str | None:
-        return _text(await self.redis.get(AccountConfigKeys(account_id).owner_key))
+        return _text(await self.redis.get(AccountKeys(account_id).owner_key))
 
     async def put_owner_session(self, account_id: str, digest: str, key_digest: str) -> None:
-        await self.redis.set(AccountConfigKeys(account_id).owner_session(digest), key_digest,
+        await self.redis.set(AccountKeys(account_id).owner_session(digest), key_digest,
                              ex=keys.OWNER_SESSION_TTL_S)
 
     async def owner_session_key(self, account_id: str, digest: str) -> tuple[str | None,
                                                                              str | None]:
         """(the owner key's HMAC the session was opened with, the current one)."""
-        k = AccountConfigKeys(account_id)
+        k = AccountKeys(account_id)
         opened_with, current = await self.redis.mget(k.owner_session(digest), k.owner_key)
         return _text(opened_with), _text(current)
 
@@ -159,12 +159,12 @@ class AccountStore:
     async def delete(self, account_id: str) -> None:
         """Every key of the account, its configuration first (so a write racing the deletion
         finds it gone), then its id in the index."""
-        k = AccountConfigKeys(account_id)
+        k = AccountKeys(account_id)
         await self.redis.delete(k.config)
         await self._delete_matching(k.every_key)
         await self.redis.srem(keys.ACCOUNTS_INDEX, account_id)
 
-    async def _set_if_account(self, k: AccountConfigKeys, target: str, value: str) -> None:
+    async def _set_if_account(self, k: AccountKeys, target: str, value: str) -> None:
         done = await SET_IF_ACCOUNT(self.redis, keys={"config": k.config, "target": target},
                                     args={"value": value})
         if not int(done):

@@ -2,22 +2,42 @@
 
 `docs/reference.md` §1 documents each of these by symbol name; `tests/unit/test_reference_doc.py`
 fails when a key defined here is missing from it.
+
+Hash tags (issue #35, reference §1.0): a key's cluster slot is the hash of its first `{…}`, and
+every Lua script's KEYS share one slot (`store.scripts.Script` refuses others). A per-account
+key is `a:{<account id>}:` + the contract's name (`AccountKeys`, defined in `store.account_keys`
+and re-exported here: this module's part for one account); the module-level per-account names
+are the `default` account's (`DEFAULT`) until the runtime is threaded with accounts. A
+deployment-wide key that a script uses together with others carries its group's tag as a prefix
+(`TG`, `GOV`, `CFG`, `THR`); the others keep the contract's names. Keys built from a stream's
+name (`delivery_inflight`, `dlq`…) inherit the stream's tag.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from messageweave.store.account_keys import ACCOUNT_NAMES as ACCOUNT_NAMES
+from messageweave.store.account_keys import DEFAULT_ACCOUNT as DEFAULT_ACCOUNT
+from messageweave.store.account_keys import AccountKeys as AccountKeys
+
+# The deployment-wide tags: the chat stream with its ledger, claims, poll lease and offset and
+# the kill switch; the rate governor's lanes; the configuration written together; the throttle.
+TG = "{tg}:"
+GOV = "{gov}:"
+CFG = "{cfg}:"
+THR = "{thr}:"
+
+
+DEFAULT = AccountKeys(DEFAULT_ACCOUNT)
 
 # --- configuration -------------------------------------------------------------------------
-BUSINESS_CONFIG = "config:business"
-BUSINESS_CONFIG_REVISION = "config:business:revision"
+BUSINESS_CONFIG = CFG + "config:business"
+BUSINESS_CONFIG_REVISION = CFG + "config:business:revision"
 OUTBOUND_CONFIG = "config:outbound"
-ENABLED = "config:enabled"
+ENABLED = TG + "config:enabled"
 ADMIN_SESSION = "config:admin_session"
 ADMIN_SESSION_TTL_S = 1800
 
 # --- AI consent ----------------------------------------------------------------------------
-CONSENT_AI_PREFIX = "consent:ai:"
 # The durations the owner can choose (docs/reference.md §1.2); the key's EX is the chosen one.
 CONSENT_AI_TTL_HOUR_S = 3600
 CONSENT_AI_TTL_DAY_S = 86_400
@@ -25,13 +45,12 @@ CONSENT_AI_TTL_WEEK_S = 604_800
 CONSENT_AI_TTL_MAX_S = 31_536_000
 
 
-def consent_ai(chat_id: int) -> str:
-    return f"{CONSENT_AI_PREFIX}{chat_id}"
+consent_ai = DEFAULT.consent_ai
 
 
 # --- delivery pipeline ---------------------------------------------------------------------
-STREAM_JMAP = "stalwart:jmap"
-STREAM_TELEGRAM = "stalwart:telegram"
+STREAM_JMAP = DEFAULT.stream_jmap
+STREAM_TELEGRAM = TG + "stalwart:telegram"
 STREAMS = (STREAM_JMAP, STREAM_TELEGRAM)
 CONSUMER_GROUP = "stalwart-workers"
 DLQ_SUFFIX = ":dlq"
@@ -85,8 +104,9 @@ def retry_window(stream: str, entry_id: str) -> str:
 DELIVERY_WAITING_TTL_S = 86_400
 
 
-def delivery_waiting(peer: str) -> str:
-    return f"delivery:waiting:{peer}"
+def delivery_waiting(peer: str, stream: str = STREAM_JMAP) -> str:
+    """One set per peer and stream: the ledger's scripts update it in the stream's slot."""
+    return f"delivery:waiting:{peer}:{stream}"
 
 
 # Ledger: the intent written before a Telegram send (hash: consumer, state `sending`/`failed`,
@@ -110,10 +130,7 @@ def retry_due(stream: str) -> str:
     return f"delivery:retry_due:{stream}"
 
 
-def digest_plan(entry_id: str) -> str:
-    """A digest entry's plan (issue #16, `pipeline.digest`): which of its mails go into which
-    message, and where; ids and chats only. Lives as long as the terminal record."""
-    return f"delivery:digest:{STREAM_JMAP}:{entry_id}"
+digest_plan = DEFAULT.digest_plan
 
 
 WORKER_HEARTBEAT_TTL_S = 15
@@ -127,19 +144,19 @@ def worker_heartbeat(consumer: str) -> str:
 
 
 # Rate governor (GCRA: each key holds the lane's theoretical arrival time in ms).
-GOVERNOR_LIMITS = "governor:limits"
+GOVERNOR_LIMITS = GOV + "governor:limits"
 
 
 def governor_bot(bot_id: str) -> str:
-    return f"governor:bot:{bot_id}"
+    return f"{GOV}governor:bot:{bot_id}"
 
 
 def governor_chat(bot_id: str, chat_id: int) -> str:
-    return f"governor:chat:{bot_id}:{chat_id}"
+    return f"{GOV}governor:chat:{bot_id}:{chat_id}"
 
 
 def governor_pause(bot_id: str, chat_id: int) -> str:
-    return f"governor:pause:{bot_id}:{chat_id}"
+    return f"{GOV}governor:pause:{bot_id}:{chat_id}"
 
 
 # --- chats the webhook refused (messageweave.store.refused) -------------------------------
@@ -147,8 +164,8 @@ def governor_pause(bot_id: str, chat_id: int) -> str:
 # `{chat_id}:name` and `{chat_id}:count`. At most `REFUSED_CHATS_MAX` chats, each dropped
 # `REFUSED_CHATS_TTL_S` after its last refusal (both keys get that EX too), so updates from
 # strangers cannot grow Redis.
-REFUSED_CHATS = "telegram:refused"
-REFUSED_CHATS_INFO = "telegram:refused:info"
+REFUSED_CHATS = TG + "telegram:refused"
+REFUSED_CHATS_INFO = TG + "telegram:refused:info"
 REFUSED_CHATS_MAX = 20
 REFUSED_CHATS_TTL_S = 604_800
 
@@ -166,14 +183,12 @@ BUTTON_CLAIM_TTL_S = 120
 BUTTON_DONE_TTL_S = 2_592_000
 
 
-def button_action(action: str, email_id: str) -> str:
-    return f"button:{action}:{email_id}"
+button_action = DEFAULT.button_action
 
 
 # The attachment buttons of a Read reply (issue #25): one key per (mail, part), claimed and
 # finished like `button_action` (same TTLs), so a press made twice sends the file once.
-def button_part(email_id: str, part_id: str) -> str:
-    return f"button:f:{email_id}:{part_id}"
+button_part = DEFAULT.button_part
 
 
 # --- replies from the chat (issue #25, `store.drafts`) -------------------------------------
@@ -205,35 +220,30 @@ PUSH_VERIFY_RATELIMIT_TTL_S = 30
 
 
 def dedup_tg(update_id: int) -> str:
-    return f"dedup:tg:{update_id}"
+    return f"{TG}dedup:tg:{update_id}"
 
 
-def dedup_jmap(account_id: str, email_id: str) -> str:
-    return f"dedup:jmap:{account_id}:{email_id}"
-
-
-def ratelimit_push_verify(subscription_id: str) -> str:
-    return f"ratelimit:push-verify:{subscription_id}"
+dedup_jmap = DEFAULT.dedup_jmap
+ratelimit_push_verify = DEFAULT.ratelimit_push_verify
 
 
 # --- reconcile -----------------------------------------------------------------------------
-RECONCILE_CURSOR = "state:jmap:since"
-RECONCILE_LOCK = "lock:reconcile"
+RECONCILE_CURSOR = DEFAULT.named("state:jmap:since")
+RECONCILE_LOCK = DEFAULT.named("lock:reconcile")
 RECONCILE_LOCK_TTL_S = 60
 RECONCILE_LOCK_RENEW_S = 30
 # Unix seconds: mail received before this instant was already covered by the stored cursor; a
 # re-baseline walks only mail received after it (moved forward by every successful pass).
-RECONCILE_WATERMARK = "state:jmap:watermark"
+RECONCILE_WATERMARK = DEFAULT.named("state:jmap:watermark")
 # Cluster-wide slot for the built-in schedule: the instance whose SET NX wins runs the pass.
-RECONCILE_SCHEDULE = "schedule:reconcile"
-ORPHAN_SWEEP_SCHEDULE = "schedule:push-orphan-sweep"
+RECONCILE_SCHEDULE = DEFAULT.named("schedule:reconcile")
+ORPHAN_SWEEP_SCHEDULE = DEFAULT.named("schedule:push-orphan-sweep")
 ORPHAN_SWEEP_INTERVAL_S = 300
 # Set by a StateChange push: one pending catch-up per account (many pushes, one pass).
 CATCHUP_TTL_S = 300
 
 
-def reconcile_catchup(account_id: str) -> str:
-    return f"reconcile:catchup:{account_id}"
+reconcile_catchup = DEFAULT.reconcile_catchup
 
 
 # Pub/sub channel (no key): a newly set catch-up flag wakes every instance's scheduler at once.
@@ -243,21 +253,18 @@ CATCHUP_WAKE_CHANNEL = "reconcile:catchup-wake"
 # --- gap auditor ---------------------------------------------------------------------------
 # Unix seconds of the latest reconcile first run: mail received before it was never meant to be
 # notified, so the auditor never looks at it.
-RECONCILE_BASELINE = "state:jmap:baseline_at"
+RECONCILE_BASELINE = DEFAULT.named("state:jmap:baseline_at")
 # The IMAP catch-up (issue #33, `mail.imap.catchup`): per notify mailbox (a hash field named
 # after it) `{uidvalidity}:{last_uid}:{highestmodseq}`; and the newest INTERNALDATE seen (Unix s).
-IMAP_CURSOR = "state:imap:cursor"
-IMAP_WATERMARK = "state:imap:watermark"
+IMAP_CURSOR = DEFAULT.named("state:imap:cursor")
+IMAP_WATERMARK = DEFAULT.named("state:imap:watermark")
 # Cluster-wide slot of the periodic audit (EX = `audit_interval_s`).
-AUDIT_SCHEDULE = "schedule:gap-audit"
+AUDIT_SCHEDULE = DEFAULT.named("schedule:gap-audit")
 # JSON of the last audit run (any instance, any trigger), shown by the admin page.
-AUDIT_LAST = "audit:last"
+AUDIT_LAST = DEFAULT.named("audit:last")
 
 
-def audit_healed(account_id: str, email_id: str) -> str:
-    """Set when the auditor re-enqueued this mail (value: the new entry id, EX
-    `DEDUP_JMAP_TTL_S`): a mail is re-enqueued by the auditor at most once."""
-    return f"audit:healed:{account_id}:{email_id}"
+audit_healed = DEFAULT.audit_healed
 
 
 # --- operations logs (streams, trimmed by age with MINID and by count with MAXLEN) -------
@@ -276,52 +283,39 @@ PUSH_ORPHAN_TTL_S = 604_800
 PUSH_VERIFIED_TTL_S = 300
 PUSH_STATUS_PENDING_TTL_S = 900
 PUSH_STATUS_DISABLED_TTL_S = 86_400
-PUSH_SUBSCRIPTION_ID = "push:subscription:id"
+PUSH_SUBSCRIPTION_ID = DEFAULT.named("push:subscription:id")
 # The registration (URL mapping, current pointer, lifecycle) has no EX: it is the operator's
 # intent and lives until `POST /api/push/disable`; the subscription's own expiry is managed.
-PUSH_REGISTRATION_CURRENT = "push:registration:current"
+PUSH_REGISTRATION_CURRENT = DEFAULT.named("push:registration:current")
 # Hash: id, digest, url, expires, granted, created, verified (Unix seconds), failure, token
 # (the SHA-256 hex of the subscription's callback token, issue #23).
-PUSH_LIFECYCLE = "push:lifecycle"
+PUSH_LIFECYCLE = DEFAULT.named("push:lifecycle")
 # Unix seconds of the last StateChange accepted for the configured account.
-PUSH_LAST_STATE_CHANGE = "push:state-change:last"
+PUSH_LAST_STATE_CHANGE = DEFAULT.named("push:state-change:last")
 # Push-triggered catch-ups start at most once per interval (issue #23): `due` holds the Unix
 # second the next one may start; a StateChange before it leaves `deferred`, which the scheduler
 # turns into a catch-up once `due` has passed. Both EX `CATCHUP_TTL_S`. 1 s (issue #26; 5 s
 # before): mails pushed 100 ms apart waited 2.9 s at p50 for a 5 s interval; at 1 s a pushing
 # server still starts at most one pass (one Email/changes) a second.
 PUSH_CATCHUP_INTERVAL_S = 1
-PUSH_CATCHUP_DUE = "push:catchup:due"
-PUSH_CATCHUP_DEFERRED = "push:catchup:deferred"
+PUSH_CATCHUP_DUE = DEFAULT.named("push:catchup:due")
+PUSH_CATCHUP_DEFERRED = DEFAULT.named("push:catchup:deferred")
 # What we ask for on create and renewal; the server may grant less (RFC 8620 §7.2).
 PUSH_SUBSCRIPTION_LIFETIME_S = 604_800
 # A subscription still unverified this long after its create is degraded.
 PUSH_VERIFY_DEADLINE_S = 300
 # Cluster-wide slots: one lifecycle maintenance pass per interval, and while push is degraded
 # one reconcile pass per `degraded_reconcile_interval_s` (EX = that interval).
-PUSH_MAINTENANCE_SCHEDULE = "schedule:push-maintenance"
+PUSH_MAINTENANCE_SCHEDULE = DEFAULT.named("schedule:push-maintenance")
 PUSH_MAINTENANCE_INTERVAL_S = 60
-PUSH_DEGRADED_RECONCILE_SCHEDULE = "schedule:reconcile-degraded"
+PUSH_DEGRADED_RECONCILE_SCHEDULE = DEFAULT.named("schedule:reconcile-degraded")
 
 
-def push_register_lock(url_digest: str) -> str:
-    return f"lock:push-register:{url_digest}"
-
-
-def push_subscription(subscription_id: str) -> str:
-    return f"push:subscription:{subscription_id}"
-
-
-def push_subscription_status(subscription_id: str) -> str:
-    return f"push:subscription:{subscription_id}:status"
-
-
-def push_registration(url_digest: str) -> str:
-    return f"push:registration:{url_digest}"
-
-
-def push_orphan(subscription_id: str) -> str:
-    return f"push:orphan:{subscription_id}"
+push_register_lock = DEFAULT.push_register_lock
+push_subscription = DEFAULT.push_subscription
+push_subscription_status = DEFAULT.push_subscription_status
+push_registration = DEFAULT.push_registration
+push_orphan = DEFAULT.push_orphan
 
 
 # --- throttling of failed credentials (messageweave.store.throttle) ------------------------
@@ -336,29 +330,29 @@ THROTTLE_LOCK_MAX_S = 3600
 THROTTLE_STRIKES_TTL_S = 86_400
 # Sorted set: member = client, score = its last failed credential (Unix ms, Redis's clock);
 # EX `THROTTLE_STRIKES_TTL_S` from the last failure, members older than that dropped.
-THROTTLE_CLIENTS = "throttle:clients"
+THROTTLE_CLIENTS = THR + "throttle:clients"
 THROTTLE_CLIENTS_MAX = 10_000
 
 
 def throttle_failures(client: str) -> str:
     """Failed credentials from `client` in the current window (EX `THROTTLE_WINDOW_S`)."""
-    return f"throttle:failures:{client}"
+    return f"{THR}throttle:failures:{client}"
 
 
 def throttle_lock(client: str) -> str:
     """Present while `client` is locked out; value and EX = the lock's length in seconds."""
-    return f"throttle:lock:{client}"
+    return f"{THR}throttle:lock:{client}"
 
 
 def throttle_strikes(client: str) -> str:
     """How many locks `client` earned lately (EX `THROTTLE_STRIKES_TTL_S` from the last)."""
-    return f"throttle:strikes:{client}"
+    return f"{THR}throttle:strikes:{client}"
 
 
 # --- receiving without a public URL (issue #22) --------------------------------------------
 # The one instance that long-polls Telegram's getUpdates: `Lock` (owner token, EX, renewed
 # every third of it); the offset is written only by the holder (`store.polling.save_offset`).
-TELEGRAM_POLL_LOCK = "lock:telegram-poll"
+TELEGRAM_POLL_LOCK = TG + "lock:telegram-poll"
 TELEGRAM_POLL_LOCK_TTL_S = 10
 # What the poller (or, with a webhook, the watcher) last saw: a hash {state, detail, at,
 # since}, EX `UPDATES_STATUS_TTL_S`, so a dead holder's word expires with it.
@@ -367,20 +361,20 @@ UPDATES_STATUS_TTL_S = 60
 # The next getUpdates offset of one bot (its numeric id, the token's public part): set to the
 # last queued update_id + 1 only after that update is in `stalwart:telegram`. No EX: Telegram
 # keeps unconfirmed updates for 24 h, and the id only grows.
-TELEGRAM_POLL_OFFSET_PREFIX = "telegram:poll:offset:"
+TELEGRAM_POLL_OFFSET_PREFIX = TG + "telegram:poll:offset:"
 # The one instance that holds the JMAP EventSource connection (`Lock`, as above).
-EVENTSOURCE_LOCK = "lock:jmap-eventsource"
+EVENTSOURCE_LOCK = DEFAULT.named("lock:jmap-eventsource")
 EVENTSOURCE_LOCK_TTL_S = 15
 # What the EventSource holder last saw: a hash {state, detail, at, last_event, connected_at},
 # EX `EVENTSOURCE_STATUS_TTL_S`.
-EVENTSOURCE_STATUS = "push:eventsource:status"
+EVENTSOURCE_STATUS = DEFAULT.named("push:eventsource:status")
 EVENTSOURCE_STATUS_TTL_S = 120
 # The one instance that holds the IMAP IDLE connections (`mail.imap.idle`; `Lock`, as above).
-IMAP_IDLE_LOCK = "lock:imap-idle"
+IMAP_IDLE_LOCK = DEFAULT.named("lock:imap-idle")
 IMAP_IDLE_LOCK_TTL_S = 15
 # What the IDLE holder last saw: a hash as `EVENTSOURCE_STATUS`'s, EX `IMAP_IDLE_STATUS_TTL_S`
 # (rewritten every `mail.imap.idle.STATUS_S` while it holds).
-IMAP_IDLE_STATUS = "push:imap-idle:status"
+IMAP_IDLE_STATUS = DEFAULT.named("push:imap-idle:status")
 IMAP_IDLE_STATUS_TTL_S = 120
 
 
@@ -391,49 +385,8 @@ def telegram_poll_offset(bot_id: str) -> str:
 # --- accounts (issue #35, SPEC G; `messageweave.store.accounts`) ---------------------------
 # An account other than `default` keeps its configuration under its own hash tag, `a:{<id>}:`,
 # so the keys a script writes together share one Redis Cluster slot. The index of those ids is
-# deployment-wide (`default` is never in it: it is `config:business`).
-DEFAULT_ACCOUNT = "default"
+# deployment-wide (`default` is never in it: it is `config:business`). The account's own
+# configuration keys are `AccountKeys`' (`config`, `revision`, `name`, `enabled`, `owner_key`,
+# `owner_session()`, `every_key`).
 ACCOUNTS_INDEX = "accounts"
 OWNER_SESSION_TTL_S = 1800
-
-
-@dataclass(frozen=True)
-class AccountConfigKeys:
-    """The configuration keys of one account (reference §1.11); every name starts with
-    `a:{<id>}:`, the account's hash tag."""
-
-    account_id: str
-
-    @property
-    def prefix(self) -> str:
-        return f"a:{{{self.account_id}}}:"
-
-    @property
-    def config(self) -> str:
-        """The encrypted account wire (`config.accounts`); absent for `default`."""
-        return f"{self.prefix}config"
-
-    @property
-    def revision(self) -> str:
-        return f"{self.prefix}config:revision"
-
-    @property
-    def name(self) -> str:
-        """`default`'s name (the other accounts' is in their wire)."""
-        return f"{self.prefix}name"
-
-    @property
-    def enabled(self) -> str:
-        return f"{self.prefix}enabled"
-
-    @property
-    def owner_key(self) -> str:
-        return f"{self.prefix}owner_key"
-
-    def owner_session(self, digest: str) -> str:
-        return f"{self.prefix}owner_session:{digest}"
-
-    @property
-    def every_key(self) -> str:
-        """The SCAN pattern of every key of the account (its deletion)."""
-        return f"{self.prefix}*"

@@ -9,11 +9,12 @@ from redis.exceptions import ResponseError
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
+from messageweave.store.streams import stream_name
 
 
 @dataclass(frozen=True)
 class StreamStats:
-    stream: str
+    stream: str  # the contract's name (`stalwart:jmap`), as the metrics label it
     length: int
     pending: int
     dlq: int
@@ -29,7 +30,8 @@ async def stream_stats(redis: Redis) -> list[StreamStats]:
             pending = int(summary["pending"]) if summary else 0
         except ResponseError:  # NOGROUP: nothing was ever consumed
             pending = 0
-        out.append(StreamStats(stream, length, pending, int(await redis.xlen(keys.dlq(stream)))))
+        out.append(StreamStats(stream_name(stream), length, pending,
+                               int(await redis.xlen(keys.dlq(stream)))))
     return out
 
 

@@ -5,7 +5,10 @@ Each multi-key change that must be atomic is one script, a module-level `Script`
 code that calls it, opening with its comment (`# KEYS: …`, `# ARGV: …`, `# → …`) whose names
 are the declared ones, in order (a unit test compares them). A call names every key and
 argument: a missing or an extra name raises `TypeError` before anything reaches Redis, so the
-order of the Lua's `KEYS[n]` and `ARGV[n]` is written down, and checked, in one place.
+order of the Lua's `KEYS[n]` and `ARGV[n]` is written down, and checked, in one place. The
+KEYS of a call must all be in one Redis Cluster slot (issue #35, reference §1.0): keys of
+different slots raise `CrossSlot`, also before anything reaches Redis, so every test that runs
+a script checks its keys, on a single Redis as much as on a cluster.
 
 A script runs as redis-py's `register_script` runs it: EVALSHA, and on NOSCRIPT (a Redis that
 has not seen it since its start) the text is loaded and run again. In a pipeline
@@ -19,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio.client import Pipeline
+from redis.crc import key_slot
 
 from messageweave.store.redis import Redis
 
@@ -26,6 +30,17 @@ Arg = str | int | float
 Value = Arg | Sequence[Arg]
 # A declared name ending in this takes a list, spread in place: the script's variadic tail.
 MANY = "*"
+
+
+class CrossSlot(ValueError):
+    """A script's KEYS span more than one cluster slot: a Redis Cluster would refuse the call."""
+
+
+def one_slot(names: Sequence[str]) -> None:
+    """Raise `CrossSlot` unless every key of `names` hashes to the same slot (its hash tag)."""
+    slots = {key_slot(name.encode()) for name in names}
+    if len(slots) > 1:
+        raise CrossSlot(f"keys in {len(slots)} slots: {list(names)}")
 
 
 class Script:
@@ -54,8 +69,9 @@ class Script:
 
     def _flatten(self, keys: Mapping[str, Value] | None,
                  args: Mapping[str, Value] | None) -> tuple[list[str], list[Arg]]:
-        return ([str(key) for key in _in_order("KEYS", self.keys, keys or {})],
-                _in_order("ARGV", self.args, args or {}))
+        names = [str(key) for key in _in_order("KEYS", self.keys, keys or {})]
+        one_slot(names)
+        return names, _in_order("ARGV", self.args, args or {})
 
 
 def _in_order(part: str, declared: tuple[str, ...], given: Mapping[str, Value]) -> list[Arg]:

@@ -69,6 +69,26 @@ return out
 MAX_INGRESS_BATCH = 64
 
 
+# The contract's names of the streams (SPEC Parts A-E): what the routes, metrics, the send log,
+# traces, the page and the CLI show. The key is internal (issue #35); with accounts, the account
+# is a field of its own, never part of the name.
+STREAM_NAMES = ("stalwart:jmap", "stalwart:telegram")
+
+
+def stream_key(name: str, account_id: str = keys.DEFAULT_ACCOUNT) -> str | None:
+    """The key of the stream the contract calls `name` (`stream_name`'s inverse), in
+    `account_id` for the mailbox's stream (the chat stream is the deployment's); None for a
+    name that is no stream's."""
+    if name == STREAM_NAMES[0]:
+        return keys.AccountKeys(account_id).stream_jmap
+    return keys.STREAM_TELEGRAM if name == STREAM_NAMES[1] else None
+
+
+def stream_name(key: str) -> str:
+    """The contract's name of the stream at `key`: the key without its hash tag."""
+    return key.split("}:", 1)[-1]
+
+
 class SwitchedOff(Exception):
     """The kill switch (`config:enabled`) is off: nothing was written."""
 
@@ -137,8 +157,9 @@ class DlqEntry:
     failed_at: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "stream": self.stream, "failure_class": self.failure_class,
-                "reason": self.reason, "attempts": self.attempts, "failed_at": self.failed_at}
+        return {"id": self.id, "stream": stream_name(self.stream),
+                "failure_class": self.failure_class, "reason": self.reason,
+                "attempts": self.attempts, "failed_at": self.failed_at}
 
 
 def _entries(stream: str, rows: list[Any]) -> list[Entry]:

@@ -3,7 +3,8 @@
 An entry whose last attempt failed because Telegram or the mail server was out of reach
 (connection refused or reset, DNS, a timeout, a 5xx) waits for that peer, with capped backoff,
 for up to `retry_window_s`. While it does, it is a member `{stream}/{entry_id}` of
-`delivery:waiting:{peer}`, scored with since when it has waited for that peer. The ledger's
+`delivery:waiting:{peer}:{stream}` (one set per peer and stream, in the stream's slot: issue
+#35), scored with since when it has waited for that peer. The ledger's
 scripts keep these sets: `RETRY_OR_DLQ` adds the entry (and takes it out of the other peer's),
 `COMMIT` and the dead letter take it out. `waiting_for_peers` reads them for `/ready` and
 `diagnose`.
@@ -26,9 +27,10 @@ def member(stream: str, entry_id: str) -> str:
     return f"{stream}/{entry_id}"
 
 
-def waiting_keys() -> list[str]:
-    """One waiting set per peer, in the order of `PEERS` (the ledger's scripts take them so)."""
-    return [keys.delivery_waiting(peer) for peer in PEERS]
+def waiting_keys(stream: str) -> list[str]:
+    """`stream`'s waiting set of each peer, in the order of `PEERS` (the ledger's scripts take
+    them so)."""
+    return [keys.delivery_waiting(peer, stream) for peer in PEERS]
 
 
 def peer_position(peer: str | None) -> int:
@@ -50,14 +52,19 @@ class Waiting:
 
 async def waiting_for_peers(redis: Redis) -> dict[str, Waiting]:
     """Each peer something waits for (none: absent), in one round trip."""
+    sets = [(peer, key) for stream in keys.STREAMS
+            for peer, key in zip(PEERS, waiting_keys(stream), strict=True)]
     async with redis.pipeline(transaction=False) as pipe:
-        for key in waiting_keys():
+        for _peer, key in sets:
             pipe.zrange(key, 0, 0, withscores=True)
             pipe.zcard(key)
         replies = await pipe.execute()
     out: dict[str, Waiting] = {}
-    for n, peer in enumerate(PEERS):
+    for n, (peer, _key) in enumerate(sets):
         first, count = replies[2 * n], int(replies[2 * n + 1] or 0)
         if first and count:
-            out[peer] = Waiting(peer, int(float(first[0][1])), count)
+            since = int(float(first[0][1]))
+            if peer in out:
+                since, count = min(since, out[peer].since), count + out[peer].entries
+            out[peer] = Waiting(peer, since, count)
     return out

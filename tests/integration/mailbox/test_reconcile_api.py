@@ -140,7 +140,7 @@ async def test_catch_ups_coalesce_into_one_pending_flag(redis_client: aioredis.R
 async def acted_on(redis: aioredis.Redis) -> bool:
     """Whether a StateChange was acted on: its arrival recorded or a catch-up scheduled."""
     return bool(await redis.get(keys.PUSH_LAST_STATE_CHANGE)
-                or await redis.keys("reconcile:catchup:*"))
+                or await redis.keys("a:{default}:reconcile:catchup:*"))
 
 
 async def test_a_state_change_without_a_registration_is_ignored_and_schedules_nothing(
@@ -172,7 +172,7 @@ async def test_a_state_change_without_email_changes_schedules_nothing(
     response = await app.post(
         path, json=state_change(mailbox.client.account_id, {"Mailbox": "m9"}))
     assert response.status_code == 204
-    assert await redis_client.keys("reconcile:catchup:*") == []
+    assert await redis_client.keys("a:{default}:reconcile:catchup:*") == []
 
 
 @pytest.mark.parametrize("body", [
@@ -186,7 +186,7 @@ async def test_malformed_push_bodies_are_400_and_enqueue_nothing(
 ) -> None:
     path = await register_for_test(redis_client)
     assert_envelope(await app.post(path, content=body, headers=JSON), 400, "invalid_request")
-    assert await redis_client.keys("reconcile:catchup:*") == []
+    assert await redis_client.keys("a:{default}:reconcile:catchup:*") == []
     assert await enqueued(redis_client) == []
 
 

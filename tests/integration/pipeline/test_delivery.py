@@ -45,7 +45,7 @@ async def test_the_notifications_time_names_the_configured_zone(pipeline: Served
 
 async def _committed(pipeline: ServedApp) -> bool:
     status = (await pipeline.client.get("/api/delivery", headers=pipeline.admin)).json()
-    jmap = status["streams"][keys.STREAM_JMAP]
+    jmap = status["streams"]["stalwart:jmap"]
     return bool(jmap["pending"] == 0)
 
 
@@ -72,12 +72,12 @@ async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
     await eventually(dead, "the entry dead-lettered", 5)
     body = (await pipeline.client.get("/api/dlq?stream=stalwart:jmap", headers=auth)).json()
     [row] = body["entries"]
-    assert row["stream"] == keys.STREAM_JMAP and row["failure_class"] == "not_found"
+    assert row["stream"] == "stalwart:jmap" and row["failure_class"] == "not_found"
     assert row["attempts"] == 1 and row["reason"] == "email not found"
     assert await pipeline.emulator.sent_messages(pipeline.token, pipeline.chat) == []
     status = (await pipeline.client.get("/api/delivery", headers=auth)).json()
-    assert status["streams"][keys.STREAM_JMAP]["dlq"] == 1
-    assert status["streams"][keys.STREAM_JMAP]["pending"] == 0
+    assert status["streams"]["stalwart:jmap"]["dlq"] == 1
+    assert status["streams"]["stalwart:jmap"]["pending"] == 0
     # The dead letter is the entry's terminal record: a stale batch can never send it again.
     record = json.loads(await pipeline.redis.get(keys.delivery_committed(keys.STREAM_JMAP, entry)))
     assert record["state"] == "dead_letter" and record["failure_class"] == "not_found"
@@ -85,7 +85,7 @@ async def test_mail_that_no_longer_exists_goes_to_the_dlq_as_not_found(
 
     # Replayed, it runs again (and, still missing, lands in the DLQ again).
     replay = await pipeline.client.post("/api/dlq/replay", headers=auth,
-                                        json={"stream": keys.STREAM_JMAP})
+                                        json={"stream": "stalwart:jmap"})
     assert replay.json() == {"replayed": 1}
     await eventually(dead, "the entry dead-lettered", 5)
     again = (await pipeline.client.get("/api/dlq", headers=auth)).json()["entries"]

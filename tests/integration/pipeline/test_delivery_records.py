@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from messageweave.store import keys
 from tests.helpers import eventually
 from tests.served import ServedApp
 
@@ -32,7 +31,7 @@ async def test_a_delivery_is_logged_and_counted(pipeline: ServedApp) -> None:
     records = (await pipeline.client.get("/api/logs/send",
                                          headers=pipeline.admin)).json()["records"]
     [record] = [r for r in records if r.get("event_id") == entry]
-    assert record["stream"] == keys.STREAM_JMAP and record["outcome"] == "delivered"
+    assert record["stream"] == "stalwart:jmap" and record["outcome"] == "delivered"
     assert record["message_ids"] == [sent[0].message_id]
     text = str(record)
     assert "Trace me" not in text and "Ann Lee" not in text  # no mail content in the log

@@ -152,7 +152,7 @@ async def test_a_replayed_dead_letter_is_a_new_entry_naming_the_old_one_delivere
 
     await eventually(dead, "the entry dead-lettered", 10)
     replay = await pipeline.client.post("/api/dlq/replay", headers=pipeline.admin,
-                                        json={"stream": keys.STREAM_JMAP})
+                                        json={"stream": "stalwart:jmap"})
     assert replay.json() == {"replayed": 1}
     rows = await pipeline.redis.xrange(keys.STREAM_JMAP)
     [(new, fields)] = [(i, f) for i, f in rows if f.get("replay_of") == old]

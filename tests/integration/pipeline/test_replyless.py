@@ -43,7 +43,7 @@ async def test_a_burst_of_replyless_updates_is_finished_once_each_and_help_is_an
     sent = await pipeline.emulator.wait_for_messages(pipeline.token, pipeline.chat, 1, 5.0)
     assert len(sent) == 1  # the /help answer, once; nothing for the rest
     page = await send_log(pipeline.redis).page(None, 100)
-    records = [r for r in page.records if r["stream"] == keys.STREAM_TELEGRAM]
+    records = [r for r in page.records if r["stream"] == "stalwart:telegram"]
     assert len(records) == len(updates)  # one send record per update, none twice
     assert {r["outcome"] for r in records} == {Outcome.DELIVERED}
     assert len({r["event_id"] for r in records}) == len(updates)

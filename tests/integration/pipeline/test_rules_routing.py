@@ -133,8 +133,8 @@ async def test_a_muted_mail_sends_nothing_and_is_not_counted_missing(
     assert record["state"] == "skipped" and record["rule"] == "newsletters"
     assert await routed.emulator.sent_messages(routed.token) == []
     status = (await routed.client.get("/api/delivery", headers=routed.admin)).json()
-    assert status["streams"][keys.STREAM_JMAP]["pending"] == 0
-    assert status["streams"][keys.STREAM_JMAP]["dlq"] == 0
+    assert status["streams"]["stalwart:jmap"]["pending"] == 0
+    assert status["streams"]["stalwart:jmap"]["dlq"] == 0
     assert status["unknown_after_send"] == 0
     logged = (await routed.client.get("/api/logs/send", params={"outcome": "skipped"},
                                       headers=routed.admin)).json()["records"]

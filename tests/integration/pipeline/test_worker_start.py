@@ -34,4 +34,5 @@ async def test_the_first_maintenance_pass_on_an_empty_redis_logs_no_failure(
         await cancel(task)
         await runtime.close(svc)
     assert FAILED not in caplog.text
-    assert await redis_client.xinfo_groups("stalwart:jmap")  # the pass made the group itself
+    # the pass made the group itself
+    assert await redis_client.xinfo_groups("a:{default}:stalwart:jmap")

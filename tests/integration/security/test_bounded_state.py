@@ -70,7 +70,7 @@ def _address(n: int) -> str:
 
 
 async def _throttle_keys(redis: aioredis.Redis) -> list[str]:
-    return [key async for key in redis.scan_iter(match="throttle:*", count=5000)]
+    return [key async for key in redis.scan_iter(match="{thr}:throttle:*", count=5000)]
 
 
 async def test_throttle_records_keep_their_count_when_addresses_rotate(

@@ -160,7 +160,7 @@ async def test_a_direct_caller_cannot_choose_its_throttle_bucket(
     async with running_client(settings, client=GATEWAY) as backend:
         for i in range(12):
             assert_envelope(await _guess(backend, f"192.0.2.{i + 1}", sign=False), 403, CODE)
-        assert await redis_client.keys("throttle:*") == []
+        assert await redis_client.keys("{thr}:throttle:*") == []
         for _ in range(10):
             assert_envelope(await _guess(backend, GUESSER, sign=True), 401, "unauthorized")
         assert_envelope(await _guess(backend, GUESSER, sign=True), 429, "rate_limited")

@@ -183,7 +183,7 @@ async def test_a_dead_lettered_reply_keeps_no_text_and_is_not_replayed(
 
     headers = await login(owner.client)
     replay = await owner.client.post("/api/dlq/replay", headers=headers,
-                                     json={"stream": keys.STREAM_TELEGRAM})
+                                     json={"stream": "stalwart:telegram"})
     assert replay.json() == {"replayed": 0}  # refused, and the dead letter discarded
     assert await owner.redis.xlen(dlq) == 0
     assert await owner.redis.xlen(keys.STREAM_TELEGRAM) == 0

@@ -126,7 +126,7 @@ async def acted_on(redis: aioredis.Redis) -> list[str]:
     """What a StateChange acted on leaves behind."""
     found = [k for k in (keys.PUSH_LAST_STATE_CHANGE, keys.PUSH_CATCHUP_DEFERRED)
              if await redis.exists(k)]
-    return found + list(await redis.keys("reconcile:catchup:*"))
+    return found + list(await redis.keys("a:{default}:reconcile:catchup:*"))
 
 
 async def test_anonymous_state_changes_open_no_jmap_connection(

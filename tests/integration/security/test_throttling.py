@@ -157,15 +157,15 @@ async def test_every_throttle_key_expires_and_no_credential_counts_nothing(
     grow forever), and counting requests that guessed nothing."""
     for _ in range(30):
         assert_envelope(await attacker.post("/api/admin/session"), 401, "unauthorized")
-    assert await redis_client.keys("throttle:*") == []
+    assert await redis_client.keys("{thr}:throttle:*") == []
     await _fail(attacker, 10)
-    names = await redis_client.keys("throttle:*")
+    names = await redis_client.keys("{thr}:throttle:*")
     assert sorted(names) == sorted([keys.throttle_lock(ATTACKER[0]),
                                     keys.throttle_strikes(ATTACKER[0]),
                                     keys.THROTTLE_CLIENTS])  # the index (issue #23)
     await redis_client.delete(keys.throttle_lock(ATTACKER[0]))
     await _fail(attacker, 1)
-    for name in await redis_client.keys("throttle:*"):
+    for name in await redis_client.keys("{thr}:throttle:*"):
         assert 0 < await redis_client.ttl(name) <= keys.THROTTLE_STRIKES_TTL_S, name
     assert 0 < await redis_client.ttl(keys.throttle_failures(ATTACKER[0])) <= 60
 

@@ -175,7 +175,7 @@ async def test_a_forged_press_is_refused_answered_and_changes_nothing(
         assert answer["text"] == "这个按钮已失效"
     for mail in await mailbox.get_emails([email_id, other_id]):
         assert "$seen" not in mail.keywords and mail.mailbox_ids == {inbox}
-    assert not await served.redis.keys("button:*")
+    assert not await served.redis.keys("a:{default}:button:*")
     [now] = [m for m in await served.emulator.sent_messages(served.token, served.chat)
              if m.message_id == message.message_id]
     assert keyboard(now) == keyboard(message)
