@@ -16,7 +16,7 @@ from tests.helpers import ADMIN_KEY, console_script
 from tests.integration.test_accounts import FAMILY_SECRET, with_family
 
 ONE_MAILBOX_COMMANDS = [["reconcile", "--once"], ["audit"], ["dlq", "list"],
-                        ["dlq", "replay", keys.STREAM_JMAP], ["trace", "Invoice"]]
+                        ["dlq", "replay", "stalwart:jmap"], ["trace", "Invoice"]]
 
 
 async def run_cli(redis_url: str, *args: str, columns: int = 200
@@ -76,7 +76,7 @@ async def test_the_default_account_is_what_the_commands_act_on_without_account(
     await with_family(client)
     entry = await _dead_letter(redis_client)
     for extra in ([], ["--account", "default"]):
-        listed = await run_cli(embedded_redis_url, "dlq", "list", "--stream", keys.STREAM_JMAP,
+        listed = await run_cli(embedded_redis_url, "dlq", "list", "--stream", "stalwart:jmap",
                                *extra)
         assert listed.returncode == 0, listed.stdout + listed.stderr
         assert entry in listed.stdout
