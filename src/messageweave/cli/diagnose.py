@@ -226,7 +226,8 @@ async def _push(redis: Redis, cfg: BusinessConfig, now: float, enabled: bool) ->
 async def _queues(redis: Redis) -> list[Check]:
     checks = []
     for s in await stream_stats(redis):
-        detail = f"{s.length} entries, {s.pending} pending, {s.dlq} in the DLQ"
+        detail = (f"{s.unread} waiting, {s.pending} being sent or retried, {s.history} done "
+                  f"and kept in history, {s.dlq} in the DLQ")
         if s.dlq:
             checks.append(Check(f"queue {s.stream}", "warn", detail,
                                 "inspect and replay the dead letters (`messageweave dlq`)"))

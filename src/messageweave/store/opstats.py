@@ -5,33 +5,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.exceptions import ResponseError
-
 from messageweave.store import keys
 from messageweave.store.redis import Redis
-from messageweave.store.streams import stream_name
+from messageweave.store.streams import StreamStore, stream_name
 
 
 @dataclass(frozen=True)
 class StreamStats:
     stream: str  # the contract's name (`stalwart:jmap`), as the metrics label it
-    length: int
-    pending: int
+    length: int  # every entry the stream still holds, delivered ones until the trim
+    unread: int  # waiting for a worker
+    pending: int  # read, not finished: being sent or waiting for its retry
     dlq: int
+
+    @property
+    def history(self) -> int:
+        """Entries done (delivered, dead-lettered, skipped) that the stream keeps until the
+        trim: what a backlog is not (issue #34)."""
+        return max(0, self.length - self.unread - self.pending)
 
 
 async def stream_stats(redis: Redis) -> list[StreamStats]:
-    """Length, pending entries of the consumer group (0 before the group exists), DLQ size."""
+    """Each stream's numbers, as `GET /api/delivery` counts them (`StreamStore.stats`)."""
+    store = StreamStore(redis)
     out = []
     for stream in keys.STREAMS:
-        length = int(await redis.xlen(stream))
-        try:
-            summary = await redis.xpending(stream, keys.CONSUMER_GROUP)
-            pending = int(summary["pending"]) if summary else 0
-        except ResponseError:  # NOGROUP: nothing was ever consumed
-            pending = 0
-        out.append(StreamStats(stream_name(stream), length, pending,
-                               int(await redis.xlen(keys.dlq(stream)))))
+        s = await store.stats(stream)
+        out.append(StreamStats(stream_name(stream), s["length"], s["unread"], s["pending"],
+                               s["dlq"]))
     return out
 
 

@@ -50,12 +50,16 @@ async def test_diagnose_passes_on_a_healthy_setup(
     client: httpx.AsyncClient, embedded_redis_url: str, cyrus: CyrusServer,
     telegram_emulator: TelegramEmulator, trust_cyrus: None,
 ) -> None:
+    """Catches (issue #34) also a queue line that reads like a backlog ("18 entries, 0
+    pending" for a delivered history): it says what waits, what is being sent, what is done."""
     await _configure(client, peer_wire(cyrus, telegram_emulator))
     code, out = await run_cli("diagnose", **_env(embedded_redis_url, cyrus))
     assert code == 0, out
     for name in ("redis", "configuration", "enabled", "jmap session", "telegram getMe",
                  "queue stalwart:jmap"):
         assert f"ok   {name}" in out, out
+    assert re.search(r"queue stalwart:jmap: 0 waiting, 0 being sent or retried, \d+ done and "
+                     r"kept in history, 0 in the DLQ", out), out
     assert "warn telegram webhook" in out and "all checks passed" in out
 
 
