@@ -26,4 +26,6 @@ echo "[test] vulture"; .venv/bin/vulture src scripts/vulture_whitelist.py --min-
   --ignore-decorators "@router.*,@*app.command"
 echo "[test] hadolint"; .venv/bin/hadolint Dockerfile
 echo "[test] gateway"; bash gateway/test.sh
-echo "[test] pytest"; .venv/bin/pytest -q "$@"
+# On every core (pytest-xdist): each worker starts its own peers, so the session's fixtures
+# run once per worker; MW_TEST_WORKERS=0 runs the suite in this process alone.
+echo "[test] pytest"; .venv/bin/pytest -q -n "${MW_TEST_WORKERS:-auto}" "$@"
