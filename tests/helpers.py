@@ -54,6 +54,7 @@ from messageweave.pipeline.conversation import (
 from messageweave.services import Services
 from messageweave.settings import Settings
 from messageweave.store import keys
+from messageweave.store.redis import open_redis
 from tests.peers.cyrus import CyrusServer
 from tests.peers.fakellm import FakeLlm
 from tests.peers.telegram import SentMessage
@@ -184,8 +185,9 @@ async def running_client(
 
 @asynccontextmanager
 async def flushed_redis(url: str) -> AsyncIterator[aioredis.Redis]:
-    """A client of the Redis at `url`, its database flushed first."""
-    client = aioredis.from_url(url, decode_responses=True)
+    """A client of the Redis at `url` (any topology: `open_redis`), its database flushed first
+    (on a cluster: every primary's)."""
+    client = await open_redis(url)
     await client.flushdb()
     try:
         yield client
