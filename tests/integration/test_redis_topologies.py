@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.asyncio.cluster import RedisCluster
 
+from messageweave.cli.diagnose import run_checks
 from messageweave.store import keys
 from messageweave.store.redis import open_redis
-from messageweave.store.redis_url import is_cluster
 from messageweave.store.state import ConfigStore
+from messageweave.store.streams import StreamStore
+from tests.helpers import settings_for
 from tests.peers.redis_cluster import RedisClusterPeer, running_cluster
 from tests.peers.redis_sentinel import RedisSentinelPeer, running_sentinels
 
@@ -54,7 +57,7 @@ async def test_a_cluster_reached_by_a_plain_url_runs_scripts_on_every_primary(
     transactions refused with MOVED for every slot the seed node does not own."""
     client = await open_redis(redis_cluster.plain_url)
     try:
-        assert is_cluster(client)
+        assert isinstance(client, RedisCluster)
         # Configuration writes are scripts plus a transaction, on the `{cfg}` slot: wherever
         # it lives, the seed node is one primary of three.
         store = ConfigStore(client)
@@ -116,5 +119,57 @@ async def test_the_sentinel_client_follows_the_promoted_replica(
         assert await client.get("cursor") == "8"
         with new.client() as direct:
             assert direct.get("cursor") == "8"
+    finally:
+        await client.aclose()
+
+
+async def _redis_line(url: str) -> str:
+    [line] = [c for c in await run_checks(settings_for(url)) if c.name == "redis"]
+    assert line.status == "ok", line
+    return line.detail
+
+
+async def test_diagnose_names_a_cluster_its_primaries_and_slots(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: `diagnose` saying only "answers PING" for a cluster reached by `redis://`, so an
+    operator cannot tell it is used as a cluster, nor see slots left uncovered."""
+    detail = await _redis_line(redis_cluster.plain_url)
+    assert detail == "answers PING (cluster: 3 primaries, 16384 of 16384 slots covered)"
+
+
+async def test_diagnose_names_the_sentinels_primary_and_replicas(
+        redis_sentinels: RedisSentinelPeer) -> None:
+    """Catches: `diagnose` silent about which server the sentinels made primary, or failing
+    on a sentinel URL it reads as one host."""
+    primary = redis_sentinels.primary()
+    detail = await _redis_line(redis_sentinels.url)
+    assert detail == f"answers PING (sentinel mw-primary: primary 127.0.0.1:{primary.port}, "\
+        "2 replicas)"
+
+
+async def test_diagnose_names_a_single_server(debian_redis_url: str) -> None:
+    """Catches: a single server described as a cluster or a sentinel set."""
+    assert await _redis_line(debian_redis_url) == "answers PING (single server)"
+
+
+async def test_a_worker_reads_both_streams_of_a_cluster(redis_cluster: RedisClusterPeer) -> None:
+    """Catches: one XREADGROUP naming the mail and the Telegram streams, which live in two
+    slots: a cluster refuses it ("all keys must map to the same key slot") and the worker
+    reads nothing at all."""
+    client = await open_redis(redis_cluster.url)
+    streams = StreamStore(client)
+    try:
+        await client.delete(*keys.STREAMS)
+        await streams.ensure_groups()
+        await streams.add(keys.STREAM_JMAP, {"email_id": "m1"})
+        await streams.add(keys.STREAM_TELEGRAM, {"update_id": "1"})
+        got = await streams.read_new("w1", 10, 1000)
+        assert sorted(e.stream for e in got) == sorted(keys.STREAMS)
+        # Idle, it waits on each slot in turn and answers an entry of either.
+        for stream in keys.STREAMS:
+            waiting = asyncio.create_task(streams.read_new("w1", 10, 2000))
+            await asyncio.sleep(0.05)  # most likely waiting by now; the result is the same
+            await streams.add(stream, {"email_id": "m2"})
+            assert [e.stream for e in await waiting] == [stream]
     finally:
         await client.aclose()

@@ -29,6 +29,7 @@ from redis.asyncio.sentinel import Sentinel
 Redis = aioredis.Redis
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
+CLUSTER_SLOTS = 16384
 _TLS_FIELDS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 # Bounded connect and command timeouts for every node (fail fast, never hang).
 TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 10, "socket_timeout": 30}
@@ -156,4 +157,24 @@ def multi_node_client(url: str) -> Redis:
 
 
 def is_cluster(client: Redis) -> bool:
+    """Whether `client` is redis-py's cluster client (a command names keys of one slot)."""
     return isinstance(client, RedisCluster)
+
+
+async def topology_text(client: Redis) -> str:
+    """What `client` is connected to, for `messageweave diagnose`'s `redis` line: `single
+    server`; `sentinel <master>: primary h:p, N replicas`; `cluster: N primaries, S of 16384
+    slots covered` (as the node the client asks says). Raises `RedisError` as the commands do."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        info = await client.cluster_info(target_nodes=RedisCluster.RANDOM)
+        covered = info.get("cluster_slots_ok", "?")
+        return (f"cluster: {len(client.get_primaries())} primaries, "
+                f"{covered} of {CLUSTER_SLOTS} slots covered")
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    if isinstance(manager, Sentinel):
+        name = client.connection_pool.service_name  # type: ignore[attr-defined]
+        host, port = await manager.discover_master(name)
+        replicas = await manager.discover_slaves(name)
+        return f"sentinel {name}: primary {host}:{port}, {len(replicas)} replicas"
+    return "single server"
