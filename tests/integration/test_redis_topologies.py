@@ -14,6 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from messageweave.cli.diagnose import run_checks
 from messageweave.store import keys
+from messageweave.store.mailbox import announce_catchup, relay_catchup_announcements
 from messageweave.store.redis import open_redis
 from messageweave.store.state import ConfigStore
 from messageweave.store.streams import StreamStore
@@ -173,3 +174,24 @@ async def test_a_worker_reads_both_streams_of_a_cluster(redis_cluster: RedisClus
             assert [e.stream for e in await waiting] == [stream]
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("peer", ["redis_cluster", "redis_sentinels"])
+async def test_a_catchup_announcement_wakes_every_instance(
+        peer: str, request: pytest.FixtureRequest) -> None:
+    """Catches: the catch-up wake (one pub/sub channel) lost on a cluster, where the announcing
+    and the listening instance may be connected to different nodes, or on a sentinel set."""
+    url = request.getfixturevalue(peer).url
+    announcer, listener = await open_redis(url), await open_redis(url)
+    wake = asyncio.Event()
+    relay = asyncio.create_task(relay_catchup_announcements(listener, wake))
+    try:
+        await asyncio.wait_for(wake.wait(), 10)  # subscribed
+        wake.clear()
+        await announce_catchup(announcer, "default")
+        await asyncio.wait_for(wake.wait(), 10)
+    finally:
+        relay.cancel()
+        await asyncio.gather(relay, return_exceptions=True)
+        await announcer.aclose()
+        await listener.aclose()

@@ -161,12 +161,20 @@ def is_cluster(client: Redis) -> bool:
     return isinstance(client, RedisCluster)
 
 
+async def initialized(client: Redis) -> None:
+    """A cluster client's slot table, loaded now: redis-py's cluster pub/sub (`pubsub()` then
+    `subscribe`) looks the channel's slot up in it and fails with a `KeyError` before the
+    client's first command has loaded it. Safe to call again, and on any client."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+
+
 async def topology_text(client: Redis) -> str:
     """What `client` is connected to, for `messageweave diagnose`'s `redis` line: `single
     server`; `sentinel <master>: primary h:p, N replicas`; `cluster: N primaries, S of 16384
     slots covered` (as the node the client asks says). Raises `RedisError` as the commands do."""
     if isinstance(client, RedisCluster):
-        await client.initialize()
+        await initialized(client)
         info = await client.cluster_info(target_nodes=RedisCluster.RANDOM)
         covered = info.get("cluster_slots_ok", "?")
         return (f"cluster: {len(client.get_primaries())} primaries, "
