@@ -931,11 +931,17 @@ async def unknown_records(redis: aioredis.Redis) -> list[str]:
     return [str(m) for m in await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)]
 
 
+async def all_keys(redis: aioredis.Redis, pattern: str = "*") -> list[str]:
+    """Every key matching `pattern`, sorted: SCAN, which a cluster client runs on every primary
+    (KEYS goes to one node of a cluster only)."""
+    return sorted([key async for key in redis.scan_iter(match=pattern, count=1000)])
+
+
 async def redis_text(redis: aioredis.Redis) -> str:
     """Every key of `redis` with its values (strings, hashes, lists, sets, sorted sets,
     streams) as one text, for a test that proves something is stored nowhere (issue #25)."""
     dumped = []
-    for key in await redis.keys("*"):
+    for key in await all_keys(redis):
         kind = await redis.type(key)
         values: list[Any]
         if kind == "string":

@@ -23,6 +23,7 @@ from urllib.parse import quote
 import redis
 from redis.crc import key_slot
 
+from messageweave.store.redis import die_with_parent
 from tests.peers.cyrus import free_port
 from tests.peers.redis7 import DEBIAN_REDIS, RedisNotInstalled, RedisProcess, stop_all
 
@@ -104,8 +105,8 @@ def _start_node(data: Path) -> RedisProcess:
     port, bus = free_port(HOST), free_port(HOST)
     data.mkdir(parents=True)
     proc = subprocess.Popen(
-        [DEBIAN_REDIS, "-"], stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [DEBIAN_REDIS, "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)  # no orphan when pytest dies
     conf = (f'bind {HOST}\nport {port}\ncluster-port {bus}\ndir "{data}"\n'
             "cluster-enabled yes\ncluster-config-file nodes.conf\n"
             f"cluster-node-timeout {NODE_TIMEOUT_MS}\nappendonly no\nsave \"\"\n"

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import redis
 
+from messageweave.store.redis import die_with_parent
 from tests.peers.cyrus import free_port
 from tests.peers.redis7 import DEBIAN_REDIS, RedisNotInstalled, RedisProcess, stop_all
 
@@ -127,7 +128,8 @@ def _flags(reply: object) -> set[str]:
 def _spawn(binary: str, conf: Path, text: str) -> subprocess.Popen[bytes]:
     conf.write_text(text)  # a sentinel rewrites its configuration file: it must be a file
     return subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL,
+                            preexec_fn=die_with_parent)  # no orphan when pytest dies
 
 
 def _data_node(base: Path, i: int, primary: int | None) -> RedisProcess:
