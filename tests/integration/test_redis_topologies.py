@@ -96,7 +96,8 @@ async def test_the_cluster_client_rides_out_a_killed_primary(own_cluster: RedisC
     key = "a:{failover}:cursor"
     try:
         await client.set(key, "42")
-        await client.execute_command("WAIT", 1, 5000, target_nodes=client.get_node_from_key(key))
+        node = client.get_node_from_key(key)  # its one replica has the write before the kill
+        assert await client.execute_command("WAIT", 1, 5000, target_nodes=node) == 1
         killed = own_cluster.kill_primary_of(key)
         new = await asyncio.to_thread(own_cluster.wait_failover, key)
         assert new.port != killed.port
@@ -113,7 +114,7 @@ async def test_the_sentinel_client_follows_the_promoted_replica(
     client = await open_redis(own_sentinels.url)
     try:
         await client.set("cursor", "7")
-        await client.execute_command("WAIT", 2, 5000)
+        assert await client.execute_command("WAIT", 2, 5000) == 2
         killed = own_sentinels.kill_primary()
         new = await asyncio.to_thread(own_sentinels.wait_failover, killed)
         await _until_it_answers(lambda: client.set("cursor", "8"))
