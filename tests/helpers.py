@@ -54,6 +54,7 @@ from messageweave.pipeline.conversation import (
 from messageweave.services import Services
 from messageweave.settings import Settings
 from messageweave.store import keys
+from messageweave.store.redis import open_redis
 from tests.peers.cyrus import CyrusServer
 from tests.peers.fakellm import FakeLlm
 from tests.peers.telegram import SentMessage
@@ -184,8 +185,9 @@ async def running_client(
 
 @asynccontextmanager
 async def flushed_redis(url: str) -> AsyncIterator[aioredis.Redis]:
-    """A client of the Redis at `url`, its database flushed first."""
-    client = aioredis.from_url(url, decode_responses=True)
+    """A client of the Redis at `url` (any topology: `open_redis`), its database flushed first
+    (on a cluster: every primary's)."""
+    client = await open_redis(url)
     await client.flushdb()
     try:
         yield client
@@ -929,11 +931,17 @@ async def unknown_records(redis: aioredis.Redis) -> list[str]:
     return [str(m) for m in await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)]
 
 
+async def all_keys(redis: aioredis.Redis, pattern: str = "*") -> list[str]:
+    """Every key matching `pattern`, sorted: SCAN, which a cluster client runs on every primary
+    (KEYS goes to one node of a cluster only)."""
+    return sorted([key async for key in redis.scan_iter(match=pattern, count=1000)])
+
+
 async def redis_text(redis: aioredis.Redis) -> str:
     """Every key of `redis` with its values (strings, hashes, lists, sets, sorted sets,
     streams) as one text, for a test that proves something is stored nowhere (issue #25)."""
     dumped = []
-    for key in await redis.keys("*"):
+    for key in await all_keys(redis):
         kind = await redis.type(key)
         values: list[Any]
         if kind == "string":

@@ -9,7 +9,9 @@ never the query string: `/debug/notify?text=` carries message text); status 499 
 went away before its response was complete.
 
 Redaction happens on the way out, for every record of every logger: `scheme://user:pass@`
-becomes `scheme://<credentials>@`, `/bot<token>` paths lose the token, and every value
+becomes `scheme://<credentials>@` (also with several hosts, `redis+sentinel://:pw@h1,h2/m`),
+a `password=` or `…_password=` query field (`?sentinel_password=`) becomes `<secret>`,
+`/bot<token>` paths lose the token, and every value
 returned by a registered secret source (the admin key, the debug token, the Redis password,
 each secret of the live business configuration) becomes `<secret>`.
 
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import IO, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
@@ -51,6 +53,8 @@ from messageweave.errors import HttpMiddleware, dump_json, request_id_of
 
 _URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _BOT_PATH = re.compile(r"/bot[^/\s]+")
+# A URL's query field that holds a password (`redis+sentinel://…?sentinel_password=…`).
+_QUERY_PASSWORD = re.compile(r"([?&][A-Za-z_]*password=)[^&#\s]+")
 # A secret is replaced only as a whole value: never inside a longer name made of these.
 _NAME_CHAR = r"[A-Za-z0-9_\-]"
 MIN_SECRET_LEN = 4  # shorter values would turn ordinary words and addresses into "<secret>"
@@ -80,6 +84,8 @@ class _Scrubber:
         # stands at that step, so the result is the same as running every rewrite in turn.
         if "://" in text:
             text = _URL_CREDENTIALS.sub(r"\1<credentials>@", text)
+        if "password=" in text:
+            text = _QUERY_PASSWORD.sub(r"\1<secret>", text)
         if "/bot" in text:
             text = _BOT_PATH.sub("/bot<token>", text)
         for secret, pattern in self.patterns:
@@ -178,10 +184,22 @@ def redact(text: str) -> str:
 
 
 def redis_url_password(url: str) -> str | None:
+    """The password of `url`'s user (decoded: the value a server or an error could echo)."""
     try:
-        return urlsplit(url).password
+        password = urlsplit(url).password
     except ValueError:
         return None
+    return unquote(password) if password is not None else None
+
+
+def redis_url_secrets(url: str) -> list[str | None]:
+    """Every password `REDIS_URL` holds, decoded: its user's and the sentinels'
+    (`sentinel_password=`), as a secret source."""
+    try:
+        query = parse_qs(urlsplit(url).query)
+    except ValueError:
+        query = {}
+    return [redis_url_password(url), *query.get("sentinel_password", [])]
 
 
 # The record attribute through which `RedactionFilter` hands its scrubber to `JsonFormatter`.

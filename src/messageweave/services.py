@@ -30,7 +30,7 @@ from messageweave.config.features import BotLanguage
 from messageweave.config.live import ConfigService, NotConfigured, PeerWarning
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.logs import failure_text, redis_url_password, scrub
+from messageweave.logs import failure_text, redis_url_secrets, scrub
 from messageweave.mail.imap.source import ImapSource
 from messageweave.mail.imap.watch import ImapWatch, new_imap_client
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
@@ -346,7 +346,7 @@ class Services:
             return list(memo[1])
         values: list[str | None] = [
             self.settings.admin_key, self.settings.debug_token, self.settings.gateway_secret,
-            redis_url_password(self.settings.redis_url),
+            *redis_url_secrets(self.settings.redis_url),
         ]
         for source in (cfg, applied):
             if source is not None:

@@ -34,6 +34,27 @@ _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # GATEWAY_SECRET: printable ASCII without spaces (the Worker's binding must be byte-equal), at
 # least 32 characters (`openssl rand -hex 32` gives 64).
 _GATEWAY_SECRET = re.compile(r"[!-~]{32,1024}")
+# The shape of the multi-node `REDIS_URL` forms (reference §4; parsed in full, and the ports
+# checked, by `messageweave.store.redis_url`): `[user:pass@]host[:port][,host[:port]…]`, and for
+# a sentinel set the primary's name as the path. A wrong one is a setup-mode variable, never a
+# client of the wrong kind.
+_MULTI_NODE_SCHEME = re.compile(r"rediss?\+(cluster|sentinel)://", re.IGNORECASE)
+_HOSTS = r"(?:[^@/?#\s]*@)?(?:\[[0-9A-Fa-f:.]+\]|[^,:@/?#\s\[\]]+)(?::\d{1,5})?"
+_MULTI_NODE_URL = {
+    "cluster": re.compile(rf"{_HOSTS}(?:,{_HOSTS})*/?(?:\?\S*)?"),
+    "sentinel": re.compile(rf"{_HOSTS}(?:,{_HOSTS})*/[^/?#\s]+/?(?:\?\S*)?"),
+}
+
+
+def redis_url_well_formed(url: str) -> bool:
+    """Blank is not; a single-server URL is left to redis-py; a cluster or sentinel URL must
+    have its shape (a `redis+sentinel://` URL without a primary's name is not one)."""
+    if not url.strip():
+        return False
+    scheme = _MULTI_NODE_SCHEME.match(url)
+    if scheme is None:
+        return True
+    return _MULTI_NODE_URL[scheme.group(1).lower()].fullmatch(url, scheme.end()) is not None
 
 
 @dataclass(frozen=True)
@@ -57,7 +78,7 @@ class Settings:
     def missing(self) -> list[str]:
         """Names of required variables that are absent or invalid, in the documented order."""
         names = []
-        if not self.redis_url.strip():
+        if not redis_url_well_formed(self.redis_url):
             names.append("REDIS_URL")
         if not _HEX64.fullmatch(self.admin_key):
             names.append("CONFIG_ENCRYPTION_KEY")

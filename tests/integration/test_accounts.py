@@ -11,6 +11,7 @@ from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from tests.helpers import (
     ADMIN_KEY,
+    all_keys,
     assert_envelope,
     closed_port,
     first_save,
@@ -198,12 +199,12 @@ async def test_deleting_an_account_removes_its_keys_and_frees_its_chats(
     admin = await with_family(client)
     assert (await client.post("/api/accounts/family/owner-key", headers=admin)
             ).status_code == 200
-    assert await redis_client.keys("a:{family}:*")
+    assert await all_keys(redis_client, "a:{family}:*")
     assert_envelope(await client.delete("/api/accounts/default", headers=admin),
                     409, "conflict")
     deleted = await client.delete("/api/accounts/family", headers=admin)
     assert deleted.status_code == 204
-    assert await redis_client.keys("a:{family}:*") == []
+    assert await all_keys(redis_client, "a:{family}:*") == []
     assert await redis_client.smembers(keys.ACCOUNTS_INDEX) == set()
     assert [a["id"] for a in (await client.get("/api/accounts", headers=admin)
                               ).json()["accounts"]] == ["default"]

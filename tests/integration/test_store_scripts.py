@@ -1,14 +1,15 @@
-"""The atomic configuration writes behave the same on Redis 6.2 (embedded) and 7.0 (Debian)."""
+"""The atomic configuration writes behave the same on Redis 6.2 (embedded) and 7.0 (Debian),
+and on a cluster or a sentinel set (`MW_TEST_REDIS`)."""
 
 import pytest
-import redis.asyncio as aioredis
 
 from messageweave.store import keys
+from messageweave.store.redis import open_redis
 from messageweave.store.state import AlreadyConfigured, ConfigStore, RevisionConflict
 
 
 async def test_revision_checked_write_and_create_only(any_redis_url: str) -> None:
-    client = aioredis.from_url(any_redis_url, decode_responses=True)
+    client = await open_redis(any_redis_url)
     await client.flushdb()
     store = ConfigStore(client)
     try:

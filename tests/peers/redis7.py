@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -59,3 +60,38 @@ def start_debian_redis(data: Path, binary: str = DEBIAN_REDIS, *, port: int | No
                 proc.kill()
                 raise
             time.sleep(0.05)
+
+
+@dataclass
+class RedisProcess:
+    """One redis-server or redis-sentinel child of a multi-node peer (the cluster, the sentinel
+    set), on loopback."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+    password: str
+
+    def client(self) -> redis.Redis:
+        return redis.Redis("127.0.0.1", self.port, password=self.password,
+                           decode_responses=True, socket_timeout=5, socket_connect_timeout=2)
+
+    def info(self, section: str) -> dict[str, object]:
+        with self.client() as c:
+            return dict(c.info(section))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def stop_all(processes: list[RedisProcess]) -> None:
+    """SIGTERM every live one, then wait for each (SIGKILL after 10 s)."""
+    for p in processes:
+        if p.alive:
+            p.proc.terminate()
+    for p in processes:
+        try:
+            p.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()

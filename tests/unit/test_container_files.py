@@ -43,3 +43,34 @@ def test_compose_redis_requires_a_password_from_env_kept_off_command_lines() -> 
     assert 'REDISCLI_AUTH=\\"$$REDIS_PASSWORD\\" redis-cli ping | grep -q PONG' in redis
     assert "REDIS_URL: redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}@redis:6379/0" \
         in COMPOSE
+
+
+def test_the_sentinel_variant_keeps_passwords_off_command_lines_and_names_its_primary() -> None:
+    """Catches: a Sentinel variant whose REDIS_URL the service reads as a plain host (or puts
+    in setup mode), or whose passwords sit on a command line (readable by every local user in
+    /proc) instead of reaching the servers on stdin or in a private file."""
+    import yaml
+
+    from messageweave.settings import redis_url_well_formed
+
+    variant = yaml.safe_load((ROOT / "compose.sentinel.yaml").read_text())
+    services = variant["services"]
+    url = services["messageweave-1"]["environment"]["REDIS_URL"]
+    assert services["messageweave-2"]["environment"]["REDIS_URL"] == url
+    filled = url.replace("${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}", "ab12").replace(
+        "${SENTINEL_PASSWORD:?set SENTINEL_PASSWORD in .env}", "cd34")
+    assert filled == ("redis+sentinel://:ab12@sentinel-1:26379,sentinel-2:26379,"
+                      "sentinel-3:26379/mw-primary?sentinel_password=cd34")
+    assert redis_url_well_formed(filled)
+    sentinels = [services[f"sentinel-{i}"] for i in (1, 2, 3)]
+    for name, service in services.items():
+        if name.startswith("messageweave"):
+            continue
+        script = "\n".join(service["command"])
+        for line in script.splitlines():
+            if "PASSWORD" in line:  # only inside the heredoc, as a variable
+                assert line.strip().startswith(("requirepass", "masterauth", "sentinel ")), line
+    for sentinel in sentinels:
+        script = sentinel["command"][2]
+        assert "sentinel monitor mw-primary redis 6379 2" in script
+        assert "[ -f /data/sentinel.conf ] ||" in script  # what it learned survives a restart

@@ -31,7 +31,8 @@ from messageweave.settings import Settings
 from messageweave.store import keys
 from messageweave.store.opstats import stream_stats
 from messageweave.store.receivers import read_status
-from messageweave.store.redis import Redis, connect
+from messageweave.store.redis import Redis, open_redis
+from messageweave.store.redis_url import topology_text
 from messageweave.store.state import ConfigStore
 from messageweave.store.waiting import JMAP, LABELS, TELEGRAM, waiting_for_peers
 
@@ -46,7 +47,7 @@ async def run_checks(settings: Settings, origin: Origin | None = None) -> list[C
     checks = [_ok("environment", place.origin.describe())]
     if place.origin.data_dir:
         checks.extend(place.checks())
-    redis = connect(settings.redis_url)
+    redis = await open_redis(settings.redis_url)
     try:
         checks.extend(await _with_redis(settings, redis, place))
     finally:
@@ -58,9 +59,10 @@ async def _with_redis(settings: Settings, redis: Redis, place: Place) -> list[Ch
     store = ConfigStore(redis)
     try:
         await asyncio.wait_for(store.ping(), 10)
+        topology = await asyncio.wait_for(topology_text(redis), 10)
     except (RedisError, OSError, TimeoutError) as exc:
         return [place.redis_down(type(exc).__name__)]
-    checks = [_ok("redis", "answers PING")]
+    checks = [_ok("redis", f"answers PING ({topology})")]
     service = ConfigService(store, settings.encryption_key)
     try:
         _, cfg = await service.read_stored()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from messageweave.aio import LocalWakes, raise_if_cancelling
 from messageweave.store import keys
 from messageweave.store.redis import Redis, int_of, text_of
+from messageweave.store.redis_url import initialized
 from messageweave.store.scripts import Script
 
 STREAM_JMAP_MAXLEN = 100_000
@@ -372,6 +373,7 @@ async def relay_catchup_announcements(redis: Redis, wake: asyncio.Event) -> None
     """Set `wake` on every `announce_catchup` of any instance, until cancelled or a RedisError.
     The subscription holds its own connection, closed on the way out. `wake` is also set once
     subscribed: whatever was announced before that never reached us."""
+    await initialized(redis)  # a cluster client's pub/sub needs its slot table
     async with redis.pubsub(ignore_subscribe_messages=True) as sub:
         await sub.subscribe(keys.CATCHUP_WAKE_CHANNEL)
         wake.set()

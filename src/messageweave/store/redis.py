@@ -40,10 +40,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+
+from messageweave.store.redis_url import (
+    TIMEOUTS,
+    MultiNodeUrl,
+    cluster_client,
+    multi_node_client,
+    topology_of,
+)
 
 Redis = aioredis.Redis
 log = logging.getLogger(__name__)
@@ -76,15 +84,41 @@ _STABLE_S = 10.0  # a server that dies sooner after a start than this is restart
 
 
 def connect(url: str) -> Redis:
-    """An asyncio client with bounded connect and command timeouts (fail fast, never hang)."""
+    """An asyncio client with bounded connect and command timeouts (fail fast, never hang), of
+    the topology the URL names (`messageweave.store.redis_url`): no I/O yet."""
+    if topology_of(url) != "single":
+        return multi_node_client(url)
     client: Redis = aioredis.from_url(
         url,
         decode_responses=True,
-        socket_connect_timeout=10,
-        socket_timeout=30,
         health_check_interval=30,
+        **TIMEOUTS,
     )
     return client
+
+
+async def open_redis(url: str) -> Redis:
+    """`connect`, and for a plain TCP URL one `INFO cluster`: a server that says
+    `cluster_enabled:1` gets a cluster client seeded with it. An unreachable server keeps the
+    single-server client (its commands then fail as usual, and name the cause)."""
+    client = connect(url)
+    if topology_of(url) != "single" or url.startswith("unix:"):
+        return client
+    try:
+        cluster = await client.info("cluster")
+    except redis.RedisError:
+        return client
+    if not cluster.get("cluster_enabled"):
+        return client
+    await client.aclose()
+    seed = urlsplit(url)
+    parsed = MultiNodeUrl(
+        "rediss+cluster" if seed.scheme == "rediss" else "redis+cluster",
+        ((seed.hostname or "127.0.0.1", seed.port or 6379),),
+        unquote(seed.username) if seed.username else None,
+        unquote(seed.password) if seed.password is not None else None,
+        query={k: v[-1] for k, v in parse_qs(seed.query).items()})
+    return cluster_client(parsed)
 
 
 def redis_server_binary() -> str:

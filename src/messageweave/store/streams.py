@@ -17,14 +17,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
+from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
 from messageweave.aio import Batcher
 from messageweave.errors import dump_json
 from messageweave.store import keys
 from messageweave.store.redis import Redis
+from messageweave.store.redis_url import is_cluster
 from messageweave.store.scripts import Script
 
+# `StreamStore._read_per_slot`: the shortest wait on one slot's streams.
+_MIN_BLOCK_SLICE_MS = 100
 # `/api/delivery`'s `unread` counts at most this many entries (Redis 6.2 has no `lag`).
 UNREAD_COUNT_CAP = 10_000
 # Streams whose entries are deleted by the script that finishes them (terminal record + XACK),
@@ -171,6 +175,15 @@ def _entries(stream: str, rows: list[Any]) -> list[Entry]:
     return out
 
 
+def _slot_groups(streams: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """`streams` grouped by cluster slot, in their order."""
+    groups: dict[int, tuple[str, ...]] = {}
+    for stream in streams:
+        slot = key_slot(stream.encode())
+        groups[slot] = (*groups.get(slot, ()), stream)
+    return list(groups.values())
+
+
 class StreamStore:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -209,19 +222,48 @@ class StreamStore:
                     raise
 
     async def read_new(self, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
-        streams = {stream: ">" for stream in keys.STREAMS}
+        """Up to `count` new entries of every stream, waiting up to `block_ms` for one. One
+        XREADGROUP when the streams share a slot (one server); on a Redis Cluster, where one
+        command cannot name keys of two slots, `_read_per_slot`."""
+        groups: list[tuple[str, ...]] = (
+            _slot_groups(keys.STREAMS) if is_cluster(self.redis) else [keys.STREAMS])
         try:
-            reply = await self._raw.xreadgroup(
-                keys.CONSUMER_GROUP, consumer, streams, count=count, block=block_ms
-            )
+            if len(groups) == 1:
+                return await self._read(consumer, groups[0], count, block_ms)
+            return await self._read_per_slot(consumer, groups, count, block_ms)
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             await self.ensure_groups()
             return []
+
+    async def _read(self, consumer: str, streams: tuple[str, ...], count: int,
+                    block_ms: int | None) -> list[Entry]:
+        reply = await self._raw.xreadgroup(keys.CONSUMER_GROUP, consumer,
+                                           dict.fromkeys(streams, ">"), count=count,
+                                           block=block_ms)
         out: list[Entry] = []
         for stream, rows in reply or []:
             out += _entries(stream, rows)
+        return out
+
+    async def _read_per_slot(self, consumer: str, groups: list[tuple[str, ...]], count: int,
+                             block_ms: int | None) -> list[Entry]:
+        """A cluster: each slot's streams without waiting, `count` shared, in turn; when none
+        has an entry, a wait of `block_ms` split over the slots in turn (so an idle worker
+        answers an entry of the slot it is not waiting on up to `block_ms`·(n−1)/n later:
+        reference §7.18)."""
+        out: list[Entry] = []
+        for group in groups:
+            if len(out) < count:
+                out += await self._read(consumer, group, count - len(out), None)
+        if out or not block_ms:
+            return out
+        share = max(_MIN_BLOCK_SLICE_MS, block_ms // len(groups))
+        for group in groups:
+            out = await self._read(consumer, group, count, share)
+            if out:
+                return out
         return out
 
     async def claim(self, stream: str, consumer: str, ids: list[str]) -> list[Entry]:

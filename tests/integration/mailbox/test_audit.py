@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from messageweave.mail.auditor import AuditResult, audit
 from messageweave.mail.reconcile import encode_walk, reconcile
 from messageweave.store import gaps, keys
+from messageweave.store.redis import open_redis
 from tests.helpers import FreshUser, enqueue_mail
 from tests.peers.cyrus import CyrusServer
 
@@ -344,7 +345,7 @@ async def test_the_reconcile_and_the_audit_claims_race_to_one_entry_on_both_redi
     """Catches a script that is not atomic or does not run on both servers (XINFO GROUPS and
     XPENDING inside Lua, Redis 6.2 and 7.0): 40 mails claimed by the reconcile's script and
     the auditor's at the same time end with one entry each."""
-    redis = aioredis.from_url(any_redis_url, decode_responses=True)
+    redis = await open_redis(any_redis_url)
     try:
         await redis.flushdb()
         await redis.xgroup_create(keys.STREAM_JMAP, keys.CONSUMER_GROUP, id="0", mkstream=True)

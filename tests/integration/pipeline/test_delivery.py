@@ -9,7 +9,14 @@ import json
 import os
 
 from messageweave.store import keys
-from tests.helpers import ADMIN_KEY, assert_envelope, console_script, eventually, subject_of
+from tests.helpers import (
+    ADMIN_KEY,
+    all_keys,
+    assert_envelope,
+    console_script,
+    eventually,
+    subject_of,
+)
 from tests.served import ServedApp
 
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": "webhook-secret-SECRET"}
@@ -217,5 +224,5 @@ async def test_drain_once_command_delivers_and_reports_outcomes(
     sent = await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)
     assert [subject_of(m.text) for m in sent] == ["once 0", "once 1"]
     # It dropped its heartbeat when done: nothing of it looks alive to the other workers.
-    assert await cron_only.redis.keys(keys.worker_heartbeat("*")) == []
+    assert await all_keys(cron_only.redis, keys.worker_heartbeat("*")) == []
 

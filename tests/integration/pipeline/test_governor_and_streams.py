@@ -3,18 +3,17 @@
 import asyncio
 import time
 
-import redis.asyncio as aioredis
-
 from messageweave.pipeline.governor import Governor
 from messageweave.store import keys
+from messageweave.store.redis import connect
 from messageweave.store.streams import StreamStore
 
 
 async def test_one_message_per_second_per_private_chat_shared_by_instances(
     any_redis_url: str,
 ) -> None:
-    a = aioredis.from_url(any_redis_url, decode_responses=True)
-    b = aioredis.from_url(any_redis_url, decode_responses=True)
+    a = connect(any_redis_url)
+    b = connect(any_redis_url)
     try:
         await a.flushdb()
         first, second = Governor(a), Governor(b)  # two instances
@@ -32,7 +31,7 @@ async def test_one_message_per_second_per_private_chat_shared_by_instances(
 
 
 async def test_groups_get_20_per_minute_and_the_bot_30_per_second(any_redis_url: str) -> None:
-    r = aioredis.from_url(any_redis_url, decode_responses=True)
+    r = connect(any_redis_url)
     try:
         await r.flushdb()
         g = Governor(r)
@@ -48,7 +47,7 @@ async def test_groups_get_20_per_minute_and_the_bot_30_per_second(any_redis_url:
 
 
 async def test_a_429_pauses_the_chat_lane_everywhere(any_redis_url: str) -> None:
-    r = aioredis.from_url(any_redis_url, decode_responses=True)
+    r = connect(any_redis_url)
     try:
         await r.flushdb()
         await r.hset(keys.GOVERNOR_LIMITS, mapping={"bot_per_s": 0, "chat_per_s": 0})
@@ -61,7 +60,7 @@ async def test_a_429_pauses_the_chat_lane_everywhere(any_redis_url: str) -> None
 
 
 async def test_autoclaim_reads_both_reply_shapes(any_redis_url: str) -> None:
-    r = aioredis.from_url(any_redis_url, decode_responses=True)
+    r = connect(any_redis_url)
     try:
         await r.flushdb()
         store = StreamStore(r)

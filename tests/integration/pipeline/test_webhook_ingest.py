@@ -14,7 +14,13 @@ from redis.exceptions import ResponseError
 
 from messageweave.store import keys
 from messageweave.store.streams import SwitchedOff, UpdateIngress
-from tests.helpers import assert_envelope, configured_and_enabled, enqueue_update, sample_wire
+from tests.helpers import (
+    all_keys,
+    assert_envelope,
+    configured_and_enabled,
+    enqueue_update,
+    sample_wire,
+)
 
 FIELDS = {"update_id": "77", "chat_id": "4242", "text": "hi"}
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": str(sample_wire()["telegram_webhook_secret"])}
@@ -34,7 +40,7 @@ async def test_the_script_writes_nothing_unless_the_switch_is_on(
         await redis.set(keys.ENABLED, switch)
     with pytest.raises(SwitchedOff):
         await enqueue_update(redis, 77, FIELDS)
-    assert await redis.keys("*") == ([keys.ENABLED] if switch is not None else [])
+    assert await all_keys(redis) == ([keys.ENABLED] if switch is not None else [])
 
 
 async def test_the_script_queues_an_update_once_and_answers_a_redelivery_none(
@@ -113,7 +119,7 @@ async def test_a_switched_off_burst_fails_every_update_and_writes_nothing(
     outcomes = await asyncio.gather(*(ingress.enqueue_if_enabled(n, {"update_id": str(n)})
                                       for n in range(10)), return_exceptions=True)
     assert all(isinstance(o, SwitchedOff) for o in outcomes)
-    assert await redis.keys("*") == [keys.ENABLED]
+    assert await all_keys(redis) == [keys.ENABLED]
 
 
 async def test_a_burst_through_the_webhook_answers_each_request_and_claims_each_update(

@@ -1,0 +1,198 @@
+"""The service's Redis client on a real Redis Cluster and a real Sentinel set (reference §7.18):
+it reaches them by the URL forms of reference §4, runs the one-slot scripts wherever their
+slot lives, and rides out a primary's `kill -9`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.asyncio.cluster import RedisCluster
+
+from messageweave.cli.diagnose import run_checks
+from messageweave.store import keys
+from messageweave.store.mailbox import announce_catchup, relay_catchup_announcements
+from messageweave.store.redis import open_redis
+from messageweave.store.state import ConfigStore
+from messageweave.store.streams import StreamStore
+from tests.helpers import settings_for
+from tests.peers.redis_cluster import RedisClusterPeer, running_cluster
+from tests.peers.redis_sentinel import RedisSentinelPeer, running_sentinels
+
+RIDE_OUT_S = 30.0  # a failover of the peers takes 2 to 8 s
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[RedisClusterPeer]:
+    """A cluster of its own for a test that kills a primary (the session's stays whole)."""
+    with running_cluster(tmp_path) as peer:
+        yield peer
+
+
+@pytest.fixture
+def own_sentinels(tmp_path: Path) -> Iterator[RedisSentinelPeer]:
+    with running_sentinels(tmp_path) as peer:
+        yield peer
+
+
+async def _until_it_answers(call: object) -> object:
+    """Retry `call` (an async callable) until the failover is over: the client reconnects."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RIDE_OUT_S
+    while True:
+        try:
+            return await call()  # type: ignore[operator]
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError,
+                redis.exceptions.ClusterError):
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def test_a_cluster_reached_by_a_plain_url_runs_scripts_on_every_primary(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: a cluster reached by `redis://` treated as a single server, its scripts and
+    transactions refused with MOVED for every slot the seed node does not own."""
+    client = await open_redis(redis_cluster.plain_url)
+    try:
+        assert isinstance(client, RedisCluster)
+        # Configuration writes are scripts plus a transaction, on the `{cfg}` slot: wherever
+        # it lives, the seed node is one primary of three.
+        store = ConfigStore(client)
+        await client.delete(keys.BUSINESS_CONFIG)
+        revision = await store.write_business_config("v1:a:b", None)
+        assert await store.write_business_config("v1:c:d", revision) == revision + 1
+        assert await client.get(keys.BUSINESS_CONFIG) == "v1:c:d"
+        owners = {redis_cluster.primary_of(f"a:{{{n}}}:x").port for n in range(12)}
+        assert len(owners) == 3  # the keys below are spread over every primary
+        for n in range(12):
+            await client.set(f"a:{{{n}}}:x", n)
+        found = [k async for k in client.scan_iter(match="a:{*}:x", count=100)]
+        assert sorted(found) == sorted(f"a:{{{n}}}:x" for n in range(12))
+    finally:
+        await client.aclose()
+
+
+async def test_a_sentinel_url_writes_to_the_primary_the_sentinels_name(
+        redis_sentinels: RedisSentinelPeer) -> None:
+    """Catches: a `redis+sentinel://` URL read as a plain host (the first sentinel taken for the
+    data server), or the data password sent to the sentinels."""
+    client = await open_redis(redis_sentinels.url)
+    try:
+        await client.set("topology:probe", "sentinel")
+        with redis_sentinels.primary().client() as direct:
+            assert direct.get("topology:probe") == "sentinel"
+    finally:
+        await client.aclose()
+
+
+async def test_the_cluster_client_rides_out_a_killed_primary(own_cluster: RedisClusterPeer) -> None:
+    """Catches: a client that keeps calling the dead primary of a slot (or gives up) after its
+    replica took over: every command on that slot fails until a restart."""
+    client = await open_redis(own_cluster.url)
+    key = "a:{failover}:cursor"
+    try:
+        await client.set(key, "42")
+        node = client.get_node_from_key(key)  # its one replica has the write before the kill
+        assert await client.execute_command("WAIT", 1, 5000, target_nodes=node) == 1
+        killed = own_cluster.kill_primary_of(key)
+        new = await asyncio.to_thread(own_cluster.wait_failover, key)
+        assert new.port != killed.port
+        assert await _until_it_answers(lambda: client.get(key)) == "42"
+        assert await client.incr(key) == 43
+    finally:
+        await client.aclose()
+
+
+async def test_the_sentinel_client_follows_the_promoted_replica(
+        own_sentinels: RedisSentinelPeer) -> None:
+    """Catches: a client pinned to the address the sentinels gave at connect time, writing to a
+    dead server (or to a demoted replica: READONLY) after the failover."""
+    client = await open_redis(own_sentinels.url)
+    try:
+        await client.set("cursor", "7")
+        assert await client.execute_command("WAIT", 2, 5000) == 2
+        killed = own_sentinels.kill_primary()
+        new = await asyncio.to_thread(own_sentinels.wait_failover, killed)
+        await _until_it_answers(lambda: client.set("cursor", "8"))
+        assert await client.get("cursor") == "8"
+        with new.client() as direct:
+            assert direct.get("cursor") == "8"
+    finally:
+        await client.aclose()
+
+
+async def _redis_line(url: str) -> str:
+    [line] = [c for c in await run_checks(settings_for(url)) if c.name == "redis"]
+    assert line.status == "ok", line
+    return line.detail
+
+
+async def test_diagnose_names_a_cluster_its_primaries_and_slots(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: `diagnose` saying only "answers PING" for a cluster reached by `redis://`, so an
+    operator cannot tell it is used as a cluster, nor see slots left uncovered."""
+    detail = await _redis_line(redis_cluster.plain_url)
+    assert detail == "answers PING (cluster: 3 primaries, 16384 of 16384 slots covered)"
+
+
+async def test_diagnose_names_the_sentinels_primary_and_replicas(
+        redis_sentinels: RedisSentinelPeer) -> None:
+    """Catches: `diagnose` silent about which server the sentinels made primary, or failing
+    on a sentinel URL it reads as one host."""
+    primary = redis_sentinels.primary()
+    detail = await _redis_line(redis_sentinels.url)
+    assert detail == f"answers PING (sentinel mw-primary: primary 127.0.0.1:{primary.port}, "\
+        "2 replicas)"
+
+
+async def test_diagnose_names_a_single_server(debian_redis_url: str) -> None:
+    """Catches: a single server described as a cluster or a sentinel set."""
+    assert await _redis_line(debian_redis_url) == "answers PING (single server)"
+
+
+async def test_a_worker_reads_both_streams_of_a_cluster(redis_cluster: RedisClusterPeer) -> None:
+    """Catches: one XREADGROUP naming the mail and the Telegram streams, which live in two
+    slots: a cluster refuses it ("all keys must map to the same key slot") and the worker
+    reads nothing at all."""
+    client = await open_redis(redis_cluster.url)
+    streams = StreamStore(client)
+    try:
+        await client.delete(*keys.STREAMS)
+        await streams.ensure_groups()
+        await streams.add(keys.STREAM_JMAP, {"email_id": "m1"})
+        await streams.add(keys.STREAM_TELEGRAM, {"update_id": "1"})
+        got = await streams.read_new("w1", 10, 1000)
+        assert sorted(e.stream for e in got) == sorted(keys.STREAMS)
+        # Idle, it waits on each slot in turn and answers an entry of either.
+        for stream in keys.STREAMS:
+            waiting = asyncio.create_task(streams.read_new("w1", 10, 2000))
+            await asyncio.sleep(0.05)  # most likely waiting by now; the result is the same
+            await streams.add(stream, {"email_id": "m2"})
+            assert [e.stream for e in await waiting] == [stream]
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("peer", ["redis_cluster", "redis_sentinels"])
+async def test_a_catchup_announcement_wakes_every_instance(
+        peer: str, request: pytest.FixtureRequest) -> None:
+    """Catches: the catch-up wake (one pub/sub channel) lost on a cluster, where the announcing
+    and the listening instance may be connected to different nodes, or on a sentinel set."""
+    url = request.getfixturevalue(peer).url
+    announcer, listener = await open_redis(url), await open_redis(url)
+    wake = asyncio.Event()
+    relay = asyncio.create_task(relay_catchup_announcements(listener, wake))
+    try:
+        await asyncio.wait_for(wake.wait(), 10)  # subscribed
+        wake.clear()
+        await announce_catchup(announcer, "default")
+        await asyncio.wait_for(wake.wait(), 10)
+    finally:
+        relay.cancel()
+        await asyncio.gather(relay, return_exceptions=True)
+        await announcer.aclose()
+        await listener.aclose()
