@@ -67,6 +67,7 @@ from pathlib import Path
 import httpx
 from bench.peers import started_peers
 from bench.pipeline import pct
+from bench.quiet import add_quiet_arguments, quiet_gaps
 from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, console_script, free_port
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.peers.telegram import TelegramEmulator
@@ -224,7 +225,17 @@ def print_marks(marks: Path, delivered: list[float]) -> None:
         for step, v in steps.items() if v))
 
 
-async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> None:
+async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
+              quiet: tuple[float, float] | None = None, seed: int = 0) -> None:
+    # Mail n at start + at[n]; /help k after waits[k] of silence.
+    if quiet is None:
+        at, waits = [n * spacing_s for n in range(mails)], [spacing_s] * chats
+    else:
+        gaps = quiet_gaps(quiet, mails + chats, seed)
+        at = [sum(gaps[:n + 1]) for n in range(mails)]
+        waits = gaps[mails:]
+    load = os.getloadavg()[0]
+    print(f"load at the start {load:.2f}")
     with started_peers("mwd") as peers:
         cyrus, emulator = peers.cyrus, peers.emulator
         data = Path(tempfile.mkdtemp(prefix="mwd-run", dir="/tmp"))
@@ -242,7 +253,7 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
             for n in range(mails):
                 # On an absolute schedule, so that the stride (and the phases it spreads) does
                 # not drift by each delivery's own time.
-                await asyncio.sleep(max(0.0, start + n * spacing_s - time.time()))
+                await asyncio.sleep(max(0.0, start + at[n] - time.time()))
                 t0 = time.time()
                 raw = make_message(subject=f"delivery {n}")
                 await asyncio.to_thread(cyrus.deliver, raw)
@@ -258,6 +269,10 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
             # Cyrus looks for changes once a second for each EventSource connection, on each
             # connection's own timer: the per-mail difference shows that phase apart from ours.
             diff = sorted(o - f for o, f in zip(to_phone, floor_ms, strict=True))
+            if quiet is not None:
+                print("quiet spells: per mail, the silence before it / ours − floor: " + ", ".join(
+                    f"{at[n] - (at[n - 1] if n else 0):.0f} s / {o - f:+.0f} ms"
+                    for n, (o, f) in enumerate(zip(to_phone, floor_ms, strict=True))))
             print(f"per mail, ours − floor: p50 {statistics.median(diff):.0f} / min "
                   f"{diff[0]:.0f} / max {diff[-1]:.0f} ms; the state event of ours after the "
                   f"floor's: {sum(1 for d in diff if d > 0)} of {len(diff)}")
@@ -268,8 +283,8 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
             echo = asyncio.create_task(floor_echo(emulator, echo_token, stop := asyncio.Event()))
             await asyncio.sleep(0.5)
             asked, asked_floor = [], []
-            for _ in range(chats):
-                await asyncio.sleep(spacing_s)  # Telegram's 1 message/s per chat (governor)
+            for wait in waits:
+                await asyncio.sleep(wait)  # Telegram's 1 message/s per chat (governor)
                 asked.append(time.time())
                 await emulator.send_user_message(token, CHAT, "/help")
                 await emulator.wait_for_messages(token, CHAT, mails + len(asked), 30)
@@ -284,7 +299,8 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
                        [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)],
                        [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]))
             print("SUMMARY delivery: " + json.dumps({
-                "mails": mails, "spacing_ms": spacing_s * 1000,
+                "mails": mails, "spacing_ms": spacing_s * 1000, "quiet": quiet,
+                "load": round(load, 2),
                 "p50_ms": round(statistics.median(to_phone)),
                 "p99_ms": round(pct(to_phone, 0.99)),
                 "floor_p99_ms": round(pct(floor_ms, 0.99))}))
@@ -301,8 +317,10 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--marks", type=Path, default=None,
                         help="append delivery and event times here (and the patched app's)")
+    add_quiet_arguments(parser)
     args = parser.parse_args()
-    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats, args.marks))
+    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats, args.marks, args.quiet,
+                    args.seed))
 
 
 if __name__ == "__main__":
