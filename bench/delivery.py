@@ -146,23 +146,43 @@ def mark(marks: Path | None, label: str, at: float | None = None) -> None:
 
 async def floor_eventsource(cyrus: CyrusServer, emulator: TelegramEmulator, token: str,
                             stop: asyncio.Event, marks: Path | None) -> None:
-    """The bare client: on each `state` event, one bare sendMessage."""
+    """The bare client: on each `state` event, one bare sendMessage. A stream that ends is
+    opened again, and a send on a connection the emulator closed meanwhile (Node closes an
+    idle one after 5 s: quiet spells) is sent once more, as any client would; both counted."""
     session = await asyncio.to_thread(cyrus.session)
     url = expand(session["eventSourceUrl"], types="Email", closeafter="no", ping="30")
     auth = httpx.BasicAuth(CYRUS_USER, CYRUS_PASSWORD)
     send = f"{emulator.base_url}/bot{token}/sendMessage"
+    n = 0
     async with httpx.AsyncClient(verify=str(cyrus.ca_file), auth=auth,
                                  timeout=httpx.Timeout(10, read=None)) as http:
-        async with http.stream("GET", url) as resp:
-            parser, n = SseParser(), 0
-            async for raw in resp.aiter_lines():
-                event = parser.feed(raw.rstrip("\r"))
-                if event is not None and event.type == "state":
-                    mark(marks, "floor_event")
-                    await http.post(send, json={"chat_id": FLOOR_CHAT, "text": f"floor {n}"})
-                    n += 1
-                if stop.is_set():
-                    return
+        while not stop.is_set():
+            try:
+                async with http.stream("GET", url) as resp:
+                    parser = SseParser()
+                    async for raw in resp.aiter_lines():
+                        event = parser.feed(raw.rstrip("\r"))
+                        if event is not None and event.type == "state":
+                            mark(marks, "floor_event")
+                            await _send_retried(http, send, f"floor {n}")
+                            n += 1
+                        if stop.is_set():
+                            return
+            except httpx.TransportError as exc:
+                FLOOR_FAULTS.append(f"stream: {type(exc).__name__}")
+            FLOOR_FAULTS.append("stream ended")
+
+
+FLOOR_FAULTS: list[str] = []  # what the floor's connections met during the run
+
+
+async def _send_retried(http: httpx.AsyncClient, url: str, text: str,
+                        chat: int = FLOOR_CHAT) -> None:
+    try:
+        await http.post(url, json={"chat_id": chat, "text": text})
+    except httpx.TransportError as exc:
+        FLOOR_FAULTS.append(f"send: {type(exc).__name__}")
+        await http.post(url, json={"chat_id": chat, "text": text})
 
 
 async def floor_echo(emulator: TelegramEmulator, token: str, stop: asyncio.Event) -> None:
@@ -176,7 +196,7 @@ async def floor_echo(emulator: TelegramEmulator, token: str, stop: asyncio.Event
             for update in answer.get("result", []):
                 offset = update["update_id"] + 1
                 chat = update["message"]["chat"]["id"]
-                await http.post(f"{base}/sendMessage", json={"chat_id": chat, "text": "echo"})
+                await _send_retried(http, f"{base}/sendMessage", "echo", chat)
 
 
 async def stored_after(emulator: TelegramEmulator, token: str, chat: int, count: int,
@@ -266,6 +286,8 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
             to_phone = [(s - d) * 1000 for s, d in zip(ours, delivered, strict=True)]
             floor_ms = [(s - d) * 1000 for s, d in zip(floor, delivered, strict=True)]
             print(line("delivery → phone (EventSource)", to_phone, floor_ms))
+            if FLOOR_FAULTS:
+                print("the floor's connections met: " + ", ".join(FLOOR_FAULTS))
             # Cyrus looks for changes once a second for each EventSource connection, on each
             # connection's own timer: the per-mail difference shows that phase apart from ours.
             diff = sorted(o - f for o, f in zip(to_phone, floor_ms, strict=True))
@@ -295,6 +317,8 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
             echo.cancel()
             replies = (await stored_after(emulator, token, CHAT, mails + chats))[mails:]
             echoes = await stored_after(emulator, echo_token, CHAT, chats)
+            if FLOOR_FAULTS:
+                print("the floors' connections met: " + ", ".join(FLOOR_FAULTS))
             print(line("chat round trip (long polling)",
                        [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)],
                        [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]))

@@ -360,7 +360,9 @@ def report(m: Measured, settle_s: float) -> None:
         to_chat.append((m.ours[n][0] - d) * 1000)
         if queued is not None:
             worker_ms.append((m.ours[n][0] - queued) * 1000)
-    print(f"{m.server}: {mails} mails over LMTP {m.spacing_s * 1000:.0f} ms apart (LMTP call "
+    apart = ("each after a quiet spell" if m.gaps
+             else f"{m.spacing_s * 1000:.0f} ms apart")
+    print(f"{m.server}: {mails} mails over LMTP {apart} (LMTP call "
           f"p50 {statistics.median(m.lmtp_ms):.0f} ms), governor "
           f"{'lifted' if m.lift else 'in force'}, load at the start {m.load:.2f}")
     if m.gaps and len(to_chat) == len(floor_ms) == mails:
