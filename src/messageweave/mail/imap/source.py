@@ -34,6 +34,7 @@ from messageweave.mail.imap.errors import (
     ImapTooLarge,
 )
 from messageweave.mail.imap.ids import parse_mail_id
+from messageweave.mail.imap.kept import KeptConnection
 from messageweave.mail.imap.reply import ImapReplies
 from messageweave.mail.imap.responses import BodyPart, Fetched, MailboxInfo
 from messageweave.mail.imap.searching import ImapSearch
@@ -234,6 +235,13 @@ class ImapSource(ImapReader, ImapReplies):
     def __init__(self, client: ImapClient, cfg: BusinessConfig) -> None:
         super().__init__(client, cfg.imap_notify_mailboxes)
         self._cfg = cfg
+        # The catch-up passes' own connection, kept between them (`kept`; issue #37): a pass
+        # never waits for this one, which the worker reads mail over.
+        self.kept = KeptConnection(client.twin)
+
+    async def aclose(self) -> None:
+        await self.kept.aclose()
+        await super().aclose()
 
     @contextlib.asynccontextmanager
     async def _imap(self) -> AsyncIterator[ImapClient]:
