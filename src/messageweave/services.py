@@ -264,7 +264,7 @@ class Peers:
         except ValueError as exc:
             raise NotConfigured(scrub(str(exc), cfg.secrets())) from None
         # The source's kept connection (issue #37); a new one per pass before the source is.
-        connect = (runtime.imap.kept.lend if runtime.imap is not None
+        connect = (runtime.imap.for_pass if runtime.imap is not None
                    else lambda: new_imap_client(cfg, outbound))
         return ImapWatch(connect, cfg.imap_notify_mailboxes, cfg.imap_username)
 
