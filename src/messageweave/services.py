@@ -263,7 +263,7 @@ class Peers:
             new_imap_client(cfg, outbound)  # no I/O: the settings' errors surface here
         except ValueError as exc:
             raise NotConfigured(scrub(str(exc), cfg.secrets())) from None
-        # The source's kept connection (issue #37); a new one per pass before the source is.
+        # The source's kept connection (issue #37); a new one per pass when there is no source.
         connect = (runtime.imap.for_pass if runtime.imap is not None
                    else lambda: new_imap_client(cfg, outbound))
         return ImapWatch(connect, cfg.imap_notify_mailboxes, cfg.imap_username)

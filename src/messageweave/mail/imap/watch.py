@@ -86,7 +86,7 @@ class _Listed:
 
 class ImapWatch:
     """The watching side of one IMAP account: `connect()` gives a logged-in client for one
-    pass (a new one, or `kept.KeptConnection.lend`'s: issue #37)."""
+    pass (a new one, or the one `source.ImapSource.for_pass` keeps: issue #37)."""
 
     def __init__(self, connect: Callable[[], AbstractAsyncContextManager[ImapClient]],
                  mailboxes: Sequence[str],
