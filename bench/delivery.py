@@ -67,6 +67,7 @@ from pathlib import Path
 import httpx
 from bench.peers import started_peers
 from bench.pipeline import pct
+from bench.quiet import add_quiet_arguments, quiet_gaps
 from tests.helpers import CYRUS_PASSWORD, CYRUS_USER, console_script, free_port
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.peers.telegram import TelegramEmulator
@@ -145,23 +146,43 @@ def mark(marks: Path | None, label: str, at: float | None = None) -> None:
 
 async def floor_eventsource(cyrus: CyrusServer, emulator: TelegramEmulator, token: str,
                             stop: asyncio.Event, marks: Path | None) -> None:
-    """The bare client: on each `state` event, one bare sendMessage."""
+    """The bare client: on each `state` event, one bare sendMessage. A stream that ends is
+    opened again, and a send on a connection the emulator closed meanwhile (Node closes an
+    idle one after 5 s: quiet spells) is sent once more, as any client would; both counted."""
     session = await asyncio.to_thread(cyrus.session)
     url = expand(session["eventSourceUrl"], types="Email", closeafter="no", ping="30")
     auth = httpx.BasicAuth(CYRUS_USER, CYRUS_PASSWORD)
     send = f"{emulator.base_url}/bot{token}/sendMessage"
+    n = 0
     async with httpx.AsyncClient(verify=str(cyrus.ca_file), auth=auth,
                                  timeout=httpx.Timeout(10, read=None)) as http:
-        async with http.stream("GET", url) as resp:
-            parser, n = SseParser(), 0
-            async for raw in resp.aiter_lines():
-                event = parser.feed(raw.rstrip("\r"))
-                if event is not None and event.type == "state":
-                    mark(marks, "floor_event")
-                    await http.post(send, json={"chat_id": FLOOR_CHAT, "text": f"floor {n}"})
-                    n += 1
-                if stop.is_set():
-                    return
+        while not stop.is_set():
+            try:
+                async with http.stream("GET", url) as resp:
+                    parser = SseParser()
+                    async for raw in resp.aiter_lines():
+                        event = parser.feed(raw.rstrip("\r"))
+                        if event is not None and event.type == "state":
+                            mark(marks, "floor_event")
+                            await _send_retried(http, send, f"floor {n}")
+                            n += 1
+                        if stop.is_set():
+                            return
+            except httpx.TransportError as exc:
+                FLOOR_FAULTS.append(f"stream: {type(exc).__name__}")
+            FLOOR_FAULTS.append("stream ended")
+
+
+FLOOR_FAULTS: list[str] = []  # what the floor's connections met during the run
+
+
+async def _send_retried(http: httpx.AsyncClient, url: str, text: str,
+                        chat: int = FLOOR_CHAT) -> None:
+    try:
+        await http.post(url, json={"chat_id": chat, "text": text})
+    except httpx.TransportError as exc:
+        FLOOR_FAULTS.append(f"send: {type(exc).__name__}")
+        await http.post(url, json={"chat_id": chat, "text": text})
 
 
 async def floor_echo(emulator: TelegramEmulator, token: str, stop: asyncio.Event) -> None:
@@ -175,7 +196,7 @@ async def floor_echo(emulator: TelegramEmulator, token: str, stop: asyncio.Event
             for update in answer.get("result", []):
                 offset = update["update_id"] + 1
                 chat = update["message"]["chat"]["id"]
-                await http.post(f"{base}/sendMessage", json={"chat_id": chat, "text": "echo"})
+                await _send_retried(http, f"{base}/sendMessage", "echo", chat)
 
 
 async def stored_after(emulator: TelegramEmulator, token: str, chat: int, count: int,
@@ -224,7 +245,17 @@ def print_marks(marks: Path, delivered: list[float]) -> None:
         for step, v in steps.items() if v))
 
 
-async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> None:
+async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
+              quiet: tuple[float, float] | None = None, seed: int = 0) -> None:
+    # Mail n at start + at[n]; /help k after waits[k] of silence.
+    if quiet is None:
+        at, waits = [n * spacing_s for n in range(mails)], [spacing_s] * chats
+    else:
+        gaps = quiet_gaps(quiet, mails + chats, seed)
+        at = [sum(gaps[:n + 1]) for n in range(mails)]
+        waits = gaps[mails:]
+    load = os.getloadavg()[0]
+    print(f"load at the start {load:.2f}")
     with started_peers("mwd") as peers:
         cyrus, emulator = peers.cyrus, peers.emulator
         data = Path(tempfile.mkdtemp(prefix="mwd-run", dir="/tmp"))
@@ -242,7 +273,7 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
             for n in range(mails):
                 # On an absolute schedule, so that the stride (and the phases it spreads) does
                 # not drift by each delivery's own time.
-                await asyncio.sleep(max(0.0, start + n * spacing_s - time.time()))
+                await asyncio.sleep(max(0.0, start + at[n] - time.time()))
                 t0 = time.time()
                 raw = make_message(subject=f"delivery {n}")
                 await asyncio.to_thread(cyrus.deliver, raw)
@@ -255,9 +286,15 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
             to_phone = [(s - d) * 1000 for s, d in zip(ours, delivered, strict=True)]
             floor_ms = [(s - d) * 1000 for s, d in zip(floor, delivered, strict=True)]
             print(line("delivery → phone (EventSource)", to_phone, floor_ms))
+            if FLOOR_FAULTS:
+                print("the floor's connections met: " + ", ".join(FLOOR_FAULTS))
             # Cyrus looks for changes once a second for each EventSource connection, on each
             # connection's own timer: the per-mail difference shows that phase apart from ours.
             diff = sorted(o - f for o, f in zip(to_phone, floor_ms, strict=True))
+            if quiet is not None:
+                print("quiet spells: per mail, the silence before it / ours − floor: " + ", ".join(
+                    f"{at[n] - (at[n - 1] if n else 0):.0f} s / {o - f:+.0f} ms"
+                    for n, (o, f) in enumerate(zip(to_phone, floor_ms, strict=True))))
             print(f"per mail, ours − floor: p50 {statistics.median(diff):.0f} / min "
                   f"{diff[0]:.0f} / max {diff[-1]:.0f} ms; the state event of ours after the "
                   f"floor's: {sum(1 for d in diff if d > 0)} of {len(diff)}")
@@ -268,8 +305,8 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
             echo = asyncio.create_task(floor_echo(emulator, echo_token, stop := asyncio.Event()))
             await asyncio.sleep(0.5)
             asked, asked_floor = [], []
-            for _ in range(chats):
-                await asyncio.sleep(spacing_s)  # Telegram's 1 message/s per chat (governor)
+            for wait in waits:
+                await asyncio.sleep(wait)  # Telegram's 1 message/s per chat (governor)
                 asked.append(time.time())
                 await emulator.send_user_message(token, CHAT, "/help")
                 await emulator.wait_for_messages(token, CHAT, mails + len(asked), 30)
@@ -280,11 +317,14 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None) -> N
             echo.cancel()
             replies = (await stored_after(emulator, token, CHAT, mails + chats))[mails:]
             echoes = await stored_after(emulator, echo_token, CHAT, chats)
+            if FLOOR_FAULTS:
+                print("the floors' connections met: " + ", ".join(FLOOR_FAULTS))
             print(line("chat round trip (long polling)",
                        [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)],
                        [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]))
             print("SUMMARY delivery: " + json.dumps({
-                "mails": mails, "spacing_ms": spacing_s * 1000,
+                "mails": mails, "spacing_ms": spacing_s * 1000, "quiet": quiet,
+                "load": round(load, 2),
                 "p50_ms": round(statistics.median(to_phone)),
                 "p99_ms": round(pct(to_phone, 0.99)),
                 "floor_p99_ms": round(pct(floor_ms, 0.99))}))
@@ -301,8 +341,10 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--marks", type=Path, default=None,
                         help="append delivery and event times here (and the patched app's)")
+    add_quiet_arguments(parser)
     args = parser.parse_args()
-    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats, args.marks))
+    asyncio.run(run(args.mails, args.spacing_ms / 1000, args.chats, args.marks, args.quiet,
+                    args.seed))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ from typing import cast
 import httpx
 import redis.asyncio as aioredis
 from bench.pipeline import pct
+from bench.quiet import add_quiet_arguments, quiet_gaps
 from tests.helpers import ADMIN_KEY, configure, console_script, free_port, sample_wire
 from tests.peers.cyrus import CyrusServer, make_message, new_base_dir, remove_base_dir
 from tests.peers.dovecot import DovecotServer
@@ -284,10 +285,14 @@ class Measured:
     enqueued: dict[int, float]  # uid → the stream entry's time
     log: Path
     passes_ms: list[float]  # `fresh_passes`, after the run
+    gaps: list[float] = field(default_factory=list)  # the silence before each mail (--quiet)
 
 
 async def measure(server: str, mails: int, spacing_s: float, settle_s: float,
-                  lift: bool) -> Measured:
+                  lift: bool, quiet: tuple[float, float] | None = None, seed: int = 0
+                  ) -> Measured:
+    gaps = [spacing_s] * mails if quiet is None else quiet_gaps(quiet, mails, seed)
+    at = [sum(gaps[:n]) + (gaps[0] if quiet else 0) for n in range(mails)]
     load = os.getloadavg()[0]
     fd, name = tempfile.mkstemp(prefix="mwi-serve-", suffix=".log")  # kept for a look after
     os.close(fd)
@@ -312,7 +317,7 @@ async def measure(server: str, mails: int, spacing_s: float, settle_s: float,
             lmtp_ms: list[float] = []
             start = time.time()
             for n in range(mails):
-                await asyncio.sleep(max(0.0, start + n * spacing_s - time.time()))
+                await asyncio.sleep(max(0.0, start + at[n] - time.time()))
                 raw = make_message(subject=subject_of(n))
                 t0 = time.time()
                 await asyncio.to_thread(peers.server.deliver, raw, USER)
@@ -332,7 +337,7 @@ async def measure(server: str, mails: int, spacing_s: float, settle_s: float,
     return Measured(server, spacing_s, lift, load, delivered, lmtp_ms, ours, after,
                     forced.status_code, floor,
                     {int(m.text.split()[1]): m.stored_ms / 1000 for m in floor_msgs},
-                    enqueued, log, passes_ms)
+                    enqueued, log, passes_ms, gaps if quiet else [])
 
 
 def report(m: Measured, settle_s: float) -> None:
@@ -355,9 +360,15 @@ def report(m: Measured, settle_s: float) -> None:
         to_chat.append((m.ours[n][0] - d) * 1000)
         if queued is not None:
             worker_ms.append((m.ours[n][0] - queued) * 1000)
-    print(f"{m.server}: {mails} mails over LMTP {m.spacing_s * 1000:.0f} ms apart (LMTP call "
+    apart = ("each after a quiet spell" if m.gaps
+             else f"{m.spacing_s * 1000:.0f} ms apart")
+    print(f"{m.server}: {mails} mails over LMTP {apart} (LMTP call "
           f"p50 {statistics.median(m.lmtp_ms):.0f} ms), governor "
           f"{'lifted' if m.lift else 'in force'}, load at the start {m.load:.2f}")
+    if m.gaps and len(to_chat) == len(floor_ms) == mails:
+        print("quiet spells: per mail, the silence before it / ours − floor: " + ", ".join(
+            f"{g:.0f} s / {(o - f):+.0f} ms"
+            for g, o, f in zip(m.gaps, to_chat, floor_ms, strict=True)))
     print(f"delivery → chat (IDLE): ours {share('', to_chat)}; floor {share('', floor_ms)} "
           f"({len(to_chat)} / {len(floor_ms)} samples)")
     print("where ours goes: " + "; ".join([
@@ -378,7 +389,8 @@ def report(m: Measured, settle_s: float) -> None:
         "max_ms": round(max(to_chat)) if to_chat else None,
         "floor_p50_ms": round(statistics.median(floor_ms)) if floor_ms else None,
         "floor_p99_ms": round(pct(floor_ms, 0.99)) if floor_ms else None,
-        "exactly_once": not missing and not twice, "load": round(m.load, 2)}))
+        "exactly_once": not missing and not twice, "load": round(m.load, 2),
+        "quiet": bool(m.gaps)}))
 
 
 def main() -> None:
@@ -392,9 +404,10 @@ def main() -> None:
                         help="after the forced pass, before counting notifications again")
     parser.add_argument("--lift-limits", action="store_true",
                         help="lift the governor's limits (for spacings under 1 s)")
+    add_quiet_arguments(parser)
     args = parser.parse_args()
     measured = asyncio.run(measure(args.server, args.mails, args.spacing_ms / 1000,
-                                   args.settle_s, args.lift_limits))
+                                   args.settle_s, args.lift_limits, args.quiet, args.seed))
     report(measured, args.settle_s)
 
 

@@ -251,8 +251,8 @@ class Peers:
 
     async def watch(self, outbound: OutboundConfig) -> MailWatch:
         """The watching side of the same source (catch-up passes, gap audits): an IMAP one
-        opens its own connection per pass (`NotConfigured` for a trust store that cannot be
-        loaded)."""
+        runs on a connection of its own, kept between passes (`NotConfigured` for a trust
+        store that cannot be loaded)."""
         runtime = self.runtime
         if runtime is None:
             raise NotConfigured
@@ -263,8 +263,10 @@ class Peers:
             new_imap_client(cfg, outbound)  # no I/O: the settings' errors surface here
         except ValueError as exc:
             raise NotConfigured(scrub(str(exc), cfg.secrets())) from None
-        return ImapWatch(lambda: new_imap_client(cfg, outbound), cfg.imap_notify_mailboxes,
-                         cfg.imap_username)
+        # The source's kept connection (issue #37); a new one per pass when there is no source.
+        connect = (runtime.imap.for_pass if runtime.imap is not None
+                   else lambda: new_imap_client(cfg, outbound))
+        return ImapWatch(connect, cfg.imap_notify_mailboxes, cfg.imap_username)
 
     def account(self) -> str | None:
         """The account whose catch-up flags the scheduler takes (no I/O): the connected JMAP

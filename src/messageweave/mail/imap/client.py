@@ -122,6 +122,12 @@ class ImapClient(MailboxCommands, AsyncClosing):
         await self.connect()
         return self
 
+    def twin(self) -> ImapClient:
+        """A new, unconnected client of the same server, user and settings."""
+        return ImapClient(self.host, self.port, username=self.username, password=self._password,
+                          security=self.security, ca_pem=self._ca_pem, ssl_context=self._ssl,
+                          timeout=self._timeout, limits=self.limits)
+
     @property
     def connected(self) -> bool:
         return self._writer is not None

@@ -21,10 +21,13 @@ connection (`session.MailboxSession`: connected on first use, once more when it 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
+from messageweave.aio import cancel
 from messageweave.config.model import BusinessConfig
+from messageweave.mail.errors import MailError
 from messageweave.mail.imap import bodies, headers
 from messageweave.mail.imap.client import ImapClient
 from messageweave.mail.imap.errors import (
@@ -34,6 +37,7 @@ from messageweave.mail.imap.errors import (
     ImapTooLarge,
 )
 from messageweave.mail.imap.ids import parse_mail_id
+from messageweave.mail.imap.kept import KeptConnection
 from messageweave.mail.imap.reply import ImapReplies
 from messageweave.mail.imap.responses import BodyPart, Fetched, MailboxInfo
 from messageweave.mail.imap.searching import ImapSearch
@@ -234,6 +238,31 @@ class ImapSource(ImapReader, ImapReplies):
     def __init__(self, client: ImapClient, cfg: BusinessConfig) -> None:
         super().__init__(client, cfg.imap_notify_mailboxes)
         self._cfg = cfg
+        # The catch-up passes' own connection, kept between them (`kept`; issue #37): a pass
+        # never waits for this one, which the worker reads mail over.
+        self.kept = KeptConnection(client.twin)
+        self._warming: asyncio.Task[None] | None = None
+
+    @contextlib.asynccontextmanager
+    async def for_pass(self) -> AsyncIterator[ImapClient]:
+        """The kept connection for one catch-up pass (`kept.lend`). Meanwhile the worker's
+        connection, which reads the mail the pass enqueues, is made ready ahead of need: logged
+        in when it is not (the first mail after a start), and checked with a NOOP, logged in
+        again when the server closed it during a quiet spell (issue #37)."""
+        if self._warming is None or self._warming.done():
+            self._warming = asyncio.create_task(self._ready_reader())
+        async with self.kept.lend() as client:
+            yield client
+
+    async def _ready_reader(self) -> None:
+        with contextlib.suppress(MailError):
+            await self.run(lambda client: client.noop())
+
+    async def aclose(self) -> None:
+        if self._warming is not None:
+            await cancel(self._warming)
+        await self.kept.aclose()
+        await super().aclose()
 
     @contextlib.asynccontextmanager
     async def _imap(self) -> AsyncIterator[ImapClient]:

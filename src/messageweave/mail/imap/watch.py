@@ -26,6 +26,7 @@ import datetime as dt
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from messageweave.config.model import BusinessConfig
@@ -84,9 +85,11 @@ class _Listed:
 
 
 class ImapWatch:
-    """The watching side of one IMAP account: `connect` makes a new (unconnected) client."""
+    """The watching side of one IMAP account: `connect()` gives a logged-in client for one
+    pass (a new one, or the one `source.ImapSource.for_pass` keeps: issue #37)."""
 
-    def __init__(self, connect: Callable[[], ImapClient], mailboxes: Sequence[str],
+    def __init__(self, connect: Callable[[], AbstractAsyncContextManager[ImapClient]],
+                 mailboxes: Sequence[str],
                  account: str) -> None:
         self.connect = connect
         self.mailboxes = list(dict.fromkeys(mailboxes))

@@ -49,6 +49,11 @@ from messageweave.mail.jmap.submission import SubmitMethods
 WELL_KNOWN = "/.well-known/jmap"
 MAX_REDIRECTS = 5
 _REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+# How long an idle pooled connection is kept (issue #37). httpx's default, 5 s, dropped it
+# between two mails: the catch-up after a quiet spell opened a new TLS connection (50–100 ms
+# on Cyrus). Below Cyrus httpd's own idle timeout (`httptimeout`, 5 min); a connection the
+# server closed sooner is seen closed when it is taken from the pool, and not used.
+KEEPALIVE_S = 240.0
 # Loading a trust store (certifi's: 40 ms) is the costliest step of applying a configuration;
 # the contexts last made, by what they were made from (the store file's identity included).
 _SSL_CONTEXTS_KEPT = 8
@@ -169,6 +174,8 @@ class JmapClient(SourceMethods, PushMethods, SubmitMethods, AsyncClosing):
             timeout=httpx.Timeout(self._timeout),
             verify=verify if verify is not None else build_ssl_context(ca_file, ca_pem=ca_pem),
             follow_redirects=False,
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                                keepalive_expiry=KEEPALIVE_S),
             transport=transport,
             headers={"User-Agent": user_agent, "Accept": "application/json"},
         )
