@@ -58,6 +58,7 @@ def build_services(settings: Settings) -> Services:
 
 
 async def close(svc: Services) -> None:
+    await svc.accounts.aclose()
     await svc.config.aclose()
     await svc.redis.aclose()
 
@@ -68,7 +69,7 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     svc = build_services(settings)
     try:
         await upgrade_if_reachable(svc.redis)  # before any key is read (issue #35)
-        await svc.config.refresh()
+        await svc.refresh()
         yield svc
     finally:
         await close(svc)
@@ -83,7 +84,7 @@ def background(svc: Services, worker: Worker,
     opening = [] if svc.runtime is None else [
         asyncio.create_task(svc.runtime.telegram.connect(), name="telegram-connect")]
     loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-        ("config-reload", svc.config.run_reload_loop), ("worker", partial(run_worker, worker)),
+        ("config-reload", svc.run_reload_loop), ("worker", partial(run_worker, worker)),
         ("scheduler", partial(run_scheduler, svc)), ("gap-auditor", partial(run_auditor, svc)),
         ("telegram-poller", partial(run_poller, svc)),
         ("jmap-eventsource", partial(run_eventsource, svc)), ("imap-idle", partial(run_idle, svc)),
@@ -101,7 +102,7 @@ async def _after(upgrading: asyncio.Task[None] | None, loop: Callable[[], Awaita
 
 async def _upgrade_later(svc: Services) -> None:
     await upgrade_when_reachable(svc.redis)
-    await svc.config.refresh()
+    await svc.refresh()
 
 
 async def stop(tasks: list[asyncio.Task[None]]) -> None:
@@ -120,7 +121,7 @@ async def serving(svc: Services) -> AsyncIterator[Worker]:
         await upgrade(svc.redis)  # before any key is read (issue #35)
     except UNREACHABLE:  # serve `/healthz` (and `/ready`: redis failed) meanwhile, as before
         upgrading = asyncio.create_task(_upgrade_later(svc), name="upgrade")
-    await svc.config.refresh()
+    await svc.refresh()
     worker = Worker(svc)
     tasks = background(svc, worker, upgrading)
     # What the imports and the set-up allocated for good leaves the collector's view: a full
