@@ -45,6 +45,7 @@ class AccountRuntime:
     keys: AccountKeys
     enabled: bool
     peers: Peers | None
+    revision: int = 0  # the account's (for `default`, the business configuration's)
 
     def chats(self) -> tuple[int, ...]:
         return chats_of(self.config)
@@ -82,7 +83,7 @@ class AccountRegistry:
         if business is None:
             return None
         return AccountRuntime(DEFAULT_ACCOUNT, business, keys.DEFAULT, self._default_enabled,
-                              self._default_peers)
+                              self._default_peers, self._config.revision)
 
     def of_chat(self, chat_id: int) -> AccountRuntime | None:
         """The account a chat belongs to (SPEC G.4), None for a chat of no account."""
@@ -91,6 +92,22 @@ class AccountRegistry:
             return default
         account_id = self._chats.get(chat_id)
         return self._others.get(account_id) if account_id is not None else None
+
+    async def applied(self, account_id: str, revision: int) -> bool:
+        """Whether the runtime serves `revision` of the account (or a newer one) once the
+        registry has read the stored accounts now (a save's `runtime_applied`)."""
+        await self.refresh()
+        stamp = self._stamps.get(account_id)
+        return stamp is not None and stamp[1] >= revision and account_id in self._others
+
+    def allowlist(self) -> frozenset[int]:
+        """The chats the bot takes updates from: every account's, paused ones' included (they
+        are answered "paused"). Empty while `default`'s allowlist is (a configuration older
+        than the allowlist: every chat, `pipeline.ingress.parse_update`)."""
+        default = self.get(DEFAULT_ACCOUNT)
+        if default is None or not default.config.chat_allowlist:
+            return frozenset()
+        return frozenset(default.config.chat_allowlist) | frozenset(self._chats)
 
     def of_stream(self, stream: str) -> AccountRuntime | None:
         """The account whose mail stream `stream` is, None for any other stream."""
@@ -147,6 +164,8 @@ class AccountRegistry:
             stamp = (self._config.revision, revision, enabled)
             if self._stamps.get(account_id) != stamp:
                 await self._rebuild(account_id, stamp)
+
+    def _reindex(self) -> None:
         self._chats = {chat: a.id for a in self._others.values() for chat in a.chats()}
         self._streams = {a.keys.stream_jmap: a.id for a in self._others.values()}
 
@@ -171,12 +190,14 @@ class AccountRegistry:
                             warning.step, warning.detail)
         self._others[account_id] = AccountRuntime(account_id, account.config,
                                                   AccountKeys(account_id), account.enabled,
-                                                  peers)
+                                                  peers, account.revision)
         self._stamps[account_id] = stamp
+        self._reindex()
 
     async def _drop(self, account_id: str) -> None:
         self._stamps.pop(account_id, None)
         account = self._others.pop(account_id, None)
+        self._reindex()
         if account is not None and account.peers is not None:
             await account.peers.aclose()
 

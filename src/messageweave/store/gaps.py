@@ -18,6 +18,7 @@ from typing import Any
 
 from messageweave.errors import dump_json
 from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import CHECK_AND_CLAIM, STREAM_JMAP_MAXLEN, Lock
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.scripts import Script
@@ -82,10 +83,11 @@ async def read_state(redis: Redis) -> AuditState:
     return AuditState(text_of(cursor), int_of(text_of(watermark)), int_of(text_of(baseline)))
 
 
-async def record_baseline(redis: Redis, lock: Lock, at: int) -> bool:
+async def record_baseline(redis: Redis, lock: Lock, at: int,
+                          names: AccountKeys = keys.DEFAULT) -> bool:
     """The reconcile's first run: store its instant, only while `lock` is held."""
     result = await RECORD_BASELINE(redis, keys={"lock": lock.key,
-                                                "baseline": keys.RECONCILE_BASELINE},
+                                                "baseline": names.of(keys.RECONCILE_BASELINE)},
                                    args={"owner": lock.owner, "at": at})
     return int(result) == 1
 

@@ -14,6 +14,7 @@ trimmed exactly rather than by whole nodes.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -87,6 +88,11 @@ def stream_key(name: str, account_id: str = keys.DEFAULT_ACCOUNT) -> str | None:
 def stream_name(key: str) -> str:
     """The contract's name of the stream at `key`: the key without its hash tag."""
     return key.split("}:", 1)[-1]
+
+
+def is_mail_stream(key: str) -> bool:
+    """An account's mail stream (`a:{<id>}:stalwart:jmap`); the other is the chat's."""
+    return key.startswith("a:{") and stream_name(key) == STREAM_NAMES[0]
 
 
 class SwitchedOff(Exception):
@@ -200,24 +206,26 @@ class StreamStore:
         return str(await self.redis.xadd(stream, fields))  # type: ignore[arg-type]
 
     # --- consumer group -----------------------------------------------------------------
-    async def ensure_groups(self) -> None:
-        for stream in keys.STREAMS:
+    async def ensure_groups(self, streams: Sequence[str] = keys.STREAMS) -> None:
+        for stream in streams:
             try:
                 await self.redis.xgroup_create(stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
-    async def read_new(self, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
-        streams = {stream: ">" for stream in keys.STREAMS}
+    async def read_new(self, consumer: str, count: int, block_ms: int | None,
+                       streams: Sequence[str] = keys.STREAMS) -> list[Entry]:
+        """One XREADGROUP over `streams` (at most `count` new entries from each)."""
         try:
             reply = await self._raw.xreadgroup(
-                keys.CONSUMER_GROUP, consumer, streams, count=count, block=block_ms
+                keys.CONSUMER_GROUP, consumer, dict.fromkeys(streams, ">"), count=count,
+                block=block_ms
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            await self.ensure_groups()
+            await self.ensure_groups(streams)
             return []
         out: list[Entry] = []
         for stream, rows in reply or []:

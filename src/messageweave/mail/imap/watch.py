@@ -48,7 +48,8 @@ from messageweave.mail.passes import (
     ProgressCallback,
     ReconcileBusy,
 )
-from messageweave.store import gaps
+from messageweave.store import gaps, keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -94,13 +95,14 @@ class ImapWatch:
 
     async def catch_up(self, redis: Redis, roles: Iterable[str], *, budget: Budget | None = None,
                        on_progress: ProgressCallback | None = None, digest_threshold: int = 0,
-                       source: str = "reconcile") -> Progress:
+                       source: str = "reconcile",
+                       names: AccountKeys = keys.DEFAULT) -> Progress:
         seconds = (budget or Budget()).seconds
         try:
             async with self.connect() as client:
                 done = await catch_up(redis, client, self.mailboxes, self.account,
                                       digest_threshold=digest_threshold, seconds=seconds,
-                                      source=source)
+                                      source=source, names=names)
         except CatchupBusy as exc:
             raise ReconcileBusy(str(exc)) from exc
         progress = progress_of(done)

@@ -1,0 +1,133 @@
+"""Several mailboxes on one instance (issue #35, SPEC G.1, G.5): each account's mail is
+watched and notified to its own owner's chat, exactly once."""
+
+from __future__ import annotations
+
+import secrets
+
+from messageweave.store import keys
+from messageweave.store.mailbox import announce_catchup, request_catchup
+from tests.helpers import eventually
+from tests.integration.accounts.conftest import ServedAccount, add_account
+from tests.peers.cyrus import CyrusServer
+from tests.served import CYRUS_USER, ServedApp
+
+
+async def _first_pass_done(app: ServedApp, account: ServedAccount) -> None:
+    """The account's first pass recorded where its mailbox stands (it notifies nothing)."""
+    cursor = account.keys.of(keys.RECONCILE_CURSOR)
+
+    async def recorded() -> bool:
+        return bool(await app.redis.exists(cursor))
+
+    await eventually(recorded, f"the first pass of account {account.id}", timeout_s=15)
+
+
+async def _finished(app: ServedApp, account: ServedAccount) -> None:
+    """Until every entry of the account's stream has its terminal record: the chat holds all
+    it ever will."""
+    stream = account.keys.stream_jmap
+
+    async def finished() -> bool:
+        entries = await app.redis.xrange(stream)
+        return all([await app.redis.exists(keys.delivery_committed(stream, entry_id))
+                    for entry_id, _ in entries])
+
+    await eventually(finished, f"every queued mail of account {account.id} finished")
+
+
+async def test_every_accounts_mail_goes_once_to_its_own_owner(
+    served: ServedApp, cyrus: CyrusServer
+) -> None:
+    """Catches a runtime that watches only the `default` mailbox (another account's mail never
+    notified), one that sends an account's mail to another account's chat, or one that
+    notifies a mail twice (two accounts' passes sharing a cursor or claims)."""
+    await served.configure(reconcile_interval_s=10)  # the least: a pass every 10 s
+    work = await add_account(served, cyrus, "work")
+    family = await add_account(served, cyrus, "family")
+    default = ServedAccount("default", CYRUS_USER, served.chat)
+    for account in (default, work, family):
+        await _first_pass_done(served, account)
+
+    words = {a.id: f"{a.id}-{secrets.token_hex(4)}" for a in (default, work, family)}
+    for account in (default, work, family):
+        cyrus.append(subject=f"note {words[account.id]}", user=account.user)
+    for account in (default, work, family):
+        await served.emulator.wait_for_messages(served.token, account.chat, 1, timeout_s=30)
+    for account in (default, work, family):
+        await _finished(served, account)
+
+    for account in (default, work, family):
+        texts = [m.text for m in await served.emulator.sent_messages(served.token,
+                                                                      account.chat)]
+        mine = [t for t in texts if words[account.id] in t]
+        assert len(mine) == 1, (account.id, texts)
+        others = [w for i, w in words.items() if i != account.id]
+        assert not [t for t in texts if any(w in t for w in others)], (account.id, texts)
+        status = await served.client.get(f"/api/accounts/{account.id}/status",
+                                         headers=served.admin)
+        assert status.json()["last_notified_at"] is not None, status.text
+        assert status.json()["waiting"] == 0 and status.json()["mail"] == "ok", status.text
+
+
+async def _set_enabled(app: ServedApp, account: ServedAccount, enabled: bool) -> None:
+    answer = await app.client.put(f"/api/accounts/{account.id}/enabled", headers=app.admin,
+                                  json={"enabled": enabled})
+    assert answer.status_code == 200, answer.text
+    svc = app.services
+
+    async def seen() -> bool:
+        served = svc.accounts.get(account.id)
+        return served is not None and served.enabled is enabled
+
+    await eventually(seen, f"account {account.id} enabled={enabled} seen by the app")
+
+
+async def _catch_up(app: ServedApp, account: ServedAccount) -> str:
+    """Ask for a catch-up pass of the account the way a push does (the flag, then the wake);
+    the flag's key."""
+    await request_catchup(app.redis, account.user, names=account.keys)
+    await announce_catchup(app.redis, account.user)
+    return account.keys.reconcile_catchup(account.user)
+
+
+async def _taken(app: ServedApp, flag: str) -> None:
+    async def gone() -> bool:
+        return not await app.redis.exists(flag)
+
+    await eventually(gone, f"{flag} taken by a scheduler")
+
+
+async def test_a_paused_account_is_not_notified_and_catches_up_on_resume(
+    served: ServedApp, cyrus: CyrusServer
+) -> None:
+    """Catches a pause the runtime ignores (the paused account's mailbox still watched and its
+    mail notified), or a resume that loses what came meanwhile (or notifies it twice)."""
+    family = await add_account(served, cyrus, "family")
+    default = ServedAccount("default", CYRUS_USER, served.chat)
+    for account in (default, family):  # the first passes: where each mailbox stands
+        await _taken(served, await _catch_up(served, account))
+        await _first_pass_done(served, account)
+    await _set_enabled(served, family, False)
+
+    word = f"paused-{secrets.token_hex(4)}"
+    cyrus.append(subject=f"note {word}", user=family.user)
+    family_flag = await _catch_up(served, family)
+    # Two catch-ups of `default`, each woken like family's, each seen through to its chat: a
+    # scheduler of family's (it polls its flag every 0.2 s too) would have taken its flag.
+    for n in range(1, 3):
+        marker = f"marker-{secrets.token_hex(4)}"
+        cyrus.append(subject=f"note {marker}", user=default.user)
+        await _taken(served, await _catch_up(served, default))
+        sent = await served.emulator.wait_for_messages(served.token, served.chat, n,
+                                                       timeout_s=10)
+        assert marker in sent[-1].text
+    assert await served.redis.exists(family_flag)  # no scheduler of family's took it
+    assert await served.emulator.sent_messages(served.token, family.chat) == []
+
+    await _set_enabled(served, family, True)
+    await _taken(served, family_flag)
+    await served.emulator.wait_for_messages(served.token, family.chat, 1, timeout_s=15)
+    await _finished(served, family)
+    texts = [m.text for m in await served.emulator.sent_messages(served.token, family.chat)]
+    assert len([t for t in texts if word in t]) == 1, texts
