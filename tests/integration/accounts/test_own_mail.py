@@ -9,16 +9,15 @@ from messageweave.store import keys
 from messageweave.store.mailbox import announce_catchup, request_catchup
 from tests.helpers import eventually
 from tests.integration.accounts.conftest import ServedAccount, add_account
-from tests.peers.cyrus import CyrusServer
+from tests.peers.cyrus import CyrusServer, make_message
+from tests.peers.dovecot import DovecotServer
 from tests.served import CYRUS_USER, ServedApp
 
 
 async def _first_pass_done(app: ServedApp, account: ServedAccount) -> None:
     """The account's first pass recorded where its mailbox stands (it notifies nothing)."""
-    cursor = account.keys.of(keys.RECONCILE_CURSOR)
-
     async def recorded() -> bool:
-        return bool(await app.redis.exists(cursor))
+        return bool(await app.redis.exists(account.cursor))
 
     await eventually(recorded, f"the first pass of account {account.id}", timeout_s=15)
 
@@ -37,27 +36,33 @@ async def _finished(app: ServedApp, account: ServedAccount) -> None:
 
 
 async def test_every_accounts_mail_goes_once_to_its_own_owner(
-    served: ServedApp, cyrus: CyrusServer
+    served: ServedApp, cyrus: CyrusServer, dovecot: DovecotServer
 ) -> None:
     """Catches a runtime that watches only the `default` mailbox (another account's mail never
     notified), one that sends an account's mail to another account's chat, or one that
-    notifies a mail twice (two accounts' passes sharing a cursor or claims)."""
+    notifies a mail twice (two accounts' passes sharing a cursor or claims). Three accounts
+    besides `default`: two Cyrus users over JMAP and a Dovecot user over IMAP."""
     await served.configure(reconcile_interval_s=10)  # the least: a pass every 10 s
     work = await add_account(served, cyrus, "work")
     family = await add_account(served, cyrus, "family")
+    home = await add_account(served, cyrus, "home", dovecot=dovecot)
     default = ServedAccount("default", CYRUS_USER, served.chat)
-    for account in (default, work, family):
+    everyone = (default, work, family, home)
+    for account in everyone:
         await _first_pass_done(served, account)
 
-    words = {a.id: f"{a.id}-{secrets.token_hex(4)}" for a in (default, work, family)}
-    for account in (default, work, family):
-        cyrus.append(subject=f"note {words[account.id]}", user=account.user)
-    for account in (default, work, family):
+    words = {a.id: f"{a.id}-{secrets.token_hex(4)}" for a in everyone}
+    for account in everyone:
+        if account.imap:
+            dovecot.deliver(make_message(subject=f"note {words[account.id]}"), account.user)
+        else:
+            cyrus.append(subject=f"note {words[account.id]}", user=account.user)
+    for account in everyone:
         await served.emulator.wait_for_messages(served.token, account.chat, 1, timeout_s=30)
-    for account in (default, work, family):
+    for account in everyone:
         await _finished(served, account)
 
-    for account in (default, work, family):
+    for account in everyone:
         texts = [m.text for m in await served.emulator.sent_messages(served.token,
                                                                       account.chat)]
         mine = [t for t in texts if words[account.id] in t]
