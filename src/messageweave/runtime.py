@@ -99,7 +99,7 @@ def background(svc: Services, worker: Worker,
 
 # The loops each account other than `default` runs (`default`'s are `background`'s own).
 ACCOUNT_LOOPS: tuple[tuple[str, Callable[[MailContext], Coroutine[Any, Any, None]]], ...] = (
-    ("scheduler", run_scheduler),
+    ("scheduler", run_scheduler), ("gap-auditor", run_auditor),
 )
 
 

@@ -27,5 +27,6 @@ class JmapWatch:
                                          digest_threshold=digest_threshold, source=source,
                                          names=names)
 
-    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int) -> AuditResult:
-        return await auditor.audit(redis, self.client, roles, window_s)
+    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
+                    names: AccountKeys = keys.DEFAULT) -> AuditResult:
+        return await auditor.audit(redis, self.client, roles, window_s, names=names)

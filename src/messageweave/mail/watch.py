@@ -34,6 +34,7 @@ class MailWatch(Protocol):
         the lock; `MailError`, `RedisError`, `ReconcileError` and `store.mailbox.LockLost`
         propagate, the cursor kept). Its new mails count as ingested from `source`."""
 
-    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int) -> AuditResult:
-        """One gap audit of the last `window_s` seconds (`MailError` and `RedisError`
-        propagate)."""
+    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
+                    names: AccountKeys = keys.DEFAULT) -> AuditResult:
+        """One gap audit of the last `window_s` seconds, in the account whose keys are `names`
+        (`MailError` and `RedisError` propagate)."""

@@ -4,6 +4,7 @@ watched and notified to its own owner's chat, exactly once."""
 from __future__ import annotations
 
 import secrets
+import time
 
 from messageweave.store import keys
 from messageweave.store.mailbox import announce_catchup, request_catchup
@@ -136,3 +137,32 @@ async def test_a_paused_account_is_not_notified_and_catches_up_on_resume(
     await _finished(served, family)
     texts = [m.text for m in await served.emulator.sent_messages(served.token, family.chat)]
     assert len([t for t in texts if word in t]) == 1, texts
+
+
+async def test_an_accounts_lost_mail_is_healed_by_its_own_gap_audit(
+    served: ServedApp, cyrus: CyrusServer
+) -> None:
+    """Catches a gap auditor that audits only `default`: another account's mail whose queue
+    entry was lost stayed lost. The loss is made by hand (the claim and the entry deleted, as
+    a Redis that lost its last writes would): it cannot be produced on purpose otherwise."""
+    await served.configure(reconcile_interval_s=10, audit_interval_s=60)
+    family = await add_account(served, cyrus, "family")
+    await _first_pass_done(served, family)
+    word = f"lost-{secrets.token_hex(4)}"
+    # Received after the baseline's second (the audit lists mail received since it).
+    mail = cyrus.append(subject=f"note {word}", user=family.user, received_at=time.time() + 2)
+    await served.emulator.wait_for_messages(served.token, family.chat, 1, timeout_s=30)
+    await _finished(served, family)
+
+    stream = family.keys.stream_jmap
+    [(entry_id, _fields)] = await served.redis.xrange(stream)
+    await served.redis.delete(family.keys.dedup_jmap(family.user, mail.email_id),
+                              keys.delivery_committed(stream, entry_id))
+    await served.redis.xdel(stream, entry_id)
+    await served.redis.delete(family.keys.of(keys.AUDIT_SCHEDULE))  # its next audit: now
+
+    await served.emulator.wait_for_messages(served.token, family.chat, 2, timeout_s=30)
+    texts = [m.text for m in await served.emulator.sent_messages(served.token, family.chat)]
+    assert len([t for t in texts if word in t]) == 2, texts  # notified again: not lost
+    last = await served.redis.get(family.keys.of(keys.AUDIT_LAST))
+    assert last is not None and '"enqueued":1' in last.replace(" ", ""), last
