@@ -14,22 +14,25 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from messageweave.aio import cancel
-from messageweave.config.live import ConfigService
+from messageweave.config.live import RELOAD_INTERVAL_S, ConfigService
 from messageweave.logs import add_secret_source, remove_secret_source
 from messageweave.mail.auditor import run_auditor
+from messageweave.mail.context import MailContext
 from messageweave.mail.eventsource import run_eventsource
 from messageweave.mail.imap.idle import run_idle
 from messageweave.mail.scheduler import run_scheduler
 from messageweave.pipeline.polling import run_poller
 from messageweave.pipeline.worker import Worker, run_worker
-from messageweave.services import Peers, Services
+from messageweave.services import AccountRuntime, Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
+from messageweave.store.keys import DEFAULT_ACCOUNT
 from messageweave.store.redis import connect, embedded_url
 from messageweave.store.state import ConfigStore
 from messageweave.store.upgrade import (
@@ -58,6 +61,7 @@ def build_services(settings: Settings) -> Services:
 
 
 async def close(svc: Services) -> None:
+    await svc.accounts.aclose()
     await svc.config.aclose()
     await svc.redis.aclose()
 
@@ -68,7 +72,7 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     svc = build_services(settings)
     try:
         await upgrade_if_reachable(svc.redis)  # before any key is read (issue #35)
-        await svc.config.refresh()
+        await svc.refresh()
         yield svc
     finally:
         await close(svc)
@@ -83,13 +87,44 @@ def background(svc: Services, worker: Worker,
     opening = [] if svc.runtime is None else [
         asyncio.create_task(svc.runtime.telegram.connect(), name="telegram-connect")]
     loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-        ("config-reload", svc.config.run_reload_loop), ("worker", partial(run_worker, worker)),
+        ("config-reload", svc.run_reload_loop), ("worker", partial(run_worker, worker)),
         ("scheduler", partial(run_scheduler, svc)), ("gap-auditor", partial(run_auditor, svc)),
         ("telegram-poller", partial(run_poller, svc)),
         ("jmap-eventsource", partial(run_eventsource, svc)), ("imap-idle", partial(run_idle, svc)),
+        ("accounts", partial(run_accounts, svc)),
     ]
     return [*opening, *([upgrading] if upgrading is not None else []),
             *(asyncio.create_task(_after(upgrading, loop), name=name) for name, loop in loops)]
+
+
+# The loops each account other than `default` runs (`default`'s are `background`'s own).
+ACCOUNT_LOOPS: tuple[tuple[str, Callable[[MailContext], Coroutine[Any, Any, None]]], ...] = (
+    ("scheduler", run_scheduler), ("gap-auditor", run_auditor),
+)
+
+
+async def run_accounts(svc: Services) -> None:
+    """The one supervisor of the accounts' loops (issue #35): every `RELOAD_INTERVAL_S` it
+    starts `ACCOUNT_LOOPS` for each account the registry serves and stops those of an account
+    paused, deleted or rebuilt (a new revision: its loops start again with it)."""
+    running: dict[str, tuple[AccountRuntime, list[asyncio.Task[None]]]] = {}
+    try:
+        while True:
+            wanted = {a.id: a for a in svc.accounts.served() if a.id != DEFAULT_ACCOUNT}
+            for account_id, (account, tasks) in list(running.items()):
+                if wanted.get(account_id) is not account:
+                    del running[account_id]
+                    await stop(tasks)
+            for account_id, account in wanted.items():
+                if account_id not in running:
+                    context = svc.mail_context(account)
+                    running[account_id] = (account, [
+                        asyncio.create_task(loop(context), name=f"{name}:{account_id}")
+                        for name, loop in ACCOUNT_LOOPS])
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+    finally:
+        for _account, tasks in running.values():
+            await stop(tasks)
 
 
 async def _after(upgrading: asyncio.Task[None] | None, loop: Callable[[], Awaitable[None]]
@@ -101,7 +136,7 @@ async def _after(upgrading: asyncio.Task[None] | None, loop: Callable[[], Awaita
 
 async def _upgrade_later(svc: Services) -> None:
     await upgrade_when_reachable(svc.redis)
-    await svc.config.refresh()
+    await svc.refresh()
 
 
 async def stop(tasks: list[asyncio.Task[None]]) -> None:
@@ -120,7 +155,7 @@ async def serving(svc: Services) -> AsyncIterator[Worker]:
         await upgrade(svc.redis)  # before any key is read (issue #35)
     except UNREACHABLE:  # serve `/healthz` (and `/ready`: redis failed) meanwhile, as before
         upgrading = asyncio.create_task(_upgrade_later(svc), name="upgrade")
-    await svc.config.refresh()
+    await svc.refresh()
     worker = Worker(svc)
     tasks = background(svc, worker, upgrading)
     # What the imports and the set-up allocated for good leaves the collector's view: a full

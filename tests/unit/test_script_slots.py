@@ -156,7 +156,7 @@ def _account_templates() -> list[tuple[str, str]]:
     account = AccountKeys("<id>")
     out = []
     for name, member in inspect.getmembers(AccountKeys):
-        if name.startswith("_") or name in ("named", "prefix", "account_id"):
+        if name.startswith("_") or name in ("named", "of", "prefix", "account_id"):
             continue
         if isinstance(member, property):
             out.append((name, getattr(account, name)))

@@ -1,26 +1,28 @@
 """`GET /api/accounts/{id}/status` (SPEC G.3): what one account's mailbox and queue look like.
 
 The mail server's check is `/ready`'s (`probes.mail_probe`, shared and cached per account as
-`probes.Shared` does for `/ready`). Until the runtime serves the accounts other than `default`
-(reference §7.16) only `default` has a push, a queue and notifications to report; the others
-answer `push` `off`, 0 and null.
+`probes.Shared` does for `/ready`). The queue and the notifications are the account's own
+stream's; only `default` holds a push yet (reference §7.16): the others answer `push` `off`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from functools import partial
 
 from fastapi import Request
 
 from messageweave.api.credentials import services
-from messageweave.config.accounts import Account
+from messageweave.config.accounts import Account, chats_of
 from messageweave.mail.eventsource import read_in_force
 from messageweave.ops.sendlog import Outcome
 from messageweave.probes import ProbeFailure, Shared, guarded, mail_probe, probe_ttl
-from messageweave.services import Services
+from messageweave.services import AccountRuntime, Services
 from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.oplog import send_log
-from messageweave.store.streams import StreamStore
+from messageweave.store.streams import STREAM_NAMES, StreamStore
 
 PAUSED = "fail: paused"
 
@@ -44,9 +46,23 @@ async def _mail(request: Request, account: Account) -> str:
     return "ok" if failure is None else f"fail: {failure.kind}"  # the class (`probes.KINDS`)
 
 
-async def _last_notified_at(svc: Services) -> str | None:
+async def failing_accounts(request: Request, accounts: list[AccountRuntime]) -> list[str]:
+    """The served accounts whose mail server fails its check (`/ready` with several accounts,
+    SPEC G.3), each probed as its status does (shared and cached per account and revision)."""
+    served = [a for a in accounts if a.enabled]
+    failures = await asyncio.gather(*(
+        _probe_of(request, a.id).get(a.revision,
+                                     partial(guarded, mail_probe(a.config)[1], a.config))
+        for a in served))
+    return [a.id for a, failure in zip(served, failures, strict=True) if failure is not None]
+
+
+async def _last_notified_at(svc: Services, account: Account) -> str | None:
+    """The newest notification delivered to one of the account's chats (a send-log record
+    names the stream by its contract name, and a chat belongs to one account)."""
+    chats = set(chats_of(account.config))
     page = await send_log(svc.redis).page(
-        None, 1, lambda r: r.get("stream") == keys.STREAM_JMAP
+        None, 1, lambda r: r.get("stream") == STREAM_NAMES[0] and r.get("chat_id") in chats
         and r.get("outcome") == Outcome.DELIVERED)
     return str(page.records[0]["time"]) if page.records else None
 
@@ -56,10 +72,12 @@ async def account_status(request: Request, account: Account) -> dict[str, object
     body: dict[str, object] = {"id": account.id, "enabled": account.enabled,
                                "mail": await _mail(request, account), "push": "off",
                                "waiting": 0, "dlq": 0, "last_notified_at": None}
+    stream = AccountKeys(account.id).stream_jmap
+    stats = await StreamStore(svc.redis).stats(stream)
+    body.update(waiting=stats["unread"] + stats["pending"], dlq=stats["dlq"],
+                last_notified_at=await _last_notified_at(svc, account))
     if account.id == keys.DEFAULT_ACCOUNT:
         enabled = await svc.store.enabled()
         force = await read_in_force(svc.redis, account.config, time.time(), enabled=enabled)
-        stats = await StreamStore(svc.redis).stats(keys.STREAM_JMAP)
-        body.update(push=force.label, waiting=stats["unread"] + stats["pending"],
-                    dlq=stats["dlq"], last_notified_at=await _last_notified_at(svc))
+        body.update(push=force.label)
     return body

@@ -35,6 +35,7 @@ from messageweave.config.errors import ConfigInvalid, WireError
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.errors import ApiError, conflict, json_object, parse_json, service_unavailable
 from messageweave.ops import audit
+from messageweave.services import Services
 from messageweave.store.accounts import AccountExists, AccountGone, AccountRevisionConflict
 from messageweave.store.keys import DEFAULT_ACCOUNT, OWNER_SESSION_TTL_S
 from messageweave.store.state import RevisionConflict
@@ -77,7 +78,13 @@ def _account_id(request: Request) -> str:
     return account_id
 
 
-def _saved(result: AccountSave, **extra: object) -> dict[str, object]:
+async def _saved(svc: Services, account_id: str, result: AccountSave,
+                 **extra: object) -> dict[str, object]:
+    """The answer to a save; another account's is applied once the runtime has rebuilt it
+    (`AccountRegistry.applied`: no I/O to its mail server, reference §7.16)."""
+    if account_id != DEFAULT_ACCOUNT and await svc.accounts.applied(account_id,
+                                                                     result.revision):
+        result = AccountSave(result.revision, True, [])
     return {**extra, "revision": result.revision, "runtime_applied": result.runtime_applied,
             "warnings": [w.to_json() for w in result.warnings]}
 
@@ -101,7 +108,8 @@ async def create_account(request: Request) -> JSONResponse:
         account_id, result = await accounts(svc).create(body)
     await audit.record_audit(svc, ACCOUNT_CREATED, account=account_id,
                              fields=audit.changed_fields(body), revision=result.revision)
-    return JSONResponse(_saved(result, id=account_id), status_code=201)
+    return JSONResponse(await _saved(svc, account_id, result, id=account_id),
+                        status_code=201)
 
 
 @router.get("/api/accounts/{id}")
@@ -124,7 +132,7 @@ async def put_account(request: Request) -> JSONResponse:
     await audit.record_audit(svc, ACCOUNT_SAVED, account=account_id,
                              by=principal.kind.value, fields=audit.changed_fields(body),
                              revision=result.revision)
-    return JSONResponse(_saved(result))
+    return JSONResponse(await _saved(svc, account_id, result))
 
 
 @router.delete("/api/accounts/{id}", status_code=204)

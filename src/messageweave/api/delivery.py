@@ -68,7 +68,8 @@ class TelegramWebhook:
             raise unauthorized()
         assert cfg is not None
         try:
-            update = ingress.parse_update(parse_json(await _body(receive)), cfg)
+            update = ingress.parse_update(parse_json(await _body(receive)), cfg,
+                                          svc.accounts.allowlist())
         except ApiError:  # the body itself: not JSON (400), too large (413)
             await ensure_enabled(svc)  # switched off: 503, as if the body had not been read
             raise

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
+from messageweave.api.account_status import failing_accounts
 from messageweave.api.credentials import services, shows_admin
 from messageweave.errors import REQUEST_ID_HEADER, RETRY_AFTER, ApiError, request_id_of
 from messageweave.mail.eventsource import read_in_force
@@ -141,14 +142,24 @@ async def ready(request: Request) -> JSONResponse:
         reasons = {name: failure for name, failure in
                    ((mail_check, mail_failure), ("telegram", telegram_failure)) if failure}
     failed = [name for name, ok in checks.items() if not ok]
+    failing: list[str] | None = None
+    if cfg is not None and len(accounts := svc.accounts.every()) > 1:
+        # Several accounts (SPEC G.3): one account's mail server does not fail the
+        # deployment; the body names the failing accounts while another one works.
+        failing = await failing_accounts(request, accounts)
+        if len(failing) < len([a for a in accounts if a.enabled]):
+            failed = [name for name in failed if name != mail_check]
     if failed:
         if await shows_admin(request, admin_key=True):
             return _not_ready(request, failed, reasons)
         raise ApiError(503, "service_unavailable", retry=True,
                        headers={READY_FAILED_HEADER: ", ".join(failed)})
     waiting = await _waiting_field(svc, shared)
-    return JSONResponse({"status": "ready", **checks, "push": local.push,
-                         "updates": local.updates, **waiting})
+    body = {"status": "ready", **checks, "push": local.push, "updates": local.updates,
+            **waiting}
+    if failing is not None:
+        body["accounts_failing"] = failing
+    return JSONResponse(body)
 
 
 def _not_ready(request: Request, failed: list[str], reasons: dict[str, ProbeFailure]

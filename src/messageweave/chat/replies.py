@@ -108,6 +108,7 @@ ZH: dict[str, str] = {
     "notice_busy": "正在处理，请稍候",
     "notice_invalid": "这个按钮已失效",
     "not_owner": "只有邮箱的主人可以这样做",  # issue #32: `pipeline.owners`
+    "account_paused": "这个邮箱已暂停",  # issue #35: the chat's account is paused
     "notice_gone": "邮箱里已没有这封邮件",
     "notice_failed": "邮件服务器拒绝了这个操作",
     "notice_retry": "暂时连不上邮件服务器，稍后会自动重试",
@@ -245,6 +246,7 @@ EN: dict[str, str] = {
     "notice_busy": "Working on it",
     "notice_invalid": "This button is no longer valid",
     "not_owner": "Only the mailbox's owner can do this",
+    "account_paused": "This mailbox is paused",
     "notice_gone": "This mail is no longer in the mailbox",
     "notice_failed": "The mail server refused this",
     "notice_retry": "The mail server is unreachable; this will be retried",

@@ -65,7 +65,7 @@ async def _run_until_stopped(svc: Services) -> None:
     running = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         running.add_signal_handler(sig, stop.set)
-    reload = asyncio.create_task(svc.config.run_reload_loop(), name="config-reload")
+    reload = asyncio.create_task(svc.run_reload_loop(), name="config-reload")
     worker = asyncio.create_task(Worker(svc).run(), name="worker")
     stopped = asyncio.create_task(stop.wait(), name="stop-signal")
     try:

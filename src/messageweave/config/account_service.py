@@ -41,10 +41,11 @@ from messageweave.store.state import session_digest
 _MERGE_ATTEMPTS = 5
 OWNER_KEY_BYTES = 32  # 43 url-safe characters after the id and its dot
 SESSION_BYTES = 32
-# Said truthfully of every account but `default` until the runtime is threaded with accounts.
+# Said of a saved account the runtime does not serve (yet): a process without one (the CLI),
+# or an account paused or not loaded (`api.accounts`, `services.AccountRegistry.applied`).
 NOT_SERVED = PeerWarning("accounts", "runtime",
-                         "saved; the runtime serves only the default account yet: this "
-                         "account's mailbox is not watched and its chats are not answered")
+                         "saved; this process does not serve the account (paused, or not "
+                         "loaded yet): its mailbox is not watched and its chats not answered")
 
 
 class UnknownAccount(Exception):

@@ -1,7 +1,8 @@
 """The live business configuration of one instance: load, save, preflight, hot reload.
 
-Every instance polls `config:business:revision` (a single GET) every `RELOAD_INTERVAL_S`, so a
-write on any instance is live on all of them well within a second.
+Every instance polls `config:business:revision` (a single GET) every `RELOAD_INTERVAL_S`
+(`services.Services.run_reload_loop`, which reads the accounts' revisions in the same tick), so
+a write on any instance is live on all of them well within a second.
 
 "Persist and report": a valid configuration is always saved; the clients for it are built
 afterwards by the `PeerBuilder` handed in (`services.Peers`; this package builds none), and
@@ -216,12 +217,6 @@ class ConfigService:
 
     async def aclose(self) -> None:
         await self._peers.aclose()
-
-    async def run_reload_loop(self) -> None:
-        while True:
-            await self.refresh()
-            raise_if_cancelling()
-            await asyncio.sleep(RELOAD_INTERVAL_S)
 
     # --- writing -------------------------------------------------------------------------
     async def save_patch(self, body: object) -> SaveResult:

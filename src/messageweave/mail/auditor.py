@@ -49,6 +49,7 @@ from messageweave.mail.reconcile import Replay, Walk, parse_cursor
 from messageweave.ops import metrics
 from messageweave.ops.audit import record_audit
 from messageweave.store import gaps, keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import claim_slot
 from messageweave.store.redis import Redis
 
@@ -93,8 +94,10 @@ class _Undiscovered:
 
 class Auditor:
     def __init__(self, redis: Redis, client: JmapClient, roles: Iterable[str], window_s: int,
-                 *, max_emails: int = AUDIT_MAX_EMAILS) -> None:
+                 *, max_emails: int = AUDIT_MAX_EMAILS,
+                 names: AccountKeys = keys.DEFAULT) -> None:
         self.redis = redis
+        self.names = names
         self.client = client
         self.roles = frozenset(r.lower() for r in roles) - EXCLUDED_ROLES
         self.window_s = window_s
@@ -103,12 +106,12 @@ class Auditor:
     async def run(self) -> AuditResult:
         now = time.time()
         result = AuditResult(at=int(now))
-        state = await gaps.read_state(self.redis)
+        state = await gaps.read_state(self.redis, self.names)
         if state.cursor is None:
             return result  # no first run yet: nothing was meant to be notified
         baseline = state.baseline
         if baseline is None:
-            baseline = await gaps.start_baseline(self.redis, math.ceil(now))
+            baseline = await gaps.start_baseline(self.redis, math.ceil(now), self.names)
             result.baseline_started = True
         result.since = max(baseline, int(now) - self.window_s)
         if result.since >= now:
@@ -156,7 +159,7 @@ class Auditor:
     async def _undiscovered(self) -> _Undiscovered:
         """Read after the listing: whatever the reconcile saved by now was enqueued before it
         saved, and anything it has not reached is in the changes from its cursor."""
-        state = await gaps.read_state(self.redis)
+        state = await gaps.read_state(self.redis, self.names)
         if state.cursor is None:
             return _Undiscovered(frozenset(), -math.inf)  # reset meanwhile: a first run is next
         parsed = parse_cursor(state.cursor)
@@ -182,14 +185,14 @@ class Auditor:
         return _Undiscovered(frozenset(ids), after)
 
     async def _check(self, result: AuditResult, email_ids: list[str]) -> None:
-        await check(self.redis, self.client.account_id, result, email_ids)
+        await check(self.redis, self.client.account_id, result, email_ids, self.names)
 
 
 async def check(redis: Redis, account_id: str, result: AuditResult,
-                email_ids: list[str]) -> None:
+                email_ids: list[str], names: AccountKeys = keys.DEFAULT) -> None:
     """Check the listed mails against the ledger, re-enqueue the missing ones once, and count
     them into `result` (the IMAP audit, `mail.imap.watch`, shares it)."""
-    verdicts = await gaps.check_and_claim(redis, account_id, email_ids)
+    verdicts = await gaps.check_and_claim(redis, account_id, email_ids, names)
     result.checked = len(verdicts)
     for verdict in verdicts:
         if not verdict.missing:
@@ -208,9 +211,11 @@ async def check(redis: Redis, account_id: str, result: AuditResult,
 
 
 async def audit(redis: Redis, client: JmapClient, roles: Iterable[str], window_s: int,
-                *, max_emails: int = AUDIT_MAX_EMAILS) -> AuditResult:
+                *, max_emails: int = AUDIT_MAX_EMAILS,
+                names: AccountKeys = keys.DEFAULT) -> AuditResult:
     """One audit of `client`'s account (JMAP and Redis errors propagate)."""
-    return await Auditor(redis, client, roles, window_s, max_emails=max_emails).run()
+    return await Auditor(redis, client, roles, window_s, max_emails=max_emails,
+                         names=names).run()
 
 
 # ---------------------------------------------------------------------------------- service
@@ -226,12 +231,14 @@ async def run_audit(svc: MailContext, trigger: str) -> AuditResult:
         if cfg is None:
             raise NotConfigured
         watch = await svc.watch()
-        result = await watch.audit(svc.redis, cfg.notify_mailbox_roles, cfg.audit_window_s)
+        result = await watch.audit(svc.redis, cfg.notify_mailbox_roles, cfg.audit_window_s,
+                                   names=svc.keys)
     except Exception as exc:
         raise_if_cancelling()
         try:
             await gaps.save_last(svc.redis, {"at": int(time.time()), "trigger": trigger,
-                                             "ok": False, "error": type(exc).__name__})
+                                             "ok": False, "error": type(exc).__name__},
+                                 svc.keys)
         except RedisError:
             pass
         raise
@@ -240,7 +247,8 @@ async def run_audit(svc: MailContext, trigger: str) -> AuditResult:
     if result.missing:
         log.warning("gap audit: %d missing mail(s), %d re-enqueued", result.missing,
                     result.enqueued)
-    await gaps.save_last(svc.redis, {**result.summary(), "trigger": trigger, "ok": True})
+    await gaps.save_last(svc.redis, {**result.summary(), "trigger": trigger, "ok": True},
+                         svc.keys)
     if trigger != TRIGGER_SCHEDULE or result.missing:
         await record_audit(
             svc, GAP_AUDIT, trigger=trigger, **result.answer(),
@@ -278,7 +286,7 @@ async def _tick(svc: MailContext) -> bool:
         return False
     if not await svc.store.enabled():
         return False
-    if await claim_slot(svc.redis, keys.AUDIT_SCHEDULE, cfg.audit_interval_s):
+    if await claim_slot(svc.redis, svc.keys.of(keys.AUDIT_SCHEDULE), cfg.audit_interval_s):
         await run_audit(svc, TRIGGER_SCHEDULE)
         return True
     return False

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import DIGEST_MAX_IDS, enqueue_digest, enqueue_new_mails
 from messageweave.store.redis import Redis
 
@@ -27,8 +28,9 @@ class Counts(Protocol):
 
 
 class Backlog:
-    def __init__(self, redis: Redis, account: str, threshold: int, counts: Counts) -> None:
-        self.redis, self.account = redis, account
+    def __init__(self, redis: Redis, account: str, threshold: int, counts: Counts,
+                 names: AccountKeys) -> None:
+        self.redis, self.account, self.names = redis, account, names
         self.threshold = max(0, threshold)
         self.counts = counts  # counted as each entry goes out: a failing pass reports them too
         self._held: list[str] = []
@@ -40,7 +42,8 @@ class Backlog:
 
     async def add(self, email_ids: list[str]) -> None:
         if not self.threshold:
-            self.counts.enqueued += await enqueue_new_mails(self.redis, self.account, email_ids)
+            self.counts.enqueued += await enqueue_new_mails(self.redis, self.account, email_ids,
+                                                            names=self.names)
             return
         self._held += email_ids
         while len(self._held) >= 2 * DIGEST_MAX_IDS:
@@ -57,10 +60,12 @@ class Backlog:
         elif held and (len(held) > self.threshold or self._digested):
             await self._digest(held)
         elif held:
-            self.counts.enqueued += await enqueue_new_mails(self.redis, self.account, held)
+            self.counts.enqueued += await enqueue_new_mails(self.redis, self.account, held,
+                                                            names=self.names)
 
     async def _digest(self, email_ids: list[str]) -> None:
-        entry, count = await enqueue_digest(self.redis, self.account, email_ids)
+        entry, count = await enqueue_digest(self.redis, self.account, email_ids,
+                                            names=self.names)
         self._digested = True
         self.counts.enqueued += count
         self.counts.digests += entry is not None

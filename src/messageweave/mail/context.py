@@ -8,15 +8,37 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from messageweave.config.live import ConfigService
+from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
 from messageweave.mail.source import MailSource
 from messageweave.mail.watch import MailWatch
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
 
 
+class LiveConfig(Protocol):
+    """The configuration in force as the loops read it: `config.live.ConfigService` for
+    `default`, `services.AccountConfig` for another account (its effective configuration)."""
+
+    @property
+    def config(self) -> BusinessConfig | None: ...
+
+    @property
+    def outbound(self) -> OutboundConfig: ...
+
+    @property
+    def revision(self) -> int: ...
+
+    async def changed_within(self, seconds: float) -> bool:
+        """Wait up to `seconds` for a new revision to be applied: True when one was."""
+
+
 class MailContext(Protocol):
+    """One account's mailbox, as its loops see it: `Services` is `default`'s,
+    `services.AccountMail` another account's (issue #35)."""
+
     @property
     def redis(self) -> Redis: ...
 
@@ -24,7 +46,11 @@ class MailContext(Protocol):
     def store(self) -> ConfigStore: ...
 
     @property
-    def config(self) -> ConfigService: ...
+    def config(self) -> LiveConfig: ...
+
+    @property
+    def keys(self) -> AccountKeys:
+        """The account's Redis names."""
 
     @property
     def live(self) -> bool:

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from messageweave.mail import auditor, reconcile
 from messageweave.mail.jmap import JmapClient
 from messageweave.mail.passes import AuditResult, Budget, Progress, ProgressCallback
+from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 
 
@@ -18,10 +20,13 @@ class JmapWatch:
 
     async def catch_up(self, redis: Redis, roles: Iterable[str], *, budget: Budget | None = None,
                        on_progress: ProgressCallback | None = None, digest_threshold: int = 0,
-                       source: str = "reconcile") -> Progress:
+                       source: str = "reconcile",
+                       names: AccountKeys = keys.DEFAULT) -> Progress:
         return await reconcile.reconcile(redis, self.client, roles, budget=budget,
                                          on_progress=on_progress,
-                                         digest_threshold=digest_threshold, source=source)
+                                         digest_threshold=digest_threshold, source=source,
+                                         names=names)
 
-    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int) -> AuditResult:
-        return await auditor.audit(redis, self.client, roles, window_s)
+    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
+                    names: AccountKeys = keys.DEFAULT) -> AuditResult:
+        return await auditor.audit(redis, self.client, roles, window_s, names=names)

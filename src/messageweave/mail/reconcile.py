@@ -80,6 +80,7 @@ from messageweave.mail.passes import (
 from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import (
     Lock,
     LockLost,
@@ -186,8 +187,10 @@ class Reconciler:
         on_progress: ProgressCallback | None = None,
         lease: _Lease | None = None,
         digest_threshold: int = 0,
+        names: AccountKeys = keys.DEFAULT,
     ) -> None:
         self.redis = redis
+        self.names = names  # the account's keys (its stream, claims, cursor)
         self.client = client
         self.lock = lock
         self.roles = frozenset(r.lower() for r in roles) - EXCLUDED_ROLES
@@ -205,12 +208,13 @@ class Reconciler:
     @functools.cached_property
     def _backlog(self) -> Backlog:
         """Made on first use: the account is known once the session was read."""
-        return Backlog(self.redis, self.client.account_id, self.digest_threshold, self.progress)
+        return Backlog(self.redis, self.client.account_id, self.digest_threshold, self.progress,
+                       self.names)
 
     async def run(self) -> Progress:
         started = time.time()
         self._deadline = time.monotonic() + self.budget.seconds
-        stored = await read_cursor(self.redis)
+        stored = await read_cursor(self.redis, self.names)
         parsed = parse_cursor(stored.cursor) if stored.cursor is not None else None
         if stored.cursor is None or (stored.watermark is None and not isinstance(parsed, Replay)):
             state = await self.client.email_state()
@@ -350,7 +354,7 @@ class Reconciler:
         quiet = [e.id for e in emails if not self._notifies(e)]
         self.progress.emails += len(emails)
         await self._backlog.add(notify)
-        await mark_not_notified(self.redis, account, quiet)
+        await mark_not_notified(self.redis, account, quiet, names=self.names)
 
     async def _release(self) -> None:
         """Enqueue the mails the backlog holds (`mail.backlog`), then save the cursor held
@@ -367,13 +371,13 @@ class Reconciler:
             earlier = self._held_cursor[1] if self._held_cursor is not None else None
             self._held_cursor = (cursor, watermark if watermark is not None else earlier)
             return
-        if not await _save_cursor(self.redis, self.lock, cursor, watermark):
+        if not await _save_cursor(self.redis, self.lock, cursor, watermark, names=self.names):
             raise LockLost("lock:reconcile was lost; cursor not moved")
         self.progress.cursor = cursor
 
     async def _save_baseline(self, at: int) -> None:
         self._check_lease()
-        if not await record_baseline(self.redis, self.lock, at):
+        if not await record_baseline(self.redis, self.lock, at, self.names):
             raise LockLost("lock:reconcile was lost; baseline not recorded")
 
     def _check_lease(self) -> None:
@@ -401,6 +405,7 @@ async def reconcile(
     renew_every_s: float = keys.RECONCILE_LOCK_RENEW_S,
     digest_threshold: int = 0,
     source: str = "reconcile",
+    names: AccountKeys = keys.DEFAULT,
 ) -> Progress:
     """One pass under `lock:reconcile` (ReconcileBusy when another pass holds it);
     `digest_threshold` > 0 turns the backlog digest on (module docstring). The mails it
@@ -408,10 +413,10 @@ async def reconcile(
     those of a pass that failed after enqueueing some.
 
     JMAP and Redis errors propagate (the cursor keeps its last checkpoint)."""
-    lock = reconcile_lock(redis)
+    lock = reconcile_lock(redis, names)
     lease = _Lease(lock, renew_every_s)
     reconciler = Reconciler(redis, client, lock, roles, budget=budget, on_progress=on_progress,
-                            lease=lease, digest_threshold=digest_threshold)
+                            lease=lease, digest_threshold=digest_threshold, names=names)
     if not await lock.acquire():
         raise ReconcileBusy("another reconcile pass is running")
     lease.start()

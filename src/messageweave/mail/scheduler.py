@@ -95,7 +95,7 @@ async def run_pass(
     watch = await svc.watch()
     return await watch.catch_up(svc.redis, cfg.notify_mailbox_roles, budget=budget,
                                 on_progress=on_progress, digest_threshold=cfg.digest_threshold,
-                                source=source)
+                                source=source, names=svc.keys)
 
 
 @dataclass
@@ -141,20 +141,38 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     cfg = svc.config.config
     if cfg is None or not svc.live or not await svc.store.enabled():
         return
+    names, pushed = svc.keys, svc.keys == keys.DEFAULT  # see `_tick_push`
+    if svc.live_account is None and not pushed and kind_of(cfg).jmap_session:
+        await _jmap_or_none(svc, timers)  # another account connects on first use: now
     account = svc.live_account
     if account is not None:
         if not timers.started:
             timers.started = True
             await _start_pass(svc, cfg, account)
-        await push.release_deferred(svc.redis, account, now=clock())
-        if await take_catchup(svc.redis, account):
+        if pushed:
+            await push.release_deferred(svc.redis, account, now=clock())
+        if await take_catchup(svc.redis, account, names=names):
             if not await _pass(svc, "catch-up", timers):
-                await request_catchup(svc.redis, account)
+                await request_catchup(svc.redis, account, names=names)
             return
     now = time.monotonic()
     if now < timers.next_slot_check:
         return
     timers.next_slot_check = now + SLOT_CHECK_S
+    if not pushed:
+        interval = cfg.reconcile_interval_s
+        if interval > 0 and await claim_slot(svc.redis, names.of(keys.RECONCILE_SCHEDULE),
+                                             interval):
+            await _pass(svc, "periodic", timers)
+        return
+    await _tick_push(svc, cfg, timers, clock)
+
+
+async def _tick_push(svc: MailContext, cfg: BusinessConfig, timers: _Timers,
+                     clock: push.Clock) -> None:
+    """The slots of `default`, whose push (subscription or EventSource) the scheduler keeps.
+    Another account is caught up by its periodic pass and its catch-up flag only (reference
+    §7.16: its push is not held yet)."""
     if await current_registration(svc.redis) is not None and await claim_slot(
         svc.redis, keys.PUSH_MAINTENANCE_SCHEDULE, keys.PUSH_MAINTENANCE_INTERVAL_S
     ):
@@ -188,8 +206,8 @@ async def _start_pass(svc: MailContext, cfg: BusinessConfig, account: str) -> No
     0 the operator's cron decides (a connected EventSource asks for its own)."""
     if cfg.reconcile_interval_s <= 0:
         return
-    if not await slot_free(svc.redis, keys.RECONCILE_SCHEDULE):
-        await request_catchup(svc.redis, account)
+    if not await slot_free(svc.redis, svc.keys.of(keys.RECONCILE_SCHEDULE)):
+        await request_catchup(svc.redis, account, names=svc.keys)
 
 
 async def _jmap_or_none(svc: MailContext, timers: _Timers) -> JmapClient | None:

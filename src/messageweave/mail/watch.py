@@ -20,17 +20,21 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from messageweave.mail.passes import AuditResult, Budget, Progress, ProgressCallback
+from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 
 
 class MailWatch(Protocol):
     async def catch_up(self, redis: Redis, roles: Iterable[str], *, budget: Budget | None = None,
                        on_progress: ProgressCallback | None = None, digest_threshold: int = 0,
-                       source: str = "reconcile") -> Progress:
-        """One pass (`ReconcileBusy` when another holds the lock; `MailError`, `RedisError`,
-        `ReconcileError` and `store.mailbox.LockLost` propagate, the cursor kept). Its new mails
-        count as ingested from `source`."""
+                       source: str = "reconcile",
+                       names: AccountKeys = keys.DEFAULT) -> Progress:
+        """One pass, in the account whose keys are `names` (`ReconcileBusy` when another holds
+        the lock; `MailError`, `RedisError`, `ReconcileError` and `store.mailbox.LockLost`
+        propagate, the cursor kept). Its new mails count as ingested from `source`."""
 
-    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int) -> AuditResult:
-        """One gap audit of the last `window_s` seconds (`MailError` and `RedisError`
-        propagate)."""
+    async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
+                    names: AccountKeys = keys.DEFAULT) -> AuditResult:
+        """One gap audit of the last `window_s` seconds, in the account whose keys are `names`
+        (`MailError` and `RedisError` propagate)."""

@@ -46,8 +46,8 @@ from messageweave.pipeline.ledger import (
     terminal_record,
 )
 from messageweave.services import Services
-from messageweave.store import keys, waiting
-from messageweave.store.streams import Entry, dlq_payload
+from messageweave.store import waiting
+from messageweave.store.streams import Entry, dlq_payload, is_mail_stream
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class Deliverer:
         # A reply is worked out only in its turn: the message before it in the chat may change
         # what it says (a grant or revoke of consent before a /summary). A notification
         # depends on nothing of the chat, so its mail is read while the lane is still busy.
-        ordered = entry.stream != keys.STREAM_JMAP
+        ordered = not is_mail_stream(entry.stream)
         if ordered and after is not None:
             await asyncio.shield(after)
         outgoing = await outgoing_for(entry, self.svc, self.mail)

@@ -28,18 +28,19 @@ from typing import Any
 from messageweave.chat import replies
 from messageweave.chat.telegram import SendOptions
 from messageweave.config.features import BotLanguage
-from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
+from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.records import EmailMeta
 from messageweave.mail.source import MailReader
 from messageweave.pipeline.buttons import notification_keyboard
 from messageweave.pipeline.notify import render_notification
 from messageweave.pipeline.routing import Route, facts_for, route_for
-from messageweave.services import Services
+from messageweave.services import AccountRuntime
 from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import DIGEST_KIND, DIGEST_MAX_IDS
 from messageweave.store.redis import Redis, text_of
-from messageweave.store.streams import Entry
+from messageweave.store.streams import Entry, is_mail_stream
 from messageweave.untrusted import clean
 
 MAX_LINES = 20
@@ -51,7 +52,8 @@ class DigestInvalid(ValueError):
 
 
 def is_digest(entry: Entry) -> bool:
-    return entry.stream == keys.STREAM_JMAP and entry.fields.get("kind") == DIGEST_KIND
+    """A digest entry: the `kind` only a mail stream's entries carry (`store.mailbox`)."""
+    return entry.fields.get("kind") == DIGEST_KIND and is_mail_stream(entry.stream)
 
 
 @dataclass(frozen=True)
@@ -127,17 +129,19 @@ def make_plan(cfg: BusinessConfig, email_ids: Sequence[str], metas: Mapping[str,
     return Plan(tuple(parts), muted, tuple(gone))
 
 
-async def load_plan(redis: Redis, entry_id: str) -> Plan | None:
-    raw = text_of(await redis.get(keys.digest_plan(entry_id)))
+async def load_plan(redis: Redis, entry_id: str,
+                    names: AccountKeys = keys.DEFAULT) -> Plan | None:
+    """The plan of the digest entry `entry_id` of the account whose `names` these are."""
+    raw = text_of(await redis.get(names.digest_plan(entry_id)))
     return Plan.from_json(raw) if raw is not None else None
 
 
-async def _keep_plan(redis: Redis, entry_id: str, plan: Plan) -> Plan:
+async def _keep_plan(redis: Redis, entry_id: str, plan: Plan, names: AccountKeys) -> Plan:
     """Store `plan` unless an attempt stored one first; the one stored."""
-    key = keys.digest_plan(entry_id)
+    key = names.digest_plan(entry_id)
     if await redis.set(key, plan.to_json(), nx=True, ex=keys.COMMITTED_TTL_S):
         return plan
-    return await load_plan(redis, entry_id) or plan
+    return await load_plan(redis, entry_id, names) or plan
 
 
 # ----------------------------------------------------------------------------- the texts
@@ -226,22 +230,21 @@ async def _fetch(source: MailReader, ids: Sequence[str]) -> dict[str, EmailMeta]
     return found
 
 
-async def messages(entry: Entry, svc: Services) -> list[Message]:
-    """The messages of a digest entry. `DigestInvalid`; `NotConfigured` and mail errors
-    propagate (the entry is retried)."""
-    cfg = svc.config.config
-    if cfg is None:
-        raise NotConfigured
+async def messages(entry: Entry, redis: Redis, account: AccountRuntime,
+                   outbound: OutboundConfig) -> list[Message]:
+    """The messages of a digest entry of `account`'s stream. `DigestInvalid`; `NotConfigured`
+    and mail errors propagate (the entry is retried)."""
+    cfg = account.config
     ids = email_ids_of(entry)
-    source = await svc.mail()
-    account = entry.fields.get("account_id", "").strip()
-    if account and account != source.account_id:
+    source = await account.mail(outbound)
+    mail_account = entry.fields.get("account_id", "").strip()
+    if mail_account and mail_account != source.account_id:
         raise DigestInvalid("account is not the configured one")
-    plan = await load_plan(svc.redis, entry.id)
+    plan = await load_plan(redis, entry.id, account.keys)
     if plan is not None:
         return render(cfg, plan, await _fetch(source, [i for p in plan.parts
                                                         for i in p.email_ids]))
     metas = await _fetch(source, ids)
     routes = {i: route_for(cfg, await facts_for(cfg, source, meta)) for i, meta in metas.items()}
-    plan = await _keep_plan(svc.redis, entry.id, make_plan(cfg, ids, metas, routes))
+    plan = await _keep_plan(redis, entry.id, make_plan(cfg, ids, metas, routes), account.keys)
     return render(cfg, plan, metas)

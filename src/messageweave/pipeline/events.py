@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from messageweave.chat import replies as texts
 from messageweave.chat.telegram import PLAIN, FailureClass, SendOptions
 from messageweave.config.live import NotConfigured
 from messageweave.mail.errors import MailAuthError, MailError, MailUnreachable
@@ -16,13 +17,15 @@ from messageweave.pipeline.buttons import Press, handle_press, notification_keyb
 from messageweave.pipeline.conversation import (
     ConversationContext,
     IncomingMessage,
+    needs_no_reply,
     reply_to_update,
 )
 from messageweave.pipeline.notify import render_notification
 from messageweave.pipeline.routing import facts_for, route_for
-from messageweave.services import Services
+from messageweave.services import AccountRuntime, Services
 from messageweave.store import keys, waiting
-from messageweave.store.streams import Entry
+from messageweave.store.keys import DEFAULT_ACCOUNT
+from messageweave.store.streams import Entry, is_mail_stream
 
 
 @dataclass(frozen=True)
@@ -67,14 +70,24 @@ class Muted:
 
 
 def kind_of(stream: str) -> str:
-    return "notification" if stream == keys.STREAM_JMAP else "reply"
+    return "notification" if is_mail_stream(stream) else "reply"
+
+
+def account_of(entry: Entry, svc: Services) -> AccountRuntime:
+    """The account whose mail a notification entry is (its stream's), served here:
+    `DeliveryFailure` (transient: retried) while it is not (paused, or not loaded yet)."""
+    account = svc.accounts.of_stream(entry.stream)
+    if account is None or not account.enabled:
+        raise DeliveryFailure(FailureClass.TRANSIENT, "account not served")
+    return account
 
 
 def lane_of(entry: Entry, svc: Services) -> int:
-    """The chat the entry's messages go to (its per-chat order lane)."""
-    if entry.stream == keys.STREAM_JMAP:
-        cfg = svc.config.config
-        return cfg.telegram_chat_id if cfg is not None else 0
+    """The chat the entry's messages go to (its per-chat order lane): a notification's is its
+    account's chat."""
+    if is_mail_stream(entry.stream):
+        account = svc.accounts.of_stream(entry.stream)
+        return account.config.telegram_chat_id if account is not None else 0
     try:
         return int(entry.fields.get("chat_id", "0"))
     except ValueError:
@@ -94,19 +107,28 @@ class MailPrefetch:
         self._held: dict[tuple[str, str], tuple[str, asyncio.Task[dict[str, EmailMeta]]]] = {}
 
     def start(self, entries: Iterable[Entry]) -> None:
-        wanted = {(e.stream, e.id): e.fields.get("email_id", "").strip() for e in entries
-                  if e.stream == keys.STREAM_JMAP}
+        """One call per account (each mail stream is one account's mailbox)."""
+        by_stream: dict[str, list[Entry]] = {}
+        for entry in entries:
+            if is_mail_stream(entry.stream):
+                by_stream.setdefault(entry.stream, []).append(entry)
+        for stream, taken in by_stream.items():
+            self._start(stream, taken)
+
+    def _start(self, stream: str, entries: list[Entry]) -> None:
+        wanted = {(e.stream, e.id): e.fields.get("email_id", "").strip() for e in entries}
         wanted = {key: email_id for key, email_id in wanted.items() if email_id}
         ids = list(dict.fromkeys(wanted.values()))
-        if len(ids) < 2:
+        account = self.svc.accounts.of_stream(stream)
+        if len(ids) < 2 or account is None:
             return  # one mail: its own Email/get is the same call
-        task = asyncio.create_task(self._fetch(ids), name="mail-prefetch")
+        task = asyncio.create_task(self._fetch(account, ids), name="mail-prefetch")
         task.add_done_callback(_retrieved)
         for key, email_id in wanted.items():
             self._held[key] = (email_id, task)
 
-    async def _fetch(self, ids: list[str]) -> dict[str, EmailMeta]:
-        source = await self.svc.mail()
+    async def _fetch(self, account: AccountRuntime, ids: list[str]) -> dict[str, EmailMeta]:
+        source = await account.mail(self.svc.config.outbound)
         return {meta.id: meta for meta in await source.metas(ids)}
 
     async def take(self, entry: Entry) -> list[EmailMeta] | None:
@@ -143,7 +165,7 @@ async def outgoing_for(entry: Entry, svc: Services,
     only); a failure raises `DeliveryFailure`."""
     if digest.is_digest(entry):
         return await _digest(entry, svc)
-    if entry.stream == keys.STREAM_JMAP:
+    if is_mail_stream(entry.stream):
         return await _notification(entry, svc, mail)
     if entry.stream == keys.STREAM_TELEGRAM:
         return await _replies(entry, svc)
@@ -167,7 +189,8 @@ async def _digest(entry: Entry, svc: Services) -> list[Outgoing]:
     """A backlog digest entry (issue #16): its digests and notifications (`pipeline.digest`)."""
     try:
         with _mail_failures():
-            messages = await digest.messages(entry, svc)
+            messages = await digest.messages(entry, svc.redis, account_of(entry, svc),
+                                             svc.config.outbound)
     except digest.DigestInvalid as exc:
         raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, str(exc)) from exc
     return [Outgoing(m.chat_id, m.text, m.options) for m in messages]
@@ -175,15 +198,14 @@ async def _digest(entry: Entry, svc: Services) -> list[Outgoing]:
 
 async def _notification(entry: Entry, svc: Services,
                         mail: MailPrefetch | None) -> list[Outgoing] | Muted:
-    cfg = svc.config.config
-    if cfg is None:
-        raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+    account = account_of(entry, svc)
+    cfg = account.config
     email_id = entry.fields.get("email_id", "").strip()
     account_id = entry.fields.get("account_id", "").strip()
     if not email_id:
         raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "entry has no email_id")
     with _mail_failures():
-        source = await svc.mail()
+        source = await account.mail(svc.config.outbound)
         if account_id and account_id != source.account_id:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "account is not the configured one")
         found = await mail.take(entry) if mail is not None else None
@@ -217,11 +239,28 @@ def _allowed_chat(entry: Entry, allowlist: tuple[int, ...]) -> int | None:
     return chat_id
 
 
-async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
-    cfg = svc.config.config
-    if cfg is None:
+def _chat_account(entry: Entry, svc: Services) -> AccountRuntime:
+    """The account of the chat an update came from (SPEC G.4): every command, button and id
+    is resolved in it. A chat of no account is `default`'s to refuse (its allowlist)."""
+    chat = entry.fields.get("chat_id", "")
+    account = svc.accounts.of_chat(int(chat)) if chat.lstrip("-").isdigit() else None
+    account = account or svc.accounts.get(DEFAULT_ACCOUNT)
+    if account is None:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
+    return account
+
+
+async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
+    account = _chat_account(entry, svc)
+    cfg = account.config
     chat_id = _allowed_chat(entry, cfg.chat_allowlist)
+    if not account.enabled and chat_id is not None:
+        if "callback_id" not in entry.fields and needs_no_reply(
+                entry.fields.get("text", ""), entry.fields.get("reply_to_data")):
+            return []
+        return [Outgoing(chat_id, texts.texts(cfg.bot_language)["account_paused"],
+                         SendOptions())]
+    svc = svc.for_account(account)
     if "callback_id" in entry.fields:  # a button pressed (issue #16)
         if chat_id is None:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "button press without a chat")

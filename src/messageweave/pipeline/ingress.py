@@ -3,7 +3,7 @@ enqueued (ingress), the chats refused, the queue's stats, and the DLQ listed and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,19 +41,24 @@ class Update:
     fields: dict[str, str]
 
 
-def parse_update(body: object, cfg: BusinessConfig) -> Update:
-    """Keep only what the worker needs: update_id, and the message's chat id, sender's user id
-    and text, or of a button press (`callback_query`) its id, data, chat, presser's user id,
-    message and topic. The user id decides who may read and send (`pipeline.owners`)."""
+def parse_update(body: object, cfg: BusinessConfig,
+                 accounts: Collection[int] | None = None) -> Update:
+    """The chats allowed are `cfg`'s allowlist, or with several accounts `accounts` (every
+    account's: `services.AccountRegistry.allowlist`); empty, every chat (the rule of a
+    configuration older than the allowlist). Keep only what the worker needs: update_id, and
+    the message's chat id, sender's user id and text, or of a button press (`callback_query`)
+    its id, data, chat, presser's user id, message and topic. The user id decides who may
+    read and send (`pipeline.owners`)."""
     if not isinstance(body, dict) or not is_int(body.get("update_id")):
         raise InvalidUpdate
     update_id = int(body["update_id"])
     if update_id < 0:
         raise InvalidUpdate
+    allowlist = cfg.chat_allowlist if accounts is None else accounts
     fields = {"update_id": str(update_id)}
     if body.get("message") is None and body.get("callback_query") is not None:
         return Update(update_id,
-                      fields | _callback_fields(body["callback_query"], cfg, update_id))
+                      fields | _callback_fields(body["callback_query"], allowlist, update_id))
     message = body.get("message")
     if message is None:
         return Update(update_id, fields)
@@ -61,7 +66,7 @@ def parse_update(body: object, cfg: BusinessConfig) -> Update:
     if not isinstance(chat, dict) or not is_int(chat.get("id")):
         raise InvalidUpdate
     chat_id = int(chat["id"])
-    if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
+    if allowlist and chat_id not in allowlist:
         raise ChatNotAllowed(chat_id, _chat_name(chat, message.get("from")), update_id)
     fields["chat_id"] = str(chat_id)
     fields |= _sender_field(message.get("from"))
@@ -93,7 +98,8 @@ def _replied_data(replied: object) -> str | None:
     return data[:64] if isinstance(data, str) else None
 
 
-def _callback_fields(query: object, cfg: BusinessConfig, update_id: int) -> dict[str, str]:
+def _callback_fields(query: object, allowlist: Collection[int],
+                     update_id: int) -> dict[str, str]:
     """A button press: the chat of the message under which it was pressed (else the user's
     private chat), checked against the allowlist like a message's. A press we cannot place in
     a chat, or whose `id` or `data` is not a string, is acknowledged and left alone ({})."""
@@ -106,7 +112,7 @@ def _callback_fields(query: object, cfg: BusinessConfig, update_id: int) -> dict
             or not isinstance(callback_id, str) or not isinstance(data, str)):
         return {}
     chat_id = int(chat["id"])
-    if cfg.chat_allowlist and chat_id not in cfg.chat_allowlist:
+    if allowlist and chat_id not in allowlist:
         raise ChatNotAllowed(chat_id, _chat_name(chat, sender), update_id)
     # Both are at most 64 characters from Telegram; longer ones are cut, never stored whole.
     fields = {"chat_id": str(chat_id), "callback_id": callback_id[:64], "callback_data": data[:64],

@@ -258,7 +258,7 @@ class Poller:
                 continue
             next_offset = max(next_offset or 0, update_id + 1)
             try:
-                updates.append(parse_update(raw, cfg))
+                updates.append(parse_update(raw, cfg, self.svc.accounts.allowlist()))
             except InvalidUpdate:
                 log.warning("telegram update %d is not one we read: skipped", update_id)
             except ChatNotAllowed as exc:

@@ -1,9 +1,13 @@
-"""The worker that drains `stalwart:jmap` and `stalwart:telegram` (reference §1.3, §1.3.1).
+"""The worker that drains every account's `stalwart:jmap` and the deployment's
+`stalwart:telegram` (reference §1.3, §1.3.1).
 
-Every instance runs one continuously (`run_worker`, started by the app lifespan): XREADGROUP
-BLOCK under a consumer name unique to the process, bounded concurrency, and per-chat lanes so
-messages to one chat leave in stream order. `POST /worker` and `messageweave drain` call
-`Worker.drain_once` for cron-driven deployments.
+Every instance runs one continuously (`run_worker`, started by the app lifespan): one
+XREADGROUP BLOCK over the mail stream of each account served (`services.AccountRegistry`) and
+the chat stream, under a consumer name unique to the process, bounded concurrency, and per-chat
+lanes so messages to one chat leave in stream order. Each account's mail may hold only its share
+of the slots (`Worker._share`, issue #35, SPEC G.5): a backlog of one account, whose entries
+wait in its chat's lane, never keeps another account's new mail from being read and run.
+`POST /worker` and `messageweave drain` call `Worker.drain_once` for cron-driven deployments.
 
 Every attempt at an entry holds its own lease (`Ledger.begin`), kept alive by a renewer while
 the attempt runs and checked right before each Telegram call (`Ledger.gate`, the fence), so the
@@ -56,7 +60,7 @@ from messageweave.pipeline.reply import expire_drafts
 from messageweave.pipeline.replyless import finish_replyless
 from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.streams import Entry, StreamStore
+from messageweave.store.streams import Entry, StreamStore, is_mail_stream
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +144,8 @@ class Worker:
         self.process = self.deliverer.process
         self._slots = asyncio.Semaphore(self.options.concurrency)
         self._running = 0
+        self._held: dict[str, int] = {}  # stream → its entries running (`_share`)
+        self._grouped: set[str] = set()  # streams whose consumer group this worker made
         self._freed = asyncio.Event()  # set each time an entry's task ends
         self._passes = 0
         self.failures = RepeatLog(log)
@@ -163,13 +169,16 @@ class Worker:
         await self._first_pass.wait()
         while True:
             try:
-                if not ready:
+                streams = self._streams()
+                if not ready or not self._grouped.issuperset(streams):
                     await self.streams.beat(self.consumer)
-                    await self.streams.ensure_groups()
+                    await self.streams.ensure_groups(streams)
+                    self._grouped.update(streams)
                     ready = True
                 await self._room_for_a_batch()
-                free = max(1, self._free_slots())
-                entries = await self.streams.read_new(self.consumer, free, self.options.block_ms)
+                readable, count = self._readable(streams)
+                entries = await self.streams.read_new(self.consumer, count,
+                                                      self.options.block_ms, readable)
             except RedisError as exc:
                 raise_if_cancelling()
                 self.failures.failed(READ, exc)
@@ -195,6 +204,31 @@ class Worker:
 
     def _free_slots(self) -> int:
         return self.options.concurrency - self._running
+
+    def _streams(self) -> list[str]:
+        """What the worker consumes: the mail stream of every account served (a paused
+        account's waits for its resume) and the chat stream; `default`'s alone while no
+        configuration is live."""
+        if self.svc.config.config is None:
+            return list(keys.STREAMS)
+        return [*(a.keys.stream_jmap for a in self.svc.accounts.served()), keys.STREAM_TELEGRAM]
+
+    def _share(self, stream: str, mail_streams: int) -> int:
+        """The slots one account's mail may hold (SPEC G.5): all of them while it is the only
+        one, else an equal part, so a backlog of one account (whose entries wait in its chat's
+        lane, each holding a slot) leaves the other accounts' new mail slots to run in."""
+        if not is_mail_stream(stream) or mail_streams <= 1:
+            return self.options.concurrency
+        return max(1, self.options.concurrency // mail_streams)
+
+    def _readable(self, streams: list[str]) -> tuple[list[str], int]:
+        """The streams with room for another entry, and how many to read from each: no mail
+        stream is read past its account's share (`_share`)."""
+        mail_streams = sum(1 for s in streams if is_mail_stream(s))
+        room = {s: self._share(s, mail_streams) - self._held.get(s, 0) for s in streams}
+        readable = [s for s in streams if room[s] > 0]
+        count = min([max(1, self._free_slots()), *(room[s] for s in readable)])
+        return readable, count
 
     async def _room_for_a_batch(self) -> None:
         """Wait until a quarter of the slots are free: a busy worker reads (and fetches the
@@ -231,6 +265,7 @@ class Worker:
             raise
         prev, mine = self._ticket(entry)
         self._running += 1
+        self._held[entry.stream] = self._held.get(entry.stream, 0) + 1
         task = asyncio.create_task(self._run_one(entry, prev, mine))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -245,6 +280,7 @@ class Worker:
             return await self.process(entry, prev, mine)
         finally:
             self._running -= 1
+            self._held[entry.stream] -= 1
             self._freed.set()
             self._slots.release()
             self._finish(entry, mine)
@@ -311,8 +347,9 @@ class Worker:
         The whole batch is taken (`_active`) as soon as it is fetched, and the heartbeat is kept
         up while it runs. Redis errors propagate (the caller answers 503)."""
         batch = MAX_BATCH if batch <= 0 else min(batch, MAX_BATCH)
+        streams = self._streams()
         await self.streams.beat(self.consumer)
-        await self.streams.ensure_groups()
+        await self.streams.ensure_groups(streams)
         beating = asyncio.create_task(self._keep_beating(), name="drain-heartbeat")
         result = DrainResult()
         taken: list[Entry] = []
@@ -321,7 +358,7 @@ class Worker:
         blocked: dict[int, float] = {}
         try:
             taken += self._take(await self._recoverable(batch))
-            taken += self._take(await self.streams.read_new(self.consumer, batch, None))
+            taken += self._take(await self.streams.read_new(self.consumer, batch, None, streams))
             for entry in taken:
                 outcome = await self._drain_one(entry, blocked)
                 result.processed += 1
@@ -352,20 +389,21 @@ class Worker:
 
     # --- maintenance --------------------------------------------------------------------
     async def _maintenance_loop(self) -> None:
-        self._groups_made = False  # each run makes them once (a fresh Redis has none)
+        self._groups_made: set[str] = set()  # each run makes them once (a fresh Redis has none)
         await self._repeat(MAINTENANCE, MAINTENANCE_INTERVAL_S, self._maintenance_pass)
 
     async def _maintenance_pass(self) -> None:
         try:
-            if not self._groups_made:  # the read loop may not have made them yet
-                await self.streams.ensure_groups()
-                self._groups_made = True
+            streams = self._streams()
+            if not self._groups_made.issuperset(streams):  # not made by the read loop yet
+                await self.streams.ensure_groups(streams)
+                self._groups_made.update(streams)
             await self.deliverer.release_orphans()
             for entry in await self._recoverable(50, hold=True):
                 await self.spawn(entry)
             self._passes += 1
             if self._passes % TRIM_EVERY == 1:
-                for stream in keys.STREAMS:
+                for stream in streams:
                     await self.streams.trim(stream)
         finally:
             self._first_pass.set()
@@ -381,7 +419,7 @@ class Worker:
         taken too, to wait for it in their lanes (`_not_before`)."""
         unique: list[Entry] = []
         seen: set[tuple[str, str]] = set()
-        for stream in keys.STREAMS:
+        for stream in self._streams():
             out = await self._claim_dead(stream, limit, hold)
             due = [i for i in await self.ledger.due(stream, limit)
                    if (stream, i) not in self._active]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_ACCOUNT = "default"
+_DEFAULT_PREFIX = f"a:{{{DEFAULT_ACCOUNT}}}:"
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,13 @@ class AccountKeys:
 
     def push_orphan(self, subscription_id: str) -> str:
         return self._key(f"push:orphan:{subscription_id}")
+
+    def of(self, default_name: str) -> str:
+        """A per-account name of `keys` (they are `default`'s: `keys.RECONCILE_CURSOR`…) in
+        this account."""
+        if not default_name.startswith(_DEFAULT_PREFIX):
+            raise KeyError(default_name)
+        return self.prefix + default_name.removeprefix(_DEFAULT_PREFIX)
 
     def named(self, name: str) -> str:
         """One of the fixed per-account names of `ACCOUNT_NAMES`, in this account."""

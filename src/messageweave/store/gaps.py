@@ -18,6 +18,7 @@ from typing import Any
 
 from messageweave.errors import dump_json
 from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import CHECK_AND_CLAIM, STREAM_JMAP_MAXLEN, Lock
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.scripts import Script
@@ -44,18 +45,19 @@ class Verdict:
     entry_id: str | None  # the entry this check enqueued (None: nothing enqueued)
 
 
-async def check_and_claim(redis: Redis, account_id: str, email_ids: list[str]) -> list[Verdict]:
+async def check_and_claim(redis: Redis, account_id: str, email_ids: list[str],
+                          names: AccountKeys = keys.DEFAULT) -> list[Verdict]:
     """Check each mail against the ledger and re-enqueue the missing ones, `CLAIM_BATCH` mails
     per atomic script."""
     out: list[Verdict] = []
     for start in range(0, len(email_ids), CLAIM_BATCH):
         batch = email_ids[start:start + CLAIM_BATCH]
         mails = [key for email_id in batch for key in (
-            keys.dedup_jmap(account_id, email_id), keys.audit_healed(account_id, email_id))]
+            names.dedup_jmap(account_id, email_id), names.audit_healed(account_id, email_id))]
         reply: Any = await CHECK_AND_CLAIM(
-            redis, keys={"stream": keys.STREAM_JMAP, "mails": mails}, args={
+            redis, keys={"stream": names.stream_jmap, "mails": mails}, args={
                 "group": keys.CONSUMER_GROUP,
-                "committed_prefix": keys.delivery_committed(keys.STREAM_JMAP, ""),
+                "committed_prefix": keys.delivery_committed(names.stream_jmap, ""),
                 "ttl": keys.DEDUP_JMAP_TTL_S, "maxlen": STREAM_JMAP_MAXLEN,
                 "account_id": account_id, "email_ids": batch})
         for i, email_id in enumerate(batch):
@@ -76,36 +78,39 @@ class AuditState:
     baseline: int | None
 
 
-async def read_state(redis: Redis) -> AuditState:
+async def read_state(redis: Redis, names: AccountKeys = keys.DEFAULT) -> AuditState:
     cursor, watermark, baseline = await redis.mget(
-        keys.RECONCILE_CURSOR, keys.RECONCILE_WATERMARK, keys.RECONCILE_BASELINE)
+        names.of(keys.RECONCILE_CURSOR), names.of(keys.RECONCILE_WATERMARK),
+        names.of(keys.RECONCILE_BASELINE))
     return AuditState(text_of(cursor), int_of(text_of(watermark)), int_of(text_of(baseline)))
 
 
-async def record_baseline(redis: Redis, lock: Lock, at: int) -> bool:
+async def record_baseline(redis: Redis, lock: Lock, at: int,
+                          names: AccountKeys = keys.DEFAULT) -> bool:
     """The reconcile's first run: store its instant, only while `lock` is held."""
     result = await RECORD_BASELINE(redis, keys={"lock": lock.key,
-                                                "baseline": keys.RECONCILE_BASELINE},
+                                                "baseline": names.of(keys.RECONCILE_BASELINE)},
                                    args={"owner": lock.owner, "at": at})
     return int(result) == 1
 
 
-async def start_baseline(redis: Redis, at: int) -> int:
+async def start_baseline(redis: Redis, at: int, names: AccountKeys = keys.DEFAULT) -> int:
     """An install that ran its first reconcile before baselines were recorded: the baseline
     starts now (SET NX, so a concurrent first run or audit keeps the earlier value)."""
-    await redis.set(keys.RECONCILE_BASELINE, at, nx=True)
-    return int_of(text_of(await redis.get(keys.RECONCILE_BASELINE))) or at
+    await redis.set(names.of(keys.RECONCILE_BASELINE), at, nx=True)
+    return int_of(text_of(await redis.get(names.of(keys.RECONCILE_BASELINE)))) or at
 
 
 # ------------------------------------------------------------------------------- last result
 
 
-async def save_last(redis: Redis, result: dict[str, Any]) -> None:
-    await redis.set(keys.AUDIT_LAST, dump_json(result))
+async def save_last(redis: Redis, result: dict[str, Any],
+                    names: AccountKeys = keys.DEFAULT) -> None:
+    await redis.set(names.of(keys.AUDIT_LAST), dump_json(result))
 
 
-async def read_last(redis: Redis) -> dict[str, Any] | None:
-    raw = text_of(await redis.get(keys.AUDIT_LAST))
+async def read_last(redis: Redis, names: AccountKeys = keys.DEFAULT) -> dict[str, Any] | None:
+    raw = text_of(await redis.get(names.of(keys.AUDIT_LAST)))
     if raw is None:
         return None
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from messageweave.aio import LocalWakes, raise_if_cancelling
 from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.redis_url import initialized
 from messageweave.store.scripts import Script
@@ -42,7 +43,8 @@ end
 """
 
 
-async def mark_not_notified(redis: Redis, account_id: str, email_ids: list[str]) -> None:
+async def mark_not_notified(redis: Redis, account_id: str, email_ids: list[str], *,
+                            names: AccountKeys = keys.DEFAULT) -> None:
     """Claim `dedup:jmap:{account}:{email}` for created mail the reconcile saw outside the
     notify mailboxes (e.g. in Junk), with the value `not_notified`, when nothing claimed it yet.
     A mail moved into the inbox later is then neither notified by the reconcile (only created
@@ -51,7 +53,7 @@ async def mark_not_notified(redis: Redis, account_id: str, email_ids: list[str])
         return
     async with redis.pipeline(transaction=False) as pipe:
         for email_id in email_ids:
-            pipe.set(keys.dedup_jmap(account_id, email_id), NOT_NOTIFIED, nx=True,
+            pipe.set(names.dedup_jmap(account_id, email_id), NOT_NOTIFIED, nx=True,
                      ex=keys.DEDUP_JMAP_TTL_S)
         await pipe.execute()
 
@@ -76,14 +78,17 @@ return enqueued
 ENQUEUE_BATCH = 512  # mails per script, so none holds Redis long; a page's go in one round trip
 
 
-def _claims(account_id: str, email_ids: list[str]) -> dict[str, str | list[str]]:
-    """The KEYS of a script that claims `email_ids`: the stream, then each mail's claim."""
-    return {"stream": keys.STREAM_JMAP,
-            "claims": [keys.dedup_jmap(account_id, e) for e in email_ids]}
+def _claims(names: AccountKeys, account_id: str,
+            email_ids: list[str]) -> dict[str, str | list[str]]:
+    """The KEYS of a script that claims `email_ids`: the stream, then each mail's claim (the
+    account's whose `names` these are)."""
+    return {"stream": names.stream_jmap,
+            "claims": [names.dedup_jmap(account_id, e) for e in email_ids]}
 
 
 async def enqueue_new_mails(
-    redis: Redis, account_id: str, email_ids: list[str], *, batch: int = ENQUEUE_BATCH
+    redis: Redis, account_id: str, email_ids: list[str], *, batch: int = ENQUEUE_BATCH,
+    names: AccountKeys = keys.DEFAULT,
 ) -> int:
     """Claim `dedup:jmap:{account}:{email}` and append `{account_id, email_id}` to
     `stalwart:jmap`, atomically, for each of `email_ids` nobody claimed yet, in order, in one
@@ -91,7 +96,7 @@ async def enqueue_new_mails(
     once)."""
     async with redis.pipeline(transaction=False) as pipe:
         for chunk in (email_ids[i:i + batch] for i in range(0, len(email_ids), batch)):
-            CLAIM_DEDUP_AND_ENQUEUE_MANY.queue(pipe, keys=_claims(account_id, chunk), args={
+            CLAIM_DEDUP_AND_ENQUEUE_MANY.queue(pipe, keys=_claims(names, account_id, chunk), args={
                 "ttl": keys.DEDUP_JMAP_TTL_S, "account_id": account_id,
                 "maxlen": STREAM_JMAP_MAXLEN, "email_ids": chunk})
         return sum(int(n) for n in await pipe.execute())
@@ -122,8 +127,8 @@ return {id, #picked}
 """, keys=("stream", "claims*"), args=("ttl", "account_id", "maxlen", "email_ids*"))
 
 
-async def enqueue_digest(redis: Redis, account_id: str,
-                         email_ids: list[str]) -> tuple[str | None, int]:
+async def enqueue_digest(redis: Redis, account_id: str, email_ids: list[str], *,
+                         names: AccountKeys = keys.DEFAULT) -> tuple[str | None, int]:
     """One digest entry on `stalwart:jmap` for those of `email_ids` not claimed yet, and their
     claims, atomically: (the entry id or None when every mail was claimed already, how many
     mails it holds). At most `DIGEST_MAX_IDS` ids."""
@@ -132,7 +137,7 @@ async def enqueue_digest(redis: Redis, account_id: str,
     if len(email_ids) > DIGEST_MAX_IDS:
         raise ValueError(f"a digest entry holds at most {DIGEST_MAX_IDS} mails")
     entry, count = await CLAIM_DEDUP_AND_ENQUEUE_DIGEST(
-        redis, keys=_claims(account_id, email_ids), args={
+        redis, keys=_claims(names, account_id, email_ids), args={
             "ttl": keys.DEDUP_JMAP_TTL_S, "account_id": account_id,
             "maxlen": STREAM_JMAP_MAXLEN, "email_ids": email_ids})
     return text_of(entry) or None, int(count)
@@ -270,8 +275,8 @@ class LockLost(Exception):
     and the holder stops."""
 
 
-def reconcile_lock(redis: Redis) -> Lock:
-    return Lock(redis, keys.RECONCILE_LOCK, keys.RECONCILE_LOCK_TTL_S)
+def reconcile_lock(redis: Redis, names: AccountKeys = keys.DEFAULT) -> Lock:
+    return Lock(redis, names.of(keys.RECONCILE_LOCK), keys.RECONCILE_LOCK_TTL_S)
 
 
 # ------------------------------------------------------------------------------- cursor
@@ -283,8 +288,9 @@ class CursorState:
     watermark: int | None
 
 
-async def read_cursor(redis: Redis) -> CursorState:
-    cursor, watermark = await redis.mget(keys.RECONCILE_CURSOR, keys.RECONCILE_WATERMARK)
+async def read_cursor(redis: Redis, names: AccountKeys = keys.DEFAULT) -> CursorState:
+    cursor, watermark = await redis.mget(names.of(keys.RECONCILE_CURSOR),
+                                         names.of(keys.RECONCILE_WATERMARK))
     return CursorState(text_of(cursor), int_of(text_of(watermark)))
 
 
@@ -304,13 +310,14 @@ return 1
 
 
 async def save_cursor(
-    redis: Redis, lock: Lock, cursor: str, watermark: int | None = None
+    redis: Redis, lock: Lock, cursor: str, watermark: int | None = None, *,
+    names: AccountKeys = keys.DEFAULT,
 ) -> bool:
     """Store the cursor (and watermark) only while `lock` is still held. False = lease lost."""
     result = await SAVE_CURSOR(
         redis,
-        keys={"lock": lock.key, "cursor": keys.RECONCILE_CURSOR,
-              "watermark": keys.RECONCILE_WATERMARK},
+        keys={"lock": lock.key, "cursor": names.of(keys.RECONCILE_CURSOR),
+              "watermark": names.of(keys.RECONCILE_WATERMARK)},
         args={"owner": lock.owner, "cursor": cursor,
               "watermark": "" if watermark is None else str(watermark)})
     return int(result) == 1
@@ -329,16 +336,17 @@ async def slot_free(redis: Redis, key: str) -> bool:
     return not await redis.exists(key)
 
 
-async def request_catchup(redis: Redis, account_id: str) -> bool:
+async def request_catchup(redis: Redis, account_id: str, *,
+                          names: AccountKeys = keys.DEFAULT) -> bool:
     """Flag one pending catch-up for `account_id`; False when one was already pending."""
-    return bool(
-        await redis.set(keys.reconcile_catchup(account_id), "1", nx=True, ex=keys.CATCHUP_TTL_S)
-    )
+    return bool(await redis.set(names.reconcile_catchup(account_id), "1", nx=True,
+                                ex=keys.CATCHUP_TTL_S))
 
 
-async def take_catchup(redis: Redis, account_id: str) -> bool:
+async def take_catchup(redis: Redis, account_id: str, *,
+                       names: AccountKeys = keys.DEFAULT) -> bool:
     """Consume the pending catch-up (GETDEL): exactly one instance gets True."""
-    return await redis.getdel(keys.reconcile_catchup(account_id)) is not None
+    return await redis.getdel(names.reconcile_catchup(account_id)) is not None
 
 
 # The push handler and the scheduler of one instance share only its Redis client: a wake is

@@ -14,6 +14,7 @@ trimmed exactly rather than by whole nodes.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -91,6 +92,11 @@ def stream_key(name: str, account_id: str = keys.DEFAULT_ACCOUNT) -> str | None:
 def stream_name(key: str) -> str:
     """The contract's name of the stream at `key`: the key without its hash tag."""
     return key.split("}:", 1)[-1]
+
+
+def is_mail_stream(key: str) -> bool:
+    """An account's mail stream (`a:{<id>}:stalwart:jmap`); the other is the chat's."""
+    return key.startswith("a:{") and stream_name(key) == STREAM_NAMES[0]
 
 
 class SwitchedOff(Exception):
@@ -213,20 +219,21 @@ class StreamStore:
         return str(await self.redis.xadd(stream, fields))  # type: ignore[arg-type]
 
     # --- consumer group -----------------------------------------------------------------
-    async def ensure_groups(self) -> None:
-        for stream in keys.STREAMS:
+    async def ensure_groups(self, streams: Sequence[str] = keys.STREAMS) -> None:
+        for stream in streams:
             try:
                 await self.redis.xgroup_create(stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
-    async def read_new(self, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
-        """Up to `count` new entries of every stream, waiting up to `block_ms` for one. One
-        XREADGROUP when the streams share a slot (one server); on a Redis Cluster, where one
-        command cannot name keys of two slots, `_read_per_slot`."""
+    async def read_new(self, consumer: str, count: int, block_ms: int | None,
+                       streams: Sequence[str] = keys.STREAMS) -> list[Entry]:
+        """Up to `count` new entries of each of `streams`, waiting up to `block_ms` for one.
+        One XREADGROUP when the streams share a slot (one server); on a Redis Cluster, where
+        one command cannot name keys of two slots, `_read_per_slot`."""
         groups: list[tuple[str, ...]] = (
-            _slot_groups(keys.STREAMS) if is_cluster(self.redis) else [keys.STREAMS])
+            _slot_groups(tuple(streams)) if is_cluster(self.redis) else [tuple(streams)])
         try:
             if len(groups) == 1:
                 return await self._read(consumer, groups[0], count, block_ms)
@@ -234,7 +241,7 @@ class StreamStore:
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            await self.ensure_groups()
+            await self.ensure_groups(streams)
             return []
 
     async def _read(self, consumer: str, streams: tuple[str, ...], count: int,

@@ -41,6 +41,7 @@ from messageweave.mail.imap.mailbox import MailboxState
 from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import (
     Lock,
     LockLost,
@@ -106,14 +107,14 @@ class CatchupProgress:
     complete: bool = True
 
 
-async def read_cursors(redis: Redis) -> dict[str, Cursor]:
-    raw = await redis.hgetall(keys.IMAP_CURSOR)
+async def read_cursors(redis: Redis, names: AccountKeys = keys.DEFAULT) -> dict[str, Cursor]:
+    raw = await redis.hgetall(names.of(keys.IMAP_CURSOR))
     found = {text_of(k) or "": Cursor.decode(text_of(v) or "") for k, v in raw.items()}
     return {name: cursor for name, cursor in found.items() if cursor is not None}
 
 
-async def read_watermark(redis: Redis) -> int | None:
-    raw = text_of(await redis.get(keys.IMAP_WATERMARK))
+async def read_watermark(redis: Redis, names: AccountKeys = keys.DEFAULT) -> int | None:
+    raw = text_of(await redis.get(names.of(keys.IMAP_WATERMARK)))
     return int(raw) if raw and raw.isdigit() else None
 
 
@@ -121,22 +122,23 @@ class ImapCatchup:
     """One pass over `mailboxes` of `client`'s account (`catch_up` takes the lock)."""
 
     def __init__(self, redis: Redis, client: ImapClient, lock: Lock, mailboxes: Sequence[str],
-                 account: str, *, digest_threshold: int = 0, seconds: float = 20.0) -> None:
-        self.redis, self.client, self.lock = redis, client, lock
+                 account: str, *, digest_threshold: int = 0, seconds: float = 20.0,
+                 names: AccountKeys = keys.DEFAULT) -> None:
+        self.redis, self.client, self.lock, self.names = redis, client, lock, names
         self.mailboxes = list(dict.fromkeys(mailboxes))
         self.account = account
         self.digest_threshold = max(0, digest_threshold)
         self.progress = CatchupProgress()
         self._deadline = time.monotonic() + seconds
-        self._backlog = Backlog(redis, account, digest_threshold, self.progress)
+        self._backlog = Backlog(redis, account, digest_threshold, self.progress, names)
         self._held_cursors: dict[str, tuple[Cursor, int | None]] = {}
 
     async def run(self) -> CatchupProgress:
-        cursors = await read_cursors(self.redis)
-        watermark = await read_watermark(self.redis)
+        cursors = await read_cursors(self.redis, self.names)
+        watermark = await read_watermark(self.redis, self.names)
         if watermark is None:
             watermark = math.ceil(time.time())
-            if not await record_baseline(self.redis, self.lock, watermark):
+            if not await record_baseline(self.redis, self.lock, watermark, self.names):
                 raise LockLost("lock:reconcile was lost; baseline not recorded")
         for name in self.mailboxes:
             if self._out_of_time():
@@ -227,8 +229,8 @@ class ImapCatchup:
 
     async def _write(self, name: str, cursor: Cursor, watermark: int | None) -> None:
         saved = await SAVE_IMAP_CURSOR(
-            self.redis, keys={"lock": self.lock.key, "cursors": keys.IMAP_CURSOR,
-                              "watermark": keys.IMAP_WATERMARK},
+            self.redis, keys={"lock": self.lock.key, "cursors": self.names.of(keys.IMAP_CURSOR),
+                              "watermark": self.names.of(keys.IMAP_WATERMARK)},
             args={"owner": self.lock.owner, "mailbox": name, "cursor": cursor.encode(),
                   "watermark": "" if watermark is None else str(watermark)})
         if int(saved) != 1:
@@ -240,14 +242,15 @@ class ImapCatchup:
 
 async def catch_up(redis: Redis, client: ImapClient, mailboxes: Sequence[str], account: str, *,
                    digest_threshold: int = 0, seconds: float = 20.0,
-                   source: str = "reconcile") -> CatchupProgress:
+                   source: str = "reconcile",
+                   names: AccountKeys = keys.DEFAULT) -> CatchupProgress:
     """One pass under `lock:reconcile` (`CatchupBusy` when another pass holds it). IMAP and
     Redis errors propagate; the cursors keep their last checkpoint."""
-    lock = reconcile_lock(redis)
+    lock = reconcile_lock(redis, names)
     if not await lock.acquire():
         raise CatchupBusy("another catch-up pass is running")
     catchup = ImapCatchup(redis, client, lock, mailboxes, account,
-                          digest_threshold=digest_threshold, seconds=seconds)
+                          digest_threshold=digest_threshold, seconds=seconds, names=names)
     ok = False
     try:
         progress = await catchup.run()

@@ -49,7 +49,8 @@ from messageweave.mail.passes import (
     ProgressCallback,
     ReconcileBusy,
 )
-from messageweave.store import gaps
+from messageweave.store import gaps, keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -97,13 +98,14 @@ class ImapWatch:
 
     async def catch_up(self, redis: Redis, roles: Iterable[str], *, budget: Budget | None = None,
                        on_progress: ProgressCallback | None = None, digest_threshold: int = 0,
-                       source: str = "reconcile") -> Progress:
+                       source: str = "reconcile",
+                       names: AccountKeys = keys.DEFAULT) -> Progress:
         seconds = (budget or Budget()).seconds
         try:
             async with self.connect() as client:
                 done = await catch_up(redis, client, self.mailboxes, self.account,
                                       digest_threshold=digest_threshold, seconds=seconds,
-                                      source=source)
+                                      source=source, names=names)
         except CatchupBusy as exc:
             raise ReconcileBusy(str(exc)) from exc
         progress = progress_of(done)
@@ -112,14 +114,15 @@ class ImapWatch:
         return progress
 
     async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
-                    max_emails: int = auditor.AUDIT_MAX_EMAILS) -> AuditResult:
+                    max_emails: int = auditor.AUDIT_MAX_EMAILS,
+                    names: AccountKeys = keys.DEFAULT) -> AuditResult:
         now = time.time()
         result = AuditResult(at=int(now))
-        if not await read_cursors(redis):
+        if not await read_cursors(redis, names):
             return result  # no first pass yet: nothing was meant to be notified
-        baseline = (await gaps.read_state(redis)).baseline
+        baseline = (await gaps.read_state(redis, names)).baseline
         if baseline is None:
-            baseline = await gaps.start_baseline(redis, math.ceil(now))
+            baseline = await gaps.start_baseline(redis, math.ceil(now), names)
             result.baseline_started = True
         result.since = since = max(baseline, int(now) - window_s)
         if since >= now:
@@ -127,22 +130,22 @@ class ImapWatch:
         listed: list[_Listed] = []
         async with self.connect() as client:
             for name in self.mailboxes:
-                listed += await self._list(redis, client, name, since)
+                listed += await self._list(redis, client, name, since, names)
         listed.sort(key=lambda m: m.received_at, reverse=True)
         if len(listed) > max_emails:
             listed, result.complete = listed[:max_emails], False
         result.undiscovered = sum(m.undiscovered for m in listed)
         await auditor.check(redis, self.account, result,
-                            [m.id for m in listed if not m.undiscovered])
+                            [m.id for m in listed if not m.undiscovered], names)
         return result
 
-    async def _list(self, redis: Redis, client: ImapClient, name: str,
-                    since: int) -> list[_Listed]:
+    async def _list(self, redis: Redis, client: ImapClient, name: str, since: int,
+                    names: AccountKeys) -> list[_Listed]:
         state = await client.select(name, readonly=True)
         uids = await client.uid_search("SINCE", since_day(since))
         # Read after the listing: what the catch-up saved by now it enqueued before saving.
-        cursor: Cursor | None = (await read_cursors(redis)).get(name)
-        watermark = await read_watermark(redis) or 0
+        cursor: Cursor | None = (await read_cursors(redis, names)).get(name)
+        watermark = await read_watermark(redis, names) or 0
         same = cursor is not None and cursor.uidvalidity == state.uidvalidity
         out: list[_Listed] = []
         for start in range(0, len(uids), FETCH_PAGE):

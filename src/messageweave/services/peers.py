@@ -1,9 +1,4 @@
-"""What the parts of a running instance share, in one container built by `messageweave.runtime`.
-
-`Services` is what the HTTP handlers (`request.app.state.services`), the worker and the CLI
-commands are handed. Layers below this module never import it: `mail/` states what it needs as
-`mail.context.MailContext` and `ops.audit` as `ops.audit.AuditContext`; `Services` satisfies
-both.
+"""The peer clients of one configuration (`Runtime`, `Peers`).
 
 `Peers` holds the peer clients (Telegram, JMAP) of the configuration in force, and is the one
 place that knows which mail protocol is configured: `Peers.mail` hands everyone else a
@@ -21,16 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from messageweave.chat import webhook_setup
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.config.features import BotLanguage
-from messageweave.config.live import ConfigService, NotConfigured, PeerWarning
+from messageweave.config.live import (
+    NotConfigured,
+    PeerWarning,
+)
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.logs import failure_text, redis_url_secrets, scrub
+from messageweave.logs import failure_text, scrub
 from messageweave.mail.imap.source import ImapSource
 from messageweave.mail.imap.watch import ImapWatch, new_imap_client
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
@@ -39,10 +37,6 @@ from messageweave.mail.preflight import imap_preflight
 from messageweave.mail.smtp import SmtpSettings
 from messageweave.mail.source import MailSource
 from messageweave.mail.watch import MailWatch
-from messageweave.settings import Settings
-from messageweave.store.redis import Redis
-from messageweave.store.state import ConfigStore
-from messageweave.store.streams import UpdateIngress
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +87,10 @@ def new_jmap_client(cfg: BusinessConfig, outbound: OutboundConfig) -> JmapClient
 
 
 async def build_runtime(
-    cfg: BusinessConfig, outbound: OutboundConfig
+    cfg: BusinessConfig, outbound: OutboundConfig, *, connect: bool = True
 ) -> tuple[Runtime, list[PeerWarning]]:
-    """Connect what can be connected; every failure becomes a scrubbed warning.
+    """Connect what can be connected; every failure becomes a scrubbed warning. Without
+    `connect` nothing is connected: the JMAP session is fetched on first use (`Peers.jmap`).
 
     The returned runtime owns an open JMAP client when its session could be fetched; whoever
     drops the runtime closes it (`Runtime.aclose`).
@@ -120,7 +115,7 @@ async def build_runtime(
         except ValueError as exc:  # the trust store (SSL_CERT_FILE, jmap_ca_pem) cannot load
             warnings.append(PeerWarning("jmap", "build", scrub(str(exc), secrets)))
     try:
-        if client is not None:
+        if client is not None and connect:
             await client.get_session()
             runtime.jmap = client
     except JmapAccountError as exc:
@@ -172,14 +167,14 @@ class Peers:
         self._jmap_lock = asyncio.Lock()
 
     async def apply(self, cfg: BusinessConfig, outbound: OutboundConfig, *,
-                    current: Callable[[], bool]) -> list[PeerWarning]:
+                    current: Callable[[], bool], connect: bool = True) -> list[PeerWarning]:
         """The new revision's clients, each on its own (issue #23): the Telegram client (and
         the configuration) always replace the old ones, so a rotated bot token or a fixed Bot
         API address takes effect while the mail server is down. A JMAP client that could not
         connect leaves none, connected on demand with the new settings (never the old client
         of other settings: it would go on sending the password where they pointed), unless
         the JMAP settings are unchanged: then the connected one of before keeps serving."""
-        runtime, warnings = await build_runtime(cfg, outbound)
+        runtime, warnings = await build_runtime(cfg, outbound, connect=connect)
         previous = self.runtime
         if not current():  # a newer revision is (being) applied: it wins
             await runtime.aclose()
@@ -285,73 +280,3 @@ class Peers:
             self.runtime = None
 
 
-@dataclass
-class Services:
-    settings: Settings
-    redis: Redis
-    store: ConfigStore
-    config: ConfigService
-    version: str
-    peers: Peers = field(default_factory=Peers)
-    # `secrets()` of the objects it read last, which it checks by identity (see there).
-    _secrets_memo: tuple[tuple[object, ...], list[str | None]] | None = field(
-        default=None, init=False, repr=False, compare=False)
-    # The webhook's queue, whose concurrent enqueues share one script run (issue #14).
-    ingress: UpdateIngress = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.ingress = UpdateIngress(self.redis)
-
-    @property
-    def runtime(self) -> Runtime | None:
-        """The clients in use, None until a configuration was applied."""
-        return self.peers.runtime
-
-    @property
-    def live(self) -> bool:
-        """A configuration is live and its clients are built."""
-        return self.config.config is not None and self.peers.runtime is not None
-
-    @property
-    def live_jmap(self) -> JmapClient | None:
-        """The JMAP client in use when it is connected; None otherwise (no I/O)."""
-        return self.peers.runtime.jmap if self.peers.runtime is not None else None
-
-    @property
-    def live_account(self) -> str | None:
-        """The mail account in use (`Peers.account`; no I/O)."""
-        return self.peers.account()
-
-    async def jmap(self) -> JmapClient:
-        """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
-        return await self.peers.jmap(self.config.outbound)
-
-    async def mail(self) -> MailSource:
-        """The live mail source, connected on demand (`MailError`, `NotConfigured`)."""
-        return await self.peers.mail(self.config.outbound)
-
-    async def watch(self) -> MailWatch:
-        """The live source's watching side (`MailError`, `NotConfigured`)."""
-        return await self.peers.watch(self.config.outbound)
-
-    def secrets(self) -> list[str | None]:
-        """Every secret value this instance knows, for redaction (logs, audit records).
-
-        Read on every log line, so the list is kept while the objects it comes from are the
-        same ones: settings and configurations are frozen, and a reload or a save puts a new
-        configuration object in place, which is never redacted with the old list."""
-        cfg = self.config.config
-        applied = self.peers.runtime.config if self.peers.runtime is not None else None
-        sources: tuple[object, ...] = (self.settings, cfg, applied)
-        memo = self._secrets_memo
-        if memo is not None and all(a is b for a, b in zip(memo[0], sources, strict=True)):
-            return list(memo[1])
-        values: list[str | None] = [
-            self.settings.admin_key, self.settings.debug_token, self.settings.gateway_secret,
-            *redis_url_secrets(self.settings.redis_url),
-        ]
-        for source in (cfg, applied):
-            if source is not None:
-                values.extend(source.secrets())
-        self._secrets_memo = (sources, values)
-        return list(values)
