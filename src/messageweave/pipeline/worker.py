@@ -170,11 +170,11 @@ class Worker:
         while True:
             try:
                 streams = self._streams()
-                if not ready or not self._grouped.issuperset(streams):
+                if not ready:  # the first read, or one after a failed read
                     await self.streams.beat(self.consumer)
-                    await self.streams.ensure_groups(streams)
-                    self._grouped.update(streams)
-                    ready = True
+                    self._grouped.clear()  # a Redis that came back empty has no groups
+                await self._ensure_groups(streams)
+                ready = True
                 await self._room_for_a_batch()
                 readable, count = self._readable(streams)
                 entries = await self.streams.read_new(self.consumer, count,
@@ -212,6 +212,14 @@ class Worker:
         if self.svc.config.config is None:
             return list(keys.STREAMS)
         return [*(a.keys.stream_jmap for a in self.svc.accounts.served()), keys.STREAM_TELEGRAM]
+
+    async def _ensure_groups(self, streams: list[str]) -> None:
+        """Make the consumer group of each of `streams` this worker has not made yet (a fresh
+        Redis, an account just added); the read loop and the maintenance pass share the set."""
+        missing = [stream for stream in streams if stream not in self._grouped]
+        if missing:
+            await self.streams.ensure_groups(missing)
+            self._grouped.update(missing)
 
     def _share(self, stream: str, mail_streams: int) -> int:
         """The slots one account's mail may hold (SPEC G.5): all of them while it is the only
@@ -389,15 +397,12 @@ class Worker:
 
     # --- maintenance --------------------------------------------------------------------
     async def _maintenance_loop(self) -> None:
-        self._groups_made: set[str] = set()  # each run makes them once (a fresh Redis has none)
         await self._repeat(MAINTENANCE, MAINTENANCE_INTERVAL_S, self._maintenance_pass)
 
     async def _maintenance_pass(self) -> None:
         try:
             streams = self._streams()
-            if not self._groups_made.issuperset(streams):  # not made by the read loop yet
-                await self.streams.ensure_groups(streams)
-                self._groups_made.update(streams)
+            await self._ensure_groups(streams)  # not made by the read loop yet
             await self.deliverer.release_orphans()
             for entry in await self._recoverable(50, hold=True):
                 await self.spawn(entry)
