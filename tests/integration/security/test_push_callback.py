@@ -48,9 +48,11 @@ class Passes:
     def __init__(self, real: Any) -> None:
         self._real = real
         self.count = 0
+        self.pushed = 0  # those a push started (`source="jmap_push"`), not a schedule's
 
     async def __call__(self, svc: MailContext, **kw: Any) -> Progress:
         self.count += 1
+        self.pushed += kw.get("source") == "jmap_push"
         result: Progress = await self._real(svc, **kw)
         return result
 
@@ -183,7 +185,8 @@ async def test_verified_pushes_start_at_most_one_pass_per_interval(
         assert (await client.post(path, json=state_change(ACCOUNT))).status_code == 204
     elapsed = time.monotonic() - started
     await eventually(passes.started(1), "the first push's pass, woken at once", 5)
-    assert passes.count <= 1 + elapsed / keys.PUSH_CATCHUP_INTERVAL_S, (passes.count, elapsed)
+    # the passes the posts started: a scheduled pass in the window is not one of them
+    assert passes.pushed <= 1 + elapsed / keys.PUSH_CATCHUP_INTERVAL_S, (passes.pushed, elapsed)
     assert await redis_client.get(keys.PUSH_LAST_STATE_CHANGE) is not None
 
 
