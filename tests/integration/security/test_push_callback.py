@@ -219,6 +219,30 @@ async def test_push_catch_ups_are_coalesced_by_the_injected_clock(
     assert await push.state_changed(redis_client, ACCOUNT, sc, now=t0 - 3600)
 
 
+async def test_a_push_read_a_moment_before_the_release_is_deferred_not_run_again(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Catches: under load (the security suite on a busy machine: 3 passes in 1.04 s where at
+    most 2 may run), a push whose `now` was read a moment before the scheduler released the
+    deferred catch-up ran a second pass 10 ms after the release's. The release had moved `due`
+    to its own now + interval, a hair more than one interval past the push's older `now`,
+    which the guard against a clock that went back took for a jump: it flagged at once. Two
+    clocks (two instances, or one request delayed between reading the time and the script) a
+    few milliseconds apart must not double a pass."""
+    sc = push.StateChange(state_change(ACCOUNT)["changed"])
+    t0 = 1_700_000_000.0
+    interval = keys.PUSH_CATCHUP_INTERVAL_S
+    assert await push.state_changed(redis_client, ACCOUNT, sc, now=t0)
+    assert await take_catchup(redis_client, ACCOUNT)
+    assert not await push.state_changed(redis_client, ACCOUNT, sc, now=t0 + interval / 2)
+    assert await push.release_deferred(redis_client, ACCOUNT, now=t0 + interval + 0.005)
+    assert await take_catchup(redis_client, ACCOUNT)  # the release's pass
+    # the push read its clock 4 ms before the release ran: deferred, not a pass of its own
+    assert not await push.state_changed(redis_client, ACCOUNT, sc, now=t0 + interval + 0.001)
+    assert not await take_catchup(redis_client, ACCOUNT)
+    assert await redis_client.exists(keys.PUSH_CATCHUP_DEFERRED)
+
+
 async def test_a_push_within_the_interval_is_not_lost(
     client: httpx.AsyncClient, admin: dict[str, str], redis_client: aioredis.Redis,
     passes: Passes,
