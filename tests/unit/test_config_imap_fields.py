@@ -137,11 +137,15 @@ def test_each_imap_rule_has_its_documented_message(overrides: dict[str, Any],
     ({"mail_source": "pop3"}, "MAIL_SOURCE must be jmap or imap"),
     ({"imap_security": "ssl"}, "IMAP_SECURITY must be tls, starttls or none"),
     ({"smtp_security": True}, "SMTP_SECURITY must be tls, starttls or none"),
+    ({"bot_language": "fr"}, "BOT_LANGUAGE must be zh or en"),
+    ({"telegram_updates": "push"}, "TELEGRAM_UPDATES must be auto, webhook or polling"),
+    ({"push_mode": 1}, "PUSH_MODE must be auto, eventsource, subscription or off"),
 ])
 def test_a_choice_outside_its_values_is_refused_when_parsed(overrides: dict[str, Any],
                                                             message: str) -> None:
-    """Catches an unknown mail source or security stored (nothing would know what to do with
-    it) or answered as a bare 400 that names no field."""
+    """Catches an unknown mail source, security, language, update or push mode stored
+    (nothing would know what to do with it) or answered as a bare 400 that names no field;
+    issue #38 item 7: the last three had a parser each, now the one of `choice_when_parsed`."""
     for parse in (parse_wire, lambda body: parse_patch(body)):
         with pytest.raises(ConfigInvalid, match=f"^{message}$"):
             parse(imap_wire(**overrides))

@@ -228,27 +228,6 @@ def parse_digest_threshold(value: object) -> int:
     return value
 
 
-def parse_bot_language(value: object) -> BotLanguage:
-    for language in BOT_LANGUAGES:
-        if value == language:
-            return language
-    raise FeatureInvalid("BOT_LANGUAGE must be zh or en")
-
-
-def parse_telegram_updates(value: object) -> TelegramUpdates:
-    for mode in TELEGRAM_UPDATES:
-        if value == mode:
-            return mode
-    raise FeatureInvalid("TELEGRAM_UPDATES must be auto, webhook or polling")
-
-
-def parse_push_mode(value: object) -> PushMode:
-    for mode in PUSH_MODES:
-        if value == mode:
-            return mode
-    raise FeatureInvalid("PUSH_MODE must be auto, eventsource, subscription or off")
-
-
 def parse_retry_window(value: object) -> int:
     if not is_int(value) or not 0 <= value <= RETRY_WINDOW_MAX_S:
         raise FeatureInvalid(f"RETRY_WINDOW_S must be between 0 and {RETRY_WINDOW_MAX_S}")

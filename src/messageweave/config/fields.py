@@ -210,14 +210,14 @@ class BusinessConfig:
                                     parse=features.parse_digest_threshold)
     bot_language: BotLanguage = declare("str", "BOT_LANGUAGE", DEFAULT_BOT_LANGUAGE,
                                         choices=features.BOT_LANGUAGES,
-                                        parse=features.parse_bot_language)
+                                        choice_when_parsed=True)
     # Issue #22: how updates and mail changes reach an instance without a public URL, and how
     # long a transient failure is retried before its entry is dead-lettered.
     telegram_updates: TelegramUpdates = declare("str", "TELEGRAM_UPDATES", "auto",
                                                 choices=features.TELEGRAM_UPDATES,
-                                                parse=features.parse_telegram_updates)
+                                                choice_when_parsed=True)
     push_mode: PushMode = declare("str", "PUSH_MODE", "auto", choices=features.PUSH_MODES,
-                                  parse=features.parse_push_mode)
+                                  choice_when_parsed=True)
     retry_window_s: int = declare("int", "RETRY_WINDOW_S", DEFAULT_RETRY_WINDOW_S, minimum=0,
                                   maximum=features.RETRY_WINDOW_MAX_S,
                                   parse=features.parse_retry_window)
