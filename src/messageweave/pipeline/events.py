@@ -260,12 +260,12 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
             return []
         return [Outgoing(chat_id, texts.texts(cfg.bot_language)["account_paused"],
                          SendOptions())]
-    svc = svc.for_account(account)
+    view = svc.for_account(account)
     if "callback_id" in entry.fields:  # a button pressed (issue #16)
         if chat_id is None:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "button press without a chat")
         try:
-            pressed = await handle_press(Press.of(entry.id, entry.fields), svc, cfg)
+            pressed = await handle_press(Press.of(entry.id, entry.fields), view, cfg)
         except MailError as exc:
             raise mail_failure(exc) from exc
         except NotConfigured as exc:
@@ -274,7 +274,7 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     text = entry.fields.get("text")
     if text is None or chat_id is None:
         return []  # not a text message: acknowledged, no reply
-    ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, mail=svc.mail)
+    ctx = ConversationContext(view.redis, view.keys, cfg, view.config.outbound, mail=view.mail)
     try:
         incoming = IncomingMessage.of(chat_id, text, entry.id, entry.fields)
         replies = await reply_to_update(incoming, ctx)
