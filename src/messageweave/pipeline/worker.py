@@ -414,13 +414,14 @@ class Worker:
             self._first_pass.set()
 
     async def _draft_expiry_loop(self) -> None:
-        await self._repeat(DRAFT_EXPIRY, DRAFT_EXPIRY_INTERVAL_S, self._expire_drafts)
+        await self._repeat(DRAFT_EXPIRY, DRAFT_EXPIRY_INTERVAL_S,
+                           lambda: self.expire_drafts(time.time()))
 
-    async def _expire_drafts(self) -> None:
+    async def expire_drafts(self, now: float) -> None:
         """Every served account's drafts, each destroyed in its own mailbox (issue #35)."""
         for account in self.svc.accounts.served():
             view = self.svc.for_account(account)
-            await expire_drafts(view.redis, view.keys, view.mail, now=time.time())
+            await expire_drafts(view.redis, view.keys, view.mail, now=now)
 
     async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,

@@ -30,7 +30,7 @@ def _same_mail(cyrus: CyrusServer, *users: str) -> list[Appended]:
     return appended
 
 
-async def _press(app: ServedApp, account_id: str, chat: int, action: str,
+async def press_signed(app: ServedApp, account_id: str, chat: int, action: str,
                  email_id: str) -> dict[str, Any]:
     """The owner of `chat` presses `action` of `email_id`, signed as the account's own
     notification signed it; the bot's answer to the press."""
@@ -66,10 +66,10 @@ async def test_mark_read_in_one_account_leaves_another_accounts_same_mail_unread
     done" and leave that account's mail unread."""
     family = await add_account(served, cyrus, "family")
     theirs, mine = _same_mail(cyrus, family.user, CYRUS_USER)
-    first = await _press(served, family.id, family.chat, buttons.READ, theirs.email_id)
+    first = await press_signed(served, family.id, family.chat, buttons.READ, theirs.email_id)
     assert first["text"] == TEXTS["notice_read"]
 
-    second = await _press(served, DEFAULT_ACCOUNT, served.chat, buttons.READ, mine.email_id)
+    second = await press_signed(served, DEFAULT_ACCOUNT, served.chat, buttons.READ, mine.email_id)
     assert second["text"] == TEXTS["notice_read"], second
     [mail] = await mailbox.get_emails([mine.email_id])
     assert "$seen" in mail.keywords
@@ -91,7 +91,7 @@ async def test_deleting_an_account_deletes_its_chats_consent_and_button_claims(
     [mail] = _same_mail(cyrus, family.user)
     granted = await _say(served, family.chat, "/ai on")
     assert granted.startswith(TEXTS["consent_granted"].split("：")[0]), granted
-    assert (await _press(served, family.id, family.chat, buttons.READ, mail.email_id)
+    assert (await press_signed(served, family.id, family.chat, buttons.READ, mail.email_id)
             )["text"] == TEXTS["notice_read"]
     held = await _chat_keys(served, family, mail.email_id)
     assert held and all(k.startswith(family.keys.prefix) for k in held), held
