@@ -239,12 +239,17 @@ def _allowed_chat(entry: Entry, allowlist: tuple[int, ...]) -> int | None:
     return chat_id
 
 
-def _chat_account(entry: Entry, svc: Services) -> AccountRuntime:
+def chat_account(entry: Entry, svc: Services) -> AccountRuntime | None:
     """The account of the chat an update came from (SPEC G.4): every command, button and id
-    is resolved in it. A chat of no account is `default`'s to refuse (its allowlist)."""
+    is resolved in it. A chat of no account is `default`'s to refuse (its allowlist); None
+    while nothing is configured."""
     chat = entry.fields.get("chat_id", "")
     account = svc.accounts.of_chat(int(chat)) if chat.lstrip("-").isdigit() else None
-    account = account or svc.accounts.get(DEFAULT_ACCOUNT)
+    return account or svc.accounts.get(DEFAULT_ACCOUNT)
+
+
+def _chat_account(entry: Entry, svc: Services) -> AccountRuntime:
+    account = chat_account(entry, svc)
     if account is None:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
     return account
