@@ -263,10 +263,10 @@ def _rfc3339(unix: float) -> str:
 
 async def expire_drafts(redis: Redis, names: AccountKeys,
                         mail: Callable[[], Awaitable[ReplySender]], *, now: float) -> int:
-    """Destroy the drafts made more than `REPLY_DRAFT_MAX_AGE_S` ago and never sent; how many
-    were. Each is taken out of `reply:drafts` by one instance (ZREM) and claimed like a
-    press, so a Send under way keeps it; when the mailbox cannot be reached it is put back
-    for the next pass."""
+    """Destroy the account's drafts (`names`, whose mailbox `mail` is) made more than
+    `REPLY_DRAFT_MAX_AGE_S` ago and never sent; how many were. Each is taken out of the
+    account's `reply:drafts` by one instance (ZREM) and claimed like a press, so a Send under
+    way keeps it; when the mailbox cannot be reached it is put back for the next pass."""
     done = 0
     for draft_id, created in await drafts.older_than(redis, names, now - keys.REPLY_DRAFT_MAX_AGE_S,
                                                      EXPIRY_BATCH):
