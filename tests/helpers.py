@@ -691,7 +691,8 @@ class Chat:
         async def jmap() -> JmapClient:
             return self.mailbox
 
-        ctx = ConversationContext(self.redis, self.config, self.outbound, mail=jmap, now=self.now)
+        ctx = ConversationContext(self.redis, keys.DEFAULT, self.config, self.outbound, mail=jmap,
+                                  now=self.now)
         replies = await reply_to_update(IncomingMessage(self.chat_id, text), ctx)
         assert all(r.chat_id == self.chat_id for r in replies)
         return [r.text for r in replies]

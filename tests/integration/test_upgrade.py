@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 from messageweave import runtime
 from messageweave.pipeline.ingress import parse_update
 from messageweave.pipeline.worker import Worker
-from messageweave.store import keys
+from messageweave.store import drafts, keys
 from messageweave.store.mailbox import enqueue_new_mails
 from messageweave.store.streams import StreamStore
-from messageweave.store.upgrade import KILL_AFTER_ENV, SCHEMA_VERSION, steps
+from messageweave.store.upgrade import CURRENT, KILL_AFTER_ENV, SCHEMA_VERSION, steps
 from tests.helpers import (
     assert_envelope,
     eventually,
@@ -70,7 +70,7 @@ async def test_a_start_with_redis_down_serves_healthz_then_upgrades_when_redis_i
             redis = aioredis.Redis.from_url(url, decode_responses=True)
 
             async def upgraded() -> bool:
-                return bool(await redis.get(SCHEMA_VERSION) == "2")
+                return bool(await redis.get(SCHEMA_VERSION) == CURRENT)
 
             await eventually(upgraded, "the upgrade once Redis is back", BACK_WITHIN_S)
             assert await redis.get(keys.ENABLED) == "1"
@@ -151,7 +151,7 @@ async def test_messageweave_upgrade_prints_what_it_moved_and_then_that_nothing_i
         assert f"dedup:tg:1001 -> {keys.dedup_tg(1001)}\n" in out
         assert out.count(" -> ") == len([k for k in fixture["keys"] if _new_name(k) != k])
         code, out = await run_cli("upgrade", REDIS_URL=url)
-        assert code == 0 and out.strip() == "ok nothing left moved; data format 2", out
+        assert code == 0 and out.strip() == f"ok nothing left moved; data format {CURRENT}", out
     finally:
         proc.terminate()
         proc.wait(10)
@@ -188,8 +188,8 @@ async def test_the_release_s_redis_upgraded_with_kills_loses_and_repeats_nothing
             await _upgrade_killed_after(url, step)
             assert await redis.get(SCHEMA_VERSION) is None
         code, out = await run_cli("upgrade", REDIS_URL=url)
-        assert code == 0 and "data format 2" in out, out
-        assert await redis.get(SCHEMA_VERSION) == "2"
+        assert code == 0 and f"data format {CURRENT}" in out, out
+        assert await redis.get(SCHEMA_VERSION) == CURRENT
 
         expected = {SCHEMA_VERSION}
         for old, saved in fixture["keys"].items():
@@ -233,6 +233,59 @@ async def test_the_release_s_redis_upgraded_with_kills_loses_and_repeats_nothing
         assert [len(await telegram_emulator.sent_messages(token, c)) for c in others
                 ] == before_others
         assert await redis.xlen(keys.dlq(tg)) == 1
+        await redis.aclose()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# --- format 2 → 3: the reply drafts move to `default`'s names ----------------------------
+
+
+async def _format_2_drafts(url: str) -> aioredis.Redis:
+    """A Redis as the release of data format 2 left it with one reply draft under way: its
+    record, its place in the expiry set, the chat entry's note of it (names and TTLs of that
+    release's `store.drafts`), and the Send claim it already kept per account."""
+    redis = aioredis.Redis.from_url(url, decode_responses=True)
+    await redis.set(SCHEMA_VERSION, "2")
+    await redis.zadd("reply:drafts", {"Mdraft1": 1_700_000_000})
+    await redis.hset("reply:draft:Mdraft1", mapping={
+        "chat_id": 4242, "identity_id": "id-1", "created_at": 1_700_000_000})
+    await redis.expire("reply:draft:Mdraft1", keys.REPLY_DRAFT_TTL_S)
+    await redis.set("reply:entry:1700000000000-0", "Mdraft1", ex=keys.REPLY_ENTRY_TTL_S)
+    await redis.set(keys.DEFAULT.button_action("d", "Mdraft1"), "1700000000000-0", ex=120)
+    return redis
+
+
+async def test_format_2_drafts_move_to_the_default_account_through_kills(
+    tmp_path: Path,
+) -> None:
+    """Catches the reply drafts of a Redis the format-2 release wrote left under their
+    deployment-wide names once they are per account (issue #35): the worker's expiry never
+    finds the draft (it stays in the owner's Drafts for ever), its Send press answers "gone",
+    and a retried entry makes a second draft. Killed after the first, the middle and the last
+    step, the next run finishes the move."""
+    (tmp_path / "redis").mkdir()
+    proc, url = start_debian_redis(tmp_path / "redis")
+    try:
+        redis = await _format_2_drafts(url)
+        count = len(steps())
+        # the expiry set moves before the middle step, the records and notes after it
+        for step in (1, count // 2, count):
+            await _upgrade_killed_after(url, step)
+            assert await redis.get(SCHEMA_VERSION) == "2"
+        code, out = await run_cli("upgrade", REDIS_URL=url)
+        assert code == 0 and f"data format {CURRENT}" in out, out
+        assert await redis.get(SCHEMA_VERSION) == CURRENT
+
+        record = await drafts.record(redis, keys.DEFAULT, "Mdraft1")
+        assert record is not None and record.chat_id == 4242 and record.outcome is None
+        assert 0 < await redis.ttl(keys.DEFAULT.reply_draft("Mdraft1")) <= keys.REPLY_DRAFT_TTL_S
+        assert await drafts.older_than(redis, keys.DEFAULT, 1_700_000_001, 10) == [
+            ("Mdraft1", 1_700_000_000.0)]
+        assert await drafts.made_by(redis, keys.DEFAULT, "1700000000000-0") == "Mdraft1"
+        assert 0 < await redis.ttl(keys.DEFAULT.reply_entry("1700000000000-0"))
+        assert not await redis.keys("reply:*")
         await redis.aclose()
     finally:
         proc.terminate()

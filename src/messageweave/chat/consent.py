@@ -6,18 +6,19 @@ from messageweave.chat import replies
 from messageweave.chat.intents import GrantConsent
 from messageweave.config.features import BotLanguage
 from messageweave.store import consent
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 
 
 async def grant(
-    redis: Redis, chat_id: int, intent: GrantConsent, now: float, language: BotLanguage,
-    timezone: str,
+    redis: Redis, names: AccountKeys, chat_id: int, intent: GrantConsent, now: float,
+    language: BotLanguage, timezone: str,
 ) -> str:
     """Grant, and the confirmation with the expiry in `timezone` (the configured one)."""
-    expires_at = await consent.grant(redis, chat_id, intent.ttl_s, now)
+    expires_at = await consent.grant(redis, names, chat_id, intent.ttl_s, now)
     return replies.consent_granted(language, intent.label_key, expires_at, timezone)
 
 
-async def revoke(redis: Redis, chat_id: int, language: BotLanguage) -> str:
-    await consent.revoke(redis, chat_id)
+async def revoke(redis: Redis, names: AccountKeys, chat_id: int, language: BotLanguage) -> str:
+    await consent.revoke(redis, names, chat_id)
     return replies.texts(language)["consent_revoked"]

@@ -20,7 +20,7 @@ from messageweave.store.state import ConfigStore
 
 class LiveConfig(Protocol):
     """The configuration in force as the loops read it: `config.live.ConfigService` for
-    `default`, `services.AccountConfig` for another account (its effective configuration)."""
+    `default`, `services.AccountConfig` for an account's view (its effective configuration)."""
 
     @property
     def config(self) -> BusinessConfig | None: ...
@@ -37,7 +37,7 @@ class LiveConfig(Protocol):
 
 class MailContext(Protocol):
     """One account's mailbox, as its loops see it: `Services` is `default`'s,
-    `services.AccountMail` another account's (issue #35)."""
+    `services.AccountServices` an account's (issue #35)."""
 
     @property
     def redis(self) -> Redis: ...

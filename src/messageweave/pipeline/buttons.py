@@ -41,7 +41,7 @@ from messageweave.config.model import BusinessConfig
 from messageweave.mail.errors import MailError, MailRefused, MailTooLarge
 from messageweave.mail.source import MailActions, MailReader
 from messageweave.pipeline import owners, reading, reply, summarize
-from messageweave.services import Services
+from messageweave.services import AccountServices
 from messageweave.store import callbacks, drafts
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,8 @@ class ButtonReply:
     options: SendOptions
 
 
-async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list[ButtonReply]:
+async def handle_press(press: Press, svc: AccountServices,
+                       cfg: BusinessConfig) -> list[ButtonReply]:
     """Do what the pressed button says, answer the press (always), and show the new state.
 
     Raises `MailError` / `NotConfigured` when the mailbox cannot be reached, so the entry is
@@ -234,7 +235,7 @@ async def handle_press(press: Press, svc: Services, cfg: BusinessConfig) -> list
     return []
 
 
-async def _summary(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+async def _summary(press: Press, button: Button, svc: AccountServices, cfg: BusinessConfig,
                    telegram: TelegramClient) -> list[ButtonReply]:
     """The `/summary <id>` path (`summarize`): without consent, the consent hint."""
     mail = await summarize.fetch_mail(await svc.mail(), button.email_id)
@@ -243,7 +244,8 @@ async def _summary(press: Press, button: Button, svc: Services, cfg: BusinessCon
         await _answer(telegram, press, table["notice_gone"])
         return []
     await _answer(telegram, press, None)  # the spinner stops while the summary is made
-    text = await summarize.summary_text(mail, press.chat_id, redis=svc.redis, config=cfg,
+    text = await summarize.summary_text(mail, press.chat_id, redis=svc.redis, names=svc.keys,
+                                        config=cfg,
                                         outbound=svc.config.outbound, now=time.time())
     return [ButtonReply(press.chat_id, text, SendOptions(thread_id=press.thread_id))]
 
@@ -261,7 +263,7 @@ async def read_replies(source: MailReader, cfg: BusinessConfig, email_id: str,
             for page in pages]
 
 
-async def _read(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+async def _read(press: Press, button: Button, svc: AccountServices, cfg: BusinessConfig,
                 telegram: TelegramClient) -> list[ButtonReply]:
     """Read: the mail's headers and text as reply messages (not deduplicated: each press is a
     new request, as `/read` twice is)."""
@@ -274,7 +276,7 @@ async def _read(press: Press, button: Button, svc: Services, cfg: BusinessConfig
     return found
 
 
-async def _file(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+async def _file(press: Press, button: Button, svc: AccountServices, cfg: BusinessConfig,
                 telegram: TelegramClient) -> list[ButtonReply]:
     """An attachment: refused above the upload limit before anything is downloaded; else
     claimed per (mail, part), downloaded into memory and uploaded once."""
@@ -290,7 +292,7 @@ async def _file(press: Press, button: Button, svc: Services, cfg: BusinessConfig
         await _answer(telegram, press, too_large)
         return []
     owner, part = press.entry_id, attachment.part_id
-    claim = await callbacks.claim(svc.redis, FILE, button.email_id, owner, part=part)
+    claim = await callbacks.claim(svc.redis, svc.keys, FILE, button.email_id, owner, part=part)
     if claim != "claimed":
         await _answer(telegram, press, table["notice_sent" if claim == "done" else "notice_busy"])
         return []
@@ -299,31 +301,31 @@ async def _file(press: Press, button: Button, svc: Services, cfg: BusinessConfig
         await reading.send_attachment(source, telegram, press.chat_id, press.thread_id,
                                       attachment)
     except MailTooLarge:
-        await callbacks.release(svc.redis, FILE, button.email_id, owner, part=part)
+        await callbacks.release(svc.redis, svc.keys, FILE, button.email_id, owner, part=part)
         return [ButtonReply(press.chat_id, too_large, SendOptions(thread_id=press.thread_id))]
     except TelegramSendError as exc:
         log.warning("an attachment upload failed: %s", exc.failure_class)
         if exc.maybe_sent:  # the owner may have it: a second press must not send it again
-            await callbacks.finish(svc.redis, FILE, button.email_id, part=part)
+            await callbacks.finish(svc.redis, svc.keys, FILE, button.email_id, part=part)
         else:
-            await callbacks.release(svc.redis, FILE, button.email_id, owner, part=part)
+            await callbacks.release(svc.redis, svc.keys, FILE, button.email_id, owner, part=part)
         return [ButtonReply(press.chat_id, table["notice_upload_failed"],
                             SendOptions(thread_id=press.thread_id))]
     except BaseException:
-        await callbacks.release(svc.redis, FILE, button.email_id, owner, part=part)
+        await callbacks.release(svc.redis, svc.keys, FILE, button.email_id, owner, part=part)
         raise
-    await callbacks.finish(svc.redis, FILE, button.email_id, part=part)
+    await callbacks.finish(svc.redis, svc.keys, FILE, button.email_id, part=part)
     return []
 
 
-async def _draft(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+async def _draft(press: Press, button: Button, svc: AccountServices, cfg: BusinessConfig,
                  telegram: TelegramClient) -> list[ButtonReply]:
     """Send or Cancel of a reply draft: only in the chat that made it; claimed once per draft
     (`button:d:{draft_id}`), so a double press, or Send then Cancel, does one of them. A claim
     is kept through a failure that may have sent (the entry's retry finds it and looks at the
     draft before sending), and given back only when nothing happened."""
     table = texts(cfg.bot_language)
-    record = await drafts.record(svc.redis, button.email_id)
+    record = await drafts.record(svc.redis, svc.keys, button.email_id)
     if record is None or record.chat_id != press.chat_id or not reading.allowed(
             cfg, press.chat_id):
         await _answer(telegram, press, table["notice_draft_gone"])
@@ -333,18 +335,18 @@ async def _draft(press: Press, button: Button, svc: Services, cfg: BusinessConfi
                                              else "notice_draft_gone"])
         await _drop_keyboard(telegram, press)
         return []
-    claim = await callbacks.claim(svc.redis, reply.CLAIM, button.email_id, press.entry_id)
+    claim = await callbacks.claim(svc.redis, svc.keys, reply.CLAIM, button.email_id, press.entry_id)
     if claim != "claimed":
         await _answer(telegram, press, table["notice_busy" if claim == "busy"
                                              else "notice_draft_gone"])
         return []
     source, now = await svc.mail(), time.time()
     if button.action == reply.SEND:
-        done = await reply.send(source, svc.redis, cfg, button.email_id, record, now=now)
+        done = await reply.send(source, svc.redis, svc.keys, cfg, button.email_id, record, now=now)
     else:
-        done = await reply.cancel(source, svc.redis, cfg, button.email_id, now=now)
+        done = await reply.cancel(source, svc.redis, svc.keys, cfg, button.email_id, now=now)
     if not done.settled:
-        await callbacks.release(svc.redis, reply.CLAIM, button.email_id, press.entry_id)
+        await callbacks.release(svc.redis, svc.keys, reply.CLAIM, button.email_id, press.entry_id)
     await _answer(telegram, press, done.notice)
     if done.settled:
         await _drop_keyboard(telegram, press)
@@ -364,12 +366,13 @@ async def _drop_keyboard(telegram: TelegramClient, press: Press) -> None:
             log.info("editMessageReplyMarkup failed: %s", exc.failure_class)
 
 
-async def _lasting(press: Press, button: Button, svc: Services, cfg: BusinessConfig,
+async def _lasting(press: Press, button: Button, svc: AccountServices, cfg: BusinessConfig,
                    telegram: TelegramClient) -> None:
     """Mark read or Archive, once: a press that finds the work done (or under way) only
     answers and shows the state."""
     table = texts(cfg.bot_language)
-    claim = await callbacks.claim(svc.redis, button.action, button.email_id, press.entry_id)
+    claim = await callbacks.claim(svc.redis, svc.keys, button.action, button.email_id,
+                                  press.entry_id)
     if claim != "claimed":
         notice = "notice_already" if claim == "done" else "notice_busy"
         await _answer(telegram, press, table[notice])
@@ -378,18 +381,18 @@ async def _lasting(press: Press, button: Button, svc: Services, cfg: BusinessCon
     try:
         found = await _act(await svc.mail(), button)
     except MailRefused as exc:  # refused for good (e.g. forbidden): a retry would not help
-        await callbacks.release(svc.redis, button.action, button.email_id, press.entry_id)
+        await callbacks.release(svc.redis, svc.keys, button.action, button.email_id, press.entry_id)
         log.warning("a button's mailbox change was refused: %s", exc.reason)
         await _answer(telegram, press, table["notice_failed"])
         return
     except Exception:
-        await callbacks.release(svc.redis, button.action, button.email_id, press.entry_id)
+        await callbacks.release(svc.redis, svc.keys, button.action, button.email_id, press.entry_id)
         raise
     if not found:
-        await callbacks.release(svc.redis, button.action, button.email_id, press.entry_id)
+        await callbacks.release(svc.redis, svc.keys, button.action, button.email_id, press.entry_id)
         await _answer(telegram, press, table["notice_gone"])
         return
-    await callbacks.finish(svc.redis, button.action, button.email_id)
+    await callbacks.finish(svc.redis, svc.keys, button.action, button.email_id)
     await _answer(telegram, press, table[_NOTICES[button.action]])
     await _show(telegram, press, svc, cfg, button.email_id)
 
@@ -410,12 +413,12 @@ async def _answer(telegram: TelegramClient, press: Press, text: str | None) -> N
         log.info("answerCallbackQuery failed: %s", exc.failure_class)
 
 
-async def _show(telegram: TelegramClient, press: Press, svc: Services, cfg: BusinessConfig,
+async def _show(telegram: TelegramClient, press: Press, svc: AccountServices, cfg: BusinessConfig,
                 email_id: str) -> None:
     """editMessageReplyMarkup with the done state of Mark read and Archive (best effort)."""
     if press.message_id is None:
         return
-    done = await callbacks.done_actions(svc.redis, LASTING, email_id)
+    done = await callbacks.done_actions(svc.redis, svc.keys, LASTING, email_id)
     try:
         await telegram.edit_message_reply_markup(
             press.chat_id, press.message_id, notification_keyboard(cfg, email_id, done))

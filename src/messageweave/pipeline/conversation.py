@@ -22,6 +22,7 @@ from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.source import MailSource
 from messageweave.pipeline import buttons, owners, reading, reply, search, summarize
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Reply:
 @dataclass
 class ConversationContext:
     redis: Redis
+    keys: AccountKeys  # the chat's account's (issue #35)
     config: BusinessConfig
     outbound: OutboundConfig
     # Connects on demand; raises messageweave.mail.errors.MailError when the mailbox is
@@ -107,10 +109,10 @@ async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | N
         case intents.Help():
             return replies.texts(language)["help"]
         case intents.GrantConsent():
-            return await consent.grant(ctx.redis, message.chat_id, intent, ctx.now(), language,
-                                       ctx.config.timezone)
+            return await consent.grant(ctx.redis, ctx.keys, message.chat_id, intent, ctx.now(),
+                                       language, ctx.config.timezone)
         case intents.RevokeConsent():
-            return await consent.revoke(ctx.redis, message.chat_id, language)
+            return await consent.revoke(ctx.redis, ctx.keys, message.chat_id, language)
         case intents.MissingEmailId():
             return replies.texts(language)["missing_email_id"]
         case intents.Search(query=query):
@@ -149,7 +151,7 @@ async def _reply(intent: intents.ReplyMail, message: IncomingMessage,
         return []
     request = reply.ReplyRequest(intent.email_id, intent.text, message.chat_id,
                                  message.entry_id)
-    shown = await reply.draft_reply(await ctx.mail(), ctx.redis, ctx.config, request,
+    shown = await reply.draft_reply(await ctx.mail(), ctx.redis, ctx.keys, ctx.config, request,
                                     now=ctx.now(), sign=buttons.draft_signer(ctx.config))
     return [Reply(message.chat_id, shown.text, SendOptions(keyboard=shown.keyboard))]
 
@@ -186,5 +188,6 @@ async def _summary(email_id: str, chat_id: int, ctx: ConversationContext) -> str
         log.info("summary requested for an email the mailbox does not have")
         return None
     return await summarize.summary_text(
-        mail, chat_id, redis=ctx.redis, config=ctx.config, outbound=ctx.outbound, now=ctx.now()
+        mail, chat_id, redis=ctx.redis, names=ctx.keys, config=ctx.config, outbound=ctx.outbound,
+        now=ctx.now(),
     )

@@ -239,12 +239,17 @@ def _allowed_chat(entry: Entry, allowlist: tuple[int, ...]) -> int | None:
     return chat_id
 
 
-def _chat_account(entry: Entry, svc: Services) -> AccountRuntime:
+def chat_account(entry: Entry, svc: Services) -> AccountRuntime | None:
     """The account of the chat an update came from (SPEC G.4): every command, button and id
-    is resolved in it. A chat of no account is `default`'s to refuse (its allowlist)."""
+    is resolved in it. A chat of no account is `default`'s to refuse (its allowlist); None
+    while nothing is configured."""
     chat = entry.fields.get("chat_id", "")
     account = svc.accounts.of_chat(int(chat)) if chat.lstrip("-").isdigit() else None
-    account = account or svc.accounts.get(DEFAULT_ACCOUNT)
+    return account or svc.accounts.get(DEFAULT_ACCOUNT)
+
+
+def _chat_account(entry: Entry, svc: Services) -> AccountRuntime:
+    account = chat_account(entry, svc)
     if account is None:
         raise DeliveryFailure(FailureClass.TRANSIENT, "not configured")
     return account
@@ -260,12 +265,12 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
             return []
         return [Outgoing(chat_id, texts.texts(cfg.bot_language)["account_paused"],
                          SendOptions())]
-    svc = svc.for_account(account)
+    view = svc.for_account(account)
     if "callback_id" in entry.fields:  # a button pressed (issue #16)
         if chat_id is None:
             raise DeliveryFailure(FailureClass.INVALID_PAYLOAD, "button press without a chat")
         try:
-            pressed = await handle_press(Press.of(entry.id, entry.fields), svc, cfg)
+            pressed = await handle_press(Press.of(entry.id, entry.fields), view, cfg)
         except MailError as exc:
             raise mail_failure(exc) from exc
         except NotConfigured as exc:
@@ -274,7 +279,7 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     text = entry.fields.get("text")
     if text is None or chat_id is None:
         return []  # not a text message: acknowledged, no reply
-    ctx = ConversationContext(svc.redis, cfg, svc.config.outbound, mail=svc.mail)
+    ctx = ConversationContext(view.redis, view.keys, cfg, view.config.outbound, mail=view.mail)
     try:
         incoming = IncomingMessage.of(chat_id, text, entry.id, entry.fields)
         replies = await reply_to_update(incoming, ctx)

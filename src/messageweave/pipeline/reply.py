@@ -35,6 +35,7 @@ from messageweave.mail.source import ReplySender
 from messageweave.pipeline import reading
 from messageweave.pipeline.reading import ChatMessage
 from messageweave.store import callbacks, drafts, keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean, message_ids, plain_address
 
@@ -159,7 +160,8 @@ def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: SignDraftBut
     return ChatMessage(text, (((table["button_send"], send), (table["button_cancel"], cancel)),))
 
 
-async def draft_reply(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig,
+async def draft_reply(mailbox: ReplySender, redis: Redis, names: AccountKeys,
+                      cfg: BusinessConfig,
                       request: ReplyRequest, *, now: float, sign: SignDraftButton) -> ChatMessage:
     """Make the draft (once per stream entry) and its preview; or the answer that says why
     not (no text, no submission on this server, the mail gone, no identity, refused)."""
@@ -180,14 +182,14 @@ async def draft_reply(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig,
     if bad is not None:
         log.warning("a reply was refused: its recipient is not a plain address")
         return ChatMessage(table["reply_bad_address"].format(address=bad))
-    draft_id = await drafts.made_by(redis, request.entry_id) if request.entry_id else None
+    draft_id = await drafts.made_by(redis, names, request.entry_id) if request.entry_id else None
     if draft_id is None:
         try:
             draft_id = await mailbox.create_draft(draft)
         except MailRefused as exc:
             log.warning("a reply draft was refused: %s", exc.reason)
             return ChatMessage(table["reply_refused"].format(reason=exc.reason))
-        await drafts.remember(redis, draft_id, entry_id=request.entry_id,
+        await drafts.remember(redis, names, draft_id, entry_id=request.entry_id,
                               chat_id=request.chat_id, identity_id=identity.id, now=now)
         log.info("a reply draft was made")
     return preview(cfg, draft, draft_id, sign, other_sender(source))
@@ -205,8 +207,8 @@ class Done:
     settled: bool = True  # the draft is no longer one: its buttons go
 
 
-async def send(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig, draft_id: str,
-               record: drafts.DraftRecord, *, now: float) -> Done:
+async def send(mailbox: ReplySender, redis: Redis, names: AccountKeys, cfg: BusinessConfig,
+               draft_id: str, record: drafts.DraftRecord, *, now: float) -> Done:
     """Submit the draft, claimed (`button:d:`) by the caller. A retried press whose first
     attempt submitted it (the answer lost, the worker killed) finds it sent: `$draft` is gone
     (Cyrus keeps no final EmailSubmission to look up), and it is not submitted again."""
@@ -215,7 +217,7 @@ async def send(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig, draft_id
         return Done(table["reply_off"], settled=False)
     state = await mailbox.draft_state(draft_id)
     if state is None:
-        await _settle(redis, draft_id, "cancelled", now)
+        await _settle(redis, names, draft_id, "cancelled", now)
         return Done(table["notice_draft_gone"])
     sent_at: str | None = None
     if state == "draft":
@@ -226,30 +228,30 @@ async def send(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig, draft_id
             return Done(table["notice_send_refused"].format(reason=exc.reason), settled=False)
         log.info("a reply was submitted")
     at = sent_at or _rfc3339(now)
-    await _settle(redis, draft_id, "sent", now, at)
+    await _settle(redis, names, draft_id, "sent", now, at)
     when = reading.local_date(at, cfg.timezone) or at
     return Done(table["notice_reply_sent"], table["reply_sent"].format(time=when))
 
 
-async def cancel(mailbox: ReplySender, redis: Redis, cfg: BusinessConfig, draft_id: str, *,
-                 now: float) -> Done:
+async def cancel(mailbox: ReplySender, redis: Redis, names: AccountKeys, cfg: BusinessConfig,
+                 draft_id: str, *, now: float) -> Done:
     """Destroy the draft (claimed by the caller); a mail that is no longer a draft (sent
     meanwhile) is left alone."""
     table = replies.texts(cfg.bot_language)
     state = await mailbox.draft_state(draft_id)
     if state == "sent":
-        await _settle(redis, draft_id, "sent", now)
+        await _settle(redis, names, draft_id, "sent", now)
         return Done(table["notice_sent"])
     if state == "draft":
         await mailbox.destroy_draft(draft_id)
-    await _settle(redis, draft_id, "cancelled", now)
+    await _settle(redis, names, draft_id, "cancelled", now)
     return Done(table["notice_cancelled"])
 
 
-async def _settle(redis: Redis, draft_id: str, outcome: drafts.DraftEnd, now: float,
-                  at: str | None = None) -> None:
-    await drafts.settle(redis, draft_id, outcome, at or _rfc3339(now))
-    await callbacks.finish(redis, CLAIM, draft_id)
+async def _settle(redis: Redis, names: AccountKeys, draft_id: str, outcome: drafts.DraftEnd,
+                  now: float, at: str | None = None) -> None:
+    await drafts.settle(redis, names, draft_id, outcome, at or _rfc3339(now))
+    await callbacks.finish(redis, names, CLAIM, draft_id)
 
 
 def _rfc3339(unix: float) -> str:
@@ -259,21 +261,21 @@ def _rfc3339(unix: float) -> str:
 # --- expiry ---------------------------------------------------------------------------------
 
 
-async def expire_drafts(redis: Redis, mail: Callable[[], Awaitable[ReplySender]], *,
-                        now: float) -> int:
-    """Destroy the drafts made more than `REPLY_DRAFT_MAX_AGE_S` ago and never sent; how many
-    were. Each is taken out of `reply:drafts` by one instance (ZREM) and claimed like a
-    press, so a Send under way keeps it; when the mailbox cannot be reached it is put back
-    for the next pass."""
+async def expire_drafts(redis: Redis, names: AccountKeys,
+                        mail: Callable[[], Awaitable[ReplySender]], *, now: float) -> int:
+    """Destroy the account's drafts (`names`, whose mailbox `mail` is) made more than
+    `REPLY_DRAFT_MAX_AGE_S` ago and never sent; how many were. Each is taken out of the
+    account's `reply:drafts` by one instance (ZREM) and claimed like a press, so a Send under
+    way keeps it; when the mailbox cannot be reached it is put back for the next pass."""
     done = 0
-    for draft_id, created in await drafts.older_than(redis, now - keys.REPLY_DRAFT_MAX_AGE_S,
+    for draft_id, created in await drafts.older_than(redis, names, now - keys.REPLY_DRAFT_MAX_AGE_S,
                                                      EXPIRY_BATCH):
-        if not await drafts.take(redis, draft_id):
+        if not await drafts.take(redis, names, draft_id):
             continue  # another instance has it
-        claim = await callbacks.claim(redis, CLAIM, draft_id, EXPIRY_OWNER)
+        claim = await callbacks.claim(redis, names, CLAIM, draft_id, EXPIRY_OWNER)
         if claim != "claimed":
             if claim == "busy":
-                await drafts.put_back(redis, draft_id, created)
+                await drafts.put_back(redis, names, draft_id, created)
             continue
         try:
             mailbox = await mail()
@@ -281,10 +283,10 @@ async def expire_drafts(redis: Redis, mail: Callable[[], Awaitable[ReplySender]]
             if state == "draft":
                 await mailbox.destroy_draft(draft_id)
         except (MailError, NotConfigured) as exc:
-            await callbacks.release(redis, CLAIM, draft_id, EXPIRY_OWNER)
-            await drafts.put_back(redis, draft_id, created)
+            await callbacks.release(redis, names, CLAIM, draft_id, EXPIRY_OWNER)
+            await drafts.put_back(redis, names, draft_id, created)
             log.warning("an old reply draft could not be destroyed: %s", type(exc).__name__)
             return done
-        await _settle(redis, draft_id, "sent" if state == "sent" else "expired", now)
+        await _settle(redis, names, draft_id, "sent" if state == "sent" else "expired", now)
         done += 1
     return done

@@ -27,7 +27,7 @@ from messageweave.config.model import BusinessConfig
 from messageweave.errors import dump_json
 from messageweave.ops.sendlog import Outcome, record_replyless
 from messageweave.pipeline.conversation import needs_no_reply
-from messageweave.pipeline.events import kind_of
+from messageweave.pipeline.events import chat_account, kind_of
 from messageweave.pipeline.ledger import terminal_record
 from messageweave.services import Services
 from messageweave.store import keys
@@ -84,12 +84,17 @@ def replyless(entry: Entry, cfg: BusinessConfig) -> bool:
     return text is None or needs_no_reply(text, entry.fields.get("reply_to_data"))
 
 
+def _replyless_in_its_account(entry: Entry, svc: Services) -> bool:
+    """`replyless` by the configuration of the chat's account (issue #35): its allowlist."""
+    account = chat_account(entry, svc)
+    return account is not None and replyless(entry, account.config)
+
+
 async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
     """Finish the entries among `entries` that need no reply (`replyless`), together; the
     others are returned, in order, to be attempted one by one. A Redis error leaves them all
     pending (the maintenance pass takes its own idle entries again)."""
-    cfg = svc.config.config
-    silent = [e for e in entries if cfg is not None and replyless(e, cfg)]
+    silent = [e for e in entries if _replyless_in_its_account(e, svc)]
     if not silent:
         return entries
     stream, ids = keys.STREAM_TELEGRAM, [e.id for e in silent]

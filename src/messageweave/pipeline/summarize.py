@@ -17,6 +17,7 @@ from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.records import EmailMeta
 from messageweave.mail.source import MailReader
 from messageweave.store import consent
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 from messageweave.summary import llm
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean
@@ -41,11 +42,12 @@ async def summary_text(
     chat_id: int,
     *,
     redis: Redis,
+    names: AccountKeys,
     config: BusinessConfig,
     outbound: OutboundConfig,
     now: float,
 ) -> str:
-    if not await consent.is_valid(redis, chat_id, now):
+    if not await consent.is_valid(redis, names, chat_id, now):
         return replies.summary_without_consent(config.bot_language, clean(mail.sender),
                                                clean(mail.subject, SUBJECT_MAX_CHARS), mail.id)
     text = mail.text or ""

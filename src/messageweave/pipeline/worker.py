@@ -28,8 +28,8 @@ Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
 - streams are trimmed below what the group still needs.
 
 Reply drafts not sent within a day are destroyed by a loop of its own (`_draft_expiry_loop`,
-every `DRAFT_EXPIRY_INTERVAL_S`; issue #25, `pipeline.reply.expire_drafts`): it calls the
-mailbox, which must not hold up the recovery above.
+every `DRAFT_EXPIRY_INTERVAL_S`; issue #25, `pipeline.reply.expire_drafts`), each served
+account's in its mailbox (issue #35): it calls mailboxes, which must not hold up the recovery.
 
 The loops' Redis failures are logged through `logs.RepeatLog` (`Worker.failures`): class,
 reason and what to check, once a minute per loop and class with a count, one line on recovery.
@@ -415,7 +415,13 @@ class Worker:
 
     async def _draft_expiry_loop(self) -> None:
         await self._repeat(DRAFT_EXPIRY, DRAFT_EXPIRY_INTERVAL_S,
-                           lambda: expire_drafts(self.svc.redis, self.svc.mail, now=time.time()))
+                           lambda: self.expire_drafts(time.time()))
+
+    async def expire_drafts(self, now: float) -> None:
+        """Every served account's drafts, each destroyed in its own mailbox (issue #35)."""
+        for account in self.svc.accounts.served():
+            view = self.svc.for_account(account)
+            await expire_drafts(view.redis, view.keys, view.mail, now=now)
 
     async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,

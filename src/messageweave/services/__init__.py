@@ -13,19 +13,15 @@ accounts this instance serves, each with its own mail peers (issue #35).
 from __future__ import annotations
 
 import asyncio
-import copy
 from dataclasses import dataclass, field
 
 from messageweave.aio import raise_if_cancelling
-from messageweave.config.live import RELOAD_INTERVAL_S, ConfigService, NotConfigured
-from messageweave.config.model import BusinessConfig
+from messageweave.config.live import RELOAD_INTERVAL_S, ConfigService
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import redis_url_secrets
-from messageweave.mail.jmap import JmapClient
-from messageweave.mail.source import MailSource
-from messageweave.mail.watch import MailWatch
 from messageweave.services.accounts import AccountRegistry, AccountRuntime
 from messageweave.services.peers import SMTP_OFF, Peers, Runtime
+from messageweave.services.view import AccountConfig, AccountServices, PeerAccess
 from messageweave.settings import Settings
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
@@ -33,75 +29,12 @@ from messageweave.store.redis import Redis
 from messageweave.store.state import ConfigStore
 from messageweave.store.streams import UpdateIngress
 
-__all__ = ["SMTP_OFF", "AccountMail", "AccountRuntime", "Peers", "Runtime", "Services"]
-
-
-class AccountConfig:
-    """The configuration in force as one account's loops read it (`mail.context.LiveConfig`):
-    the account's effective configuration; the runtime parameters and the revision events are
-    the instance's."""
-
-    def __init__(self, service: ConfigService, account: AccountRuntime) -> None:
-        self._service = service
-        self.config: BusinessConfig | None = account.config
-
-    @property
-    def outbound(self) -> OutboundConfig:
-        return self._service.outbound
-
-    @property
-    def revision(self) -> int:
-        return self._service.revision
-
-    async def changed_within(self, seconds: float) -> bool:
-        return await self._service.changed_within(seconds)
-
-
-class AccountMail:
-    """An account's mailbox as its loops see it (`mail.context.MailContext`): its
-    configuration, keys and mail peers, and the instance's Redis and switch (issue #35)."""
-
-    def __init__(self, svc: Services, account: AccountRuntime) -> None:
-        self.account = account
-        self.redis = svc.redis
-        self.store = svc.store
-        self.config = AccountConfig(svc.config, account)
-        self.keys = account.keys
-        self._secrets = svc.secrets
-
-    def _peers(self) -> Peers:
-        if self.account.peers is None:
-            raise NotConfigured(f"account {self.account.id} is paused")
-        return self.account.peers
-
-    @property
-    def live(self) -> bool:
-        return self.account.peers is not None and self.account.peers.runtime is not None
-
-    @property
-    def live_jmap(self) -> JmapClient | None:
-        runtime = self.account.peers.runtime if self.account.peers is not None else None
-        return runtime.jmap if runtime is not None else None
-
-    @property
-    def live_account(self) -> str | None:
-        return self.account.peers.account() if self.account.peers is not None else None
-
-    async def jmap(self) -> JmapClient:
-        return await self._peers().jmap(self.config.outbound)
-
-    async def mail(self) -> MailSource:
-        return await self._peers().mail(self.config.outbound)
-
-    async def watch(self) -> MailWatch:
-        return await self._peers().watch(self.config.outbound)
-
-    def secrets(self) -> list[str | None]:
-        return [*self._secrets(), *self.account.config.secrets()]
+__all__ = ["SMTP_OFF", "AccountConfig", "AccountRuntime", "AccountServices", "Peers", "Runtime",
+           "Services"]
 
 
 @dataclass
-class Services:
+class Services(PeerAccess):
     settings: Settings
     redis: Redis
     store: ConfigStore
@@ -141,51 +74,23 @@ class Services:
         """As the mail loops' `mail.context.MailContext`, `Services` is `default`'s mailbox."""
         return keys.DEFAULT
 
-    def for_account(self, account: AccountRuntime) -> Services:
-        """These services with `account`'s mail peers (`mail()`, `jmap()`, `runtime`): what
-        the chat's handlers are handed for a chat of that account (SPEC G.4). A paused
-        account's are `NotConfigured` (`Peers` with no runtime)."""
-        if account.peers is self.peers:
-            return self
-        view = copy.copy(self)
-        view.peers = account.peers if account.peers is not None else Peers()
-        return view
+    def for_account(self, account: AccountRuntime) -> AccountServices:
+        """The services as `account` sees them: its configuration, Redis names and mail peers.
+        What the chat's handlers are handed for a chat of that account (SPEC G.4), and its
+        mail loops (`mail_context`). A paused account's mail calls are `NotConfigured`."""
+        return AccountServices(self, account)
 
-    def mail_context(self, account: AccountRuntime) -> AccountMail:
-        """Another account's mailbox as its loops see it (`mail.context.MailContext`)."""
-        return AccountMail(self, account)
-
-    @property
-    def runtime(self) -> Runtime | None:
-        """The clients in use, None until a configuration was applied."""
-        return self.peers.runtime
+    def mail_context(self, account: AccountRuntime) -> AccountServices:
+        """An account's mailbox as its loops see it (`mail.context.MailContext`): `for_account`."""
+        return self.for_account(account)
 
     @property
     def live(self) -> bool:
         """A configuration is live and its clients are built."""
         return self.config.config is not None and self.peers.runtime is not None
 
-    @property
-    def live_jmap(self) -> JmapClient | None:
-        """The JMAP client in use when it is connected; None otherwise (no I/O)."""
-        return self.peers.runtime.jmap if self.peers.runtime is not None else None
-
-    @property
-    def live_account(self) -> str | None:
-        """The mail account in use (`Peers.account`; no I/O)."""
-        return self.peers.account()
-
-    async def jmap(self) -> JmapClient:
-        """The live JMAP client, connected on demand (`JmapError`, `NotConfigured`)."""
-        return await self.peers.jmap(self.config.outbound)
-
-    async def mail(self) -> MailSource:
-        """The live mail source, connected on demand (`MailError`, `NotConfigured`)."""
-        return await self.peers.mail(self.config.outbound)
-
-    async def watch(self) -> MailWatch:
-        """The live source's watching side (`MailError`, `NotConfigured`)."""
-        return await self.peers.watch(self.config.outbound)
+    def _outbound(self) -> OutboundConfig:
+        return self.config.outbound
 
     def secrets(self) -> list[str | None]:
         """Every secret value this instance knows, for redaction (logs, audit records).

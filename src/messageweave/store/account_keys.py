@@ -14,8 +14,8 @@ _DEFAULT_PREFIX = f"a:{{{DEFAULT_ACCOUNT}}}:"
 @dataclass(frozen=True)
 class AccountKeys:
     """The per-account names (SPEC G.6): the mailbox's stream and claims, its cursors, locks and
-    schedules, push, consent and buttons. Each is `prefix` (`a:{<id>}:`) + the contract's
-    name, so every script of one account runs in the account's slot."""
+    schedules, push, consent, buttons and reply drafts. Each is `prefix` (`a:{<id>}:`) + the
+    contract's name, so every script of one account runs in the account's slot."""
 
     account_id: str
 
@@ -44,6 +44,18 @@ class AccountKeys:
 
     def button_part(self, email_id: str, part_id: str) -> str:
         return self._key(f"button:f:{email_id}:{part_id}")
+
+    @property
+    def reply_drafts(self) -> str:
+        """The account's drafts made from the chat and not sent yet (`store.drafts`)."""
+        return self._key("reply:drafts")
+
+    def reply_draft(self, draft_id: str) -> str:
+        return self._key(f"reply:draft:{draft_id}")
+
+    def reply_entry(self, entry_id: str) -> str:
+        """The draft the `stalwart:telegram` entry made: its retry does not make a second one."""
+        return self._key(f"reply:entry:{entry_id}")
 
     def dedup_jmap(self, account_id: str, email_id: str) -> str:
         return self._key(f"dedup:jmap:{account_id}:{email_id}")

@@ -195,20 +195,16 @@ button_part = DEFAULT.button_part
 # A draft made from the chat: its chat, identity and creation time, then what became of it
 # (`outcome` sent / cancelled / expired); no text. A draft not sent within
 # `REPLY_DRAFT_MAX_AGE_S` is destroyed by the worker's draft expiry loop, which finds it in
-# `REPLY_DRAFTS` (draft id → creation time, Unix seconds).
-REPLY_DRAFTS = "reply:drafts"
+# `REPLY_DRAFTS` (draft id → creation time, Unix seconds). Per account (`AccountKeys`; issue
+# #35): a draft id is an id of the account's mailbox. The worker's loop walks every account's.
+REPLY_DRAFTS = DEFAULT.reply_drafts
 REPLY_DRAFT_MAX_AGE_S = 86_400
 REPLY_DRAFT_TTL_S = 172_800  # the draft's day, and one more to answer a late press
 REPLY_ENTRY_TTL_S = 86_400
 
 
-def reply_draft(draft_id: str) -> str:
-    return f"reply:draft:{draft_id}"
-
-
-def reply_entry(entry_id: str) -> str:
-    """The draft the `stalwart:telegram` entry made: its retry does not make a second one."""
-    return f"reply:entry:{entry_id}"
+reply_draft = DEFAULT.reply_draft
+reply_entry = DEFAULT.reply_entry
 
 
 # --- idempotency and rate limits -----------------------------------------------------------

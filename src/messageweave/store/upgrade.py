@@ -3,7 +3,9 @@ single-account keys move to their hash-tagged names, the mailbox's to the `defau
 
 Each step renames only a source that still exists (RENAME keeps a stream's consumer group, its
 pending entries and a key's TTL), so a run killed at any step is resumed by the next one; the
-version (`SCHEMA_VERSION`) is written last, and a Redis that has it is left alone. One instance
+version (`SCHEMA_VERSION`) is written last, and a Redis that has it is left alone. A Redis of an
+earlier version runs every step again: each finds only its own old names (format 2 still had the
+reply drafts deployment-wide, format 3 has them per account). One instance
 runs it, under `UPGRADE_LOCK`; the others wait for the version. Runs on a single Redis (today's
 release knew no other); RENAME across slots is refused by a cluster.
 """
@@ -27,7 +29,7 @@ from messageweave.store.mailbox import Lock
 from messageweave.store.redis import Redis, text_of
 
 SCHEMA_VERSION = "schema:version"
-CURRENT = "2"
+CURRENT = "3"
 UPGRADE_LOCK = "lock:upgrade"
 # Short, and renewed every third of it while the upgrade runs, however long one step takes: a
 # run killed with the lock held delays the next by at most this.
@@ -53,7 +55,7 @@ def _fixed() -> list[tuple[str, str]]:
            ("config:business:revision", keys.BUSINESS_CONFIG_REVISION),
            ("config:enabled", keys.ENABLED), ("telegram:refused", keys.REFUSED_CHATS),
            ("telegram:refused:info", keys.REFUSED_CHATS_INFO),
-           ("lock:telegram-poll", keys.TELEGRAM_POLL_LOCK)]
+           ("lock:telegram-poll", keys.TELEGRAM_POLL_LOCK), ("reply:drafts", keys.REPLY_DRAFTS)]
     out += [(name, keys.DEFAULT.named(name)) for name in keys.ACCOUNT_NAMES]
     for old, new in _STREAMS:
         out += [(old, new), (f"{old}{keys.DLQ_SUFFIX}", keys.dlq(new)),
@@ -69,7 +71,7 @@ def _patterns() -> list[tuple[str, str]]:
     out += [(name, keys.DEFAULT.prefix + name) for name in (
         "dedup:jmap:", "audit:healed:", "consent:ai:", "button:", "reconcile:catchup:",
         "push:subscription:", "push:registration:", "push:orphan:", "lock:push-register:",
-        "ratelimit:push-verify:")]
+        "ratelimit:push-verify:", "reply:draft:", "reply:entry:")]
     for old, new in _STREAMS:
         out += [(f"delivery:{part}:{old}:", f"delivery:{part}:{new}:")
                 for part in ("inflight", "committed", "intent", "digest")]

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import random
 import string
+from typing import Any
 
+from messageweave.store import keys
+from messageweave.store.oplog import send_log
 from tests.helpers import eventually
 from tests.integration.accounts.conftest import add_account
 from tests.peers.cyrus import CyrusServer
@@ -66,3 +69,23 @@ async def test_a_paused_accounts_chat_is_told_it_is_paused(served: ServedApp,
     await eventually(seen, "the pause seen by the app")
     assert await _answer(served, family.chat, "/help") == "这个邮箱已暂停"
     assert "这个邮箱已暂停" not in await _answer(served, served.chat, "/help")
+
+
+async def test_chatter_in_an_accounts_chat_is_finished_in_a_batch_as_in_defaults(
+        served: ServedApp, cyrus: CyrusServer) -> None:
+    """Catches the batch of updates that need no reply (issue #26) judging every chat by
+    `default`'s allowlist: text that needs no answer in another account's chat was attempted
+    one by one, and its record kept a week instead of an hour."""
+    family = await add_account(served, cyrus, "family")
+    assert await served.say("thanks, see you", chat_id=family.chat) == 204
+    found: list[dict[str, Any]] = []
+
+    async def recorded() -> bool:
+        page = await send_log(served.redis).page(None, 100)
+        found[:] = [r for r in page.records if r["chat_id"] == family.chat]
+        return bool(found)
+
+    await eventually(recorded, "the send record of the chat's update")
+    [record] = found
+    committed = keys.delivery_committed(keys.STREAM_TELEGRAM, record["event_id"])
+    assert 0 < await served.redis.ttl(committed) <= keys.REPLYLESS_COMMITTED_TTL_S

@@ -26,7 +26,7 @@ async def test_a_summary_asked_right_after_a_revoke_never_reaches_the_model(
     answer with the consent hint and send nothing to the model."""
     await cron_only.configure(**llm_wire(fakellm_server))
     email_id = cron_only.append("Quarterly numbers", body="Revenue is up 12 percent.")
-    await consent.grant(cron_only.redis, cron_only.chat, 3600, int(time.time()))
+    await consent.grant(cron_only.redis, keys.DEFAULT, cron_only.chat, 3600, int(time.time()))
     before = await fakellm_server.total_requests()
     async with worker_services(embedded_redis_url) as svc:
         worker = Worker(svc)
@@ -38,7 +38,8 @@ async def test_a_summary_asked_right_after_a_revoke_never_reaches_the_model(
         turn = LaneTurn()  # the "/ai off" before it has not been sent yet
         attempt = asyncio.create_task(worker.process(entry, turn))
         await asyncio.wait_for(turn.waited_for.wait(), 10)
-        await consent.revoke(cron_only.redis, cron_only.chat)  # what "/ai off" did meanwhile
+        # what "/ai off" did meanwhile
+        await consent.revoke(cron_only.redis, keys.DEFAULT, cron_only.chat)
         turn.set_result(None)
         assert await asyncio.wait_for(attempt, 20) == "delivered"
     [reply] = await cron_only.replies(1)

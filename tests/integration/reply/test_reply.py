@@ -205,7 +205,7 @@ async def test_cancel_leaves_no_draft_and_sends_nothing(
     draft_id = await draft_id_of(served, preview)
     assert (await press(served, preview, "取消"))["text"] == "草稿已删除"
     assert await where(mailbox, draft_id) is None
-    record = await drafts.record(served.redis, draft_id)
+    record = await drafts.record(served.redis, keys.DEFAULT, draft_id)
     assert record is not None and record.outcome == "cancelled"
     assert await served.redis.zscore(keys.REPLY_DRAFTS, draft_id) is None
     late = await served.emulator.press_button(served.token, served.chat, preview.message_id,
@@ -229,11 +229,11 @@ async def test_a_draft_not_sent_within_a_day_is_destroyed(
     async def jmap() -> JmapClient:
         return mailbox
 
-    assert await reply.expire_drafts(served.redis, jmap, now=time.time()) == 0
+    assert await reply.expire_drafts(served.redis, keys.DEFAULT, jmap, now=time.time()) == 0
     later = time.time() + keys.REPLY_DRAFT_MAX_AGE_S + 1
-    assert await reply.expire_drafts(served.redis, jmap, now=later) >= 1
+    assert await reply.expire_drafts(served.redis, keys.DEFAULT, jmap, now=later) >= 1
     assert await where(mailbox, draft_id) is None
-    record = await drafts.record(served.redis, draft_id)
+    record = await drafts.record(served.redis, keys.DEFAULT, draft_id)
     assert record is not None and record.outcome == "expired"
 
 

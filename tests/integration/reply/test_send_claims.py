@@ -12,7 +12,8 @@ import pytest
 
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
-from messageweave.store import drafts
+from messageweave.store import drafts, keys
+from messageweave.store.keys import DEFAULT_ACCOUNT
 from tests.helpers import eventually, keyboard
 from tests.integration.reply.test_reply import (
     draft_id_of,
@@ -47,9 +48,9 @@ async def _at_once(served: ServedApp, preview: SentMessage, monkeypatch: pytest.
     mailbox (`draft_state`, which only a press holding the claim calls) waits until the other
     press has read it too, or has finished. Without the wait the overlap depends on the
     machine's timing, and a claim that always grants slipped through one run in two."""
-    svc = served.services
-    cfg = svc.config.config
-    assert cfg is not None
+    account = served.services.accounts.get(DEFAULT_ACCOUNT)
+    assert account is not None
+    svc, cfg = served.services.for_account(account), account.config
     arrived, go = [0], asyncio.Event()
     real = JmapClient.draft_state
 
@@ -83,7 +84,7 @@ async def test_two_send_presses_at_the_same_moment_send_one_mail(
     await received(smtp_sink, "Same moment")
     await asyncio.sleep(SETTLE_S)
     assert len(smtp_sink.matching(to_bob("Same moment"))) == 1
-    record = await drafts.record(served.redis, await draft_id_of(served, preview))
+    record = await drafts.record(served.redis, keys.DEFAULT, await draft_id_of(served, preview))
     assert record is not None and record.outcome == "sent"
 
 
@@ -99,7 +100,7 @@ async def test_send_and_cancel_at_the_same_moment_do_one_of_them(
     preview, data = await _draft(served, "Send or cancel")
     draft_id = await draft_id_of(served, preview)
     await _at_once(served, preview, monkeypatch, data["发送"], data["取消"])
-    record = await drafts.record(served.redis, draft_id)
+    record = await drafts.record(served.redis, keys.DEFAULT, draft_id)
     assert record is not None and record.outcome in ("sent", "cancelled")
     await asyncio.sleep(SETTLE_S)
     mails = smtp_sink.matching(to_bob("Send or cancel"))
@@ -138,7 +139,7 @@ async def test_send_pressed_in_another_allowlisted_chat_is_refused(
     await eventually(answered, "the answer to the press in the group")
     [answer] = answers
     assert answer["text"] == "这份草稿已不在了（已发送、已取消或已过期）"
-    record = await drafts.record(served.redis, draft_id)
+    record = await drafts.record(served.redis, keys.DEFAULT, draft_id)
     assert record is not None and record.outcome is None
     await asyncio.sleep(SETTLE_S)
     assert smtp_sink.matching(to_bob("Made in private")) == []
