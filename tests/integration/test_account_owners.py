@@ -3,6 +3,8 @@ nothing else."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 import redis.asyncio as aioredis
@@ -10,6 +12,7 @@ import redis.asyncio as aioredis
 from messageweave.api.openapi import schema_of
 from messageweave.app import create_app
 from messageweave.store import keys
+from messageweave.store.account_sweep import sweep_once
 from tests.helpers import assert_envelope, fastapi_of, login, settings_for
 from tests.integration.test_accounts import family_wire, with_family
 
@@ -108,13 +111,16 @@ async def test_a_new_owner_key_ends_the_old_keys_sessions(client: httpx.AsyncCli
 
 
 async def test_a_deleted_accounts_owner_session_opens_nothing(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, redis_client: aioredis.Redis,
 ) -> None:
     """Catches an owner session that outlives its account (and could see a new account made
     later with the same id)."""
     admin = await with_family(client)
     _key, owner = await owner_session(client, admin)
     assert (await client.delete("/api/accounts/family", headers=admin)).status_code == 204
+    # The id is free again once its sweep ended (reference §1.12): the pass after the window.
+    late = int(time.time() * 1000) + keys.ACCOUNT_DELETE_WINDOW_S * 1000
+    assert await sweep_once(redis_client, now_ms=late) == ["family"]
     again = await client.post("/api/accounts", headers=admin, json=family_wire())
     assert again.status_code == 201
     assert_envelope(await client.get("/api/accounts/family", headers=owner),

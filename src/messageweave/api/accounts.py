@@ -36,7 +36,12 @@ from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.errors import ApiError, conflict, json_object, parse_json, service_unavailable
 from messageweave.ops import audit
 from messageweave.services import Services
-from messageweave.store.accounts import AccountExists, AccountGone, AccountRevisionConflict
+from messageweave.store.accounts import (
+    AccountBeingDeleted,
+    AccountExists,
+    AccountGone,
+    AccountRevisionConflict,
+)
 from messageweave.store.keys import DEFAULT_ACCOUNT, OWNER_SESSION_TTL_S
 from messageweave.store.state import RevisionConflict
 
@@ -64,6 +69,9 @@ def _answers() -> Iterator[None]:
         raise invalid_configuration(str(exc)) from exc
     except (UnknownAccount, AccountGone) as exc:
         raise not_found() from exc
+    except AccountBeingDeleted as exc:  # its tombstone stands: try again after it (§1.12)
+        raise ApiError(409, "conflict",
+                       headers={"Retry-After": str(exc.retry_after_s)}) from exc
     except (NoBusinessConfig, AccountExists, AccountRevisionConflict, RevisionConflict,
             AccountNotServed) as exc:
         raise conflict() from exc
