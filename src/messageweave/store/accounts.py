@@ -175,6 +175,14 @@ class AccountStore:
         await self.redis.set(AccountKeys(account_id).owner_session(digest), key_digest,
                              ex=keys.OWNER_SESSION_TTL_S)
 
+    async def end_owner_sessions(self, account_id: str, digest: str | None = None) -> None:
+        """The session whose HMAC is `digest`, or (None) every session of the account."""
+        k = AccountKeys(account_id)
+        if digest is None:
+            await self._delete_matching(k.owner_session("*"))
+        else:
+            await self.redis.delete(k.owner_session(digest))
+
     async def owner_session_key(self, account_id: str, digest: str) -> tuple[str | None,
                                                                              str | None]:
         """(the owner key's HMAC the session was opened with, the current one)."""
