@@ -114,6 +114,12 @@ class AccountKeys:
         return f"{self.prefix}owner_session:{digest}"
 
     @property
+    def last_notified(self) -> str:
+        """When (ms) a notification of the account's mail was last delivered (`ops.sendlog`):
+        its status's `last_notified_at`, however busy the other accounts' send log is."""
+        return f"{self.prefix}notified:last"
+
+    @property
     def deleted(self) -> str:
         """Set (EX `ACCOUNT_DELETE_WINDOW_S`) by the account's deletion, in the same script as
         its configuration goes: a create of the id is refused while it stands (`CREATE_ACCOUNT`),
