@@ -61,8 +61,9 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     key the row does not show, and an owner key that opens the admin's cards (hidden, not merely
     disabled) or another account, or cannot change its own account's name, language and
     notification rules (without touching the default account's); an owner's sign-out that
-    leaves the session open on the server (issue #35: it only forgot the token); and a removal
-    without a confirmation naming the account."""
+    leaves the session open on the server (issue #35: it only forgot the token); a removal
+    without a confirmation naming the account; and a new account of a removed one's id, while
+    its keys are still swept, refused without saying when to try again."""
     user, password = f"fam{random.randrange(10**9)}", "family-mail-SECRET"
     cyrus.add_user(user, password)
     save_configuration(service, sample_wire(telegram_api_base_url=telegram_emulator.base_url))
@@ -160,6 +161,12 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     expect(_row(page, "family")).to_have_count(0)
     assert messages and "family" in messages[0], messages
     expect(page.locator("#acct-msg")).to_have_text("Account family removed.")
+    # Its id is free again once the minute of its sweep is over, and the page says so.
+    _fill_family(page, cyrus, user, password)
+    page.click("#acct-save")
+    expect(page.locator("#acct-error")).to_have_text(re.compile(
+        r"^An account with this id was just removed and is still being cleared: "
+        r"try again in \d+ s\.$"))
     assert httpx.get(service.base_url + "/api/accounts/family",
                      headers=_admin(service)).status_code == 404  # gone from the store too
 

@@ -55,6 +55,7 @@ export const TEXTS = {
   "acct.created": ["Account {id} saved (revision {n}).", "账户 {id} 已保存（版本 {n}）。"],
   "acct.saved": ["Saved (revision {n}).", "已保存（版本 {n}）。"],
   "acct.nothing": ["Nothing changed.", "没有修改。"],
+  "acct.beingDeleted": ["An account with this id was just removed and is still being cleared: try again in {n} s.", "刚删除了使用此标识的账户，仍在清理中：请在 {n} 秒后重试。"],
   "acct.exists": ["An account with this id exists already: choose another id.", "已有使用此标识的账户：请换一个标识。"],
   "acct.conflict": ["The account was changed meanwhile; the form now shows the saved values.", "账户在此期间已被修改；表单现在显示已保存的值。"],
   "acct.gone": ["This account no longer exists.", "此账户已不存在。"],
