@@ -34,7 +34,7 @@ _BATCH = 500
 # → 1 when the id's tombstone was the one swept (and is gone), 0 when it is another deletion's
 # (the id was created and deleted again meanwhile: that tombstone stands).
 DROP_TOMBSTONE = Script("""
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
+if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then
   return redis.call('ZREM', KEYS[1], ARGV[1])
 end
 return 0
