@@ -92,6 +92,7 @@ def background(svc: Services, worker: Worker,
         ("telegram-poller", partial(run_poller, svc)),
         ("jmap-eventsource", partial(run_eventsource, svc)), ("imap-idle", partial(run_idle, svc)),
         ("accounts", partial(run_accounts, svc)),
+        ("account-sweep", svc.accounts.run_sweep),
     ]
     return [*opening, *([upgrading] if upgrading is not None else []),
             *(asyncio.create_task(_after(upgrading, loop), name=name) for name, loop in loops)]

@@ -60,8 +60,10 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     typed, a save that says "not served yet" of an account the runtime serves, a pause or owner
     key the row does not show, and an owner key that opens the admin's cards (hidden, not merely
     disabled) or another account, or cannot change its own account's name, language and
-    notification rules (without touching the default account's); and a removal without a
-    confirmation naming the account."""
+    notification rules (without touching the default account's); an owner's sign-out that
+    leaves the session open on the server (issue #35: it only forgot the token); a removal
+    without a confirmation naming the account; and a new account of a removed one's id, while
+    its keys are still swept, refused without saying when to try again."""
     user, password = f"fam{random.randrange(10**9)}", "family-mail-SECRET"
     cyrus.add_user(user, password)
     save_configuration(service, sample_wire(telegram_api_base_url=telegram_emulator.base_url))
@@ -104,7 +106,9 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     owner = next(runs).page
     open_page(owner, service)
     owner.fill("#auth-key", owner_key)
-    owner.click("#auth-submit")
+    with owner.expect_response(lambda r: r.url.endswith("/api/owner/session")) as opened:
+        owner.click("#auth-submit")
+    owner_session = {"Authorization": f"Bearer {opened.value.json()['session']}"}
     expect(owner.locator("#accounts-card")).to_be_visible()
     expect(owner.locator("#session-title")).to_have_text("Owner session: account family")
     for admin_only in ("#admin", "#biz-card", "#service-card", "#acct-add", "#acct-test"):
@@ -133,6 +137,10 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     expect(owner.locator("#acct-form-msg")).to_have_text("Saved (revision 4).")
     owner.click("#sign-out")
     expect(owner.locator("#accounts-card")).to_be_hidden()
+    expect(owner.locator("#auth-msg")).to_have_text(
+        "Signed out: the owner session has ended and the page was cleared.")
+    assert httpx.get(service.base_url + "/api/accounts/family",
+                     headers=owner_session).status_code == 401  # ended on the server too
     next(runs, None)  # the owner's page closed, its CSP checked
 
     page.click("#acct-refresh")
@@ -153,6 +161,12 @@ def test_the_admin_adds_pauses_and_keys_an_account_that_its_owner_alone_then_see
     expect(_row(page, "family")).to_have_count(0)
     assert messages and "family" in messages[0], messages
     expect(page.locator("#acct-msg")).to_have_text("Account family removed.")
+    # Its id is free again once the minute of its sweep is over, and the page says so.
+    _fill_family(page, cyrus, user, password)
+    page.click("#acct-save")
+    expect(page.locator("#acct-error")).to_have_text(re.compile(
+        r"^An account with this id was just removed and is still being cleared: "
+        r"try again in \d+ s\.$"))
     assert httpx.get(service.base_url + "/api/accounts/family",
                      headers=_admin(service)).status_code == 404  # gone from the store too
 

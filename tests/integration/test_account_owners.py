@@ -3,6 +3,8 @@ nothing else."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 import redis.asyncio as aioredis
@@ -10,6 +12,8 @@ import redis.asyncio as aioredis
 from messageweave.api.openapi import schema_of
 from messageweave.app import create_app
 from messageweave.store import keys
+from messageweave.store.account_sweep import sweep_once
+from messageweave.store.oplog import audit_log
 from tests.helpers import assert_envelope, fastapi_of, login, settings_for
 from tests.integration.test_accounts import family_wire, with_family
 
@@ -19,7 +23,7 @@ PUBLIC = {("get", "/healthz"), ("get", "/ready"), ("get", "/api/status"), ("get"
           ("post", "/webhook/tg"), ("post", "/push/jmap")}
 # What an owner session of `family` may call (SPEC G.3).
 OWN = {("get", "/api/accounts"), ("get", "/api/accounts/{id}"), ("put", "/api/accounts/{id}"),
-       ("get", "/api/accounts/{id}/status")}
+       ("get", "/api/accounts/{id}/status"), ("post", "/api/owner/session/revoke")}
 
 
 def _routes() -> list[tuple[str, str]]:
@@ -107,14 +111,63 @@ async def test_a_new_owner_key_ends_the_old_keys_sessions(client: httpx.AsyncCli
     assert (await client.get("/api/accounts/family", headers=new_session)).status_code == 200
 
 
-async def test_a_deleted_accounts_owner_session_opens_nothing(
+async def test_an_owners_sign_out_ends_that_session_and_no_other(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis,
+) -> None:
+    """Catches an owner's sign-out that only forgets the token in the page: the session (a
+    copy of it, on a shared computer) kept opening the account for 30 minutes. Also catches a
+    sign-out that ends the owner's other devices' sessions, or that an owner could aim at
+    another account."""
+    admin = await with_family(client)
+    owner_key, phone = await owner_session(client, admin)
+    opened = await client.post("/api/owner/session",
+                               headers={"Authorization": f"Bearer {owner_key}"})
+    laptop = {"Authorization": f"Bearer {opened.json()['session']}"}
+    assert_envelope(await client.post("/api/owner/session/revoke", headers=phone,
+                                      json={"account": "default"}), 403, "forbidden")
+    ended = await client.post("/api/owner/session/revoke", headers=phone)
+    assert ended.status_code == 204, ended.text
+    assert_envelope(await client.get("/api/accounts/family", headers=phone),
+                    401, "unauthorized")
+    assert (await client.get("/api/accounts/family", headers=laptop)).status_code == 200
+    assert_envelope(await client.post("/api/owner/session/revoke", headers=phone),
+                    401, "unauthorized")
+    newest = (await audit_log(redis_client).page(None, 1)).records[0]
+    assert {"action": "owner_session_revoked", "account": "family",
+            "by": "owner_session"}.items() <= newest.items()
+
+
+async def test_an_admin_ends_every_session_of_an_owner_and_keeps_the_key(
     client: httpx.AsyncClient,
+) -> None:
+    """Catches an admin who cannot sign a lost phone out without making a new owner key (the
+    owner would need a new key handed over), or an admin sign-out of the wrong account."""
+    admin = await with_family(client)
+    owner_key, session = await owner_session(client, admin)
+    assert_envelope(await client.post("/api/owner/session/revoke", headers=admin),
+                    400, "invalid_request")
+    assert_envelope(await client.post("/api/owner/session/revoke", headers=admin,
+                                      json={"account": "nobody"}), 404, "not_found")
+    assert (await client.post("/api/owner/session/revoke", headers=admin,
+                              json={"account": "family"})).status_code == 204
+    assert_envelope(await client.get("/api/accounts/family", headers=session),
+                    401, "unauthorized")
+    again = await client.post("/api/owner/session",
+                              headers={"Authorization": f"Bearer {owner_key}"})
+    assert again.status_code == 200, again.text
+
+
+async def test_a_deleted_accounts_owner_session_opens_nothing(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis,
 ) -> None:
     """Catches an owner session that outlives its account (and could see a new account made
     later with the same id)."""
     admin = await with_family(client)
     _key, owner = await owner_session(client, admin)
     assert (await client.delete("/api/accounts/family", headers=admin)).status_code == 204
+    # The id is free again once its sweep ended (reference §1.12): the pass after the window.
+    late = int(time.time() * 1000) + keys.ACCOUNT_DELETE_WINDOW_S * 1000
+    assert await sweep_once(redis_client, now_ms=late) == ["family"]
     again = await client.post("/api/accounts", headers=admin, json=family_wire())
     assert again.status_code == 201
     assert_envelope(await client.get("/api/accounts/family", headers=owner),

@@ -124,6 +124,12 @@ def valid_credentials(live: LiveService, path: str) -> dict[str, str]:
         made = live.http.post("/api/accounts/family/owner-key",
                               headers={"Authorization": f"Bearer {_session(live)}"})
         token = made.json()["owner_key"] if made.status_code == 200 else "no-account-left"
+    if path == "/api/owner/session/revoke":  # an owner's own sign-out
+        made = live.http.post("/api/accounts/family/owner-key",
+                              headers={"Authorization": f"Bearer {_session(live)}"})
+        opened = live.http.post("/api/owner/session", headers={
+            "Authorization": f"Bearer {made.json().get('owner_key')}"})
+        token = opened.json()["session"] if opened.status_code == 200 else "no-account-left"
     if token is None:
         token = DEBUG_TOKEN if path.startswith("/debug/") else _session(live)
     return {"Authorization": f"Bearer {token}"}
@@ -186,6 +192,7 @@ def test_published_schema_covers_every_route_and_body(live: LiveService) -> None
         assert schema["paths"][path][method].keys() >= OPERATIONS[key].keys()
     assert ("get", "/api/business-config") in operations and ("post", "/worker") in operations
     assert ("post", "/api/owner/session") in operations  # issue #35's routes are published
+    assert ("post", "/api/owner/session/revoke") in operations
     assert schema["paths"]["/api/accounts/{id}"]["put"]["parameters"][0]["in"] == "path"
 
 

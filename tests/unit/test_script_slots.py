@@ -104,7 +104,10 @@ BUILT: dict[str, Callable[[], list[Mapping[str, Value]]]] = {
     "messageweave.store.refused.RECORD_REFUSAL": lambda: [{
         "chats": keys.REFUSED_CHATS, "info": keys.REFUSED_CHATS_INFO}],
     "messageweave.store.accounts.CREATE_ACCOUNT": lambda: [{
-        "config": a.config, "revision": a.revision, "enabled": a.enabled} for a in _ACCOUNTS],
+        "config": a.config, "revision": a.revision, "enabled": a.enabled,
+        "deleted": a.deleted} for a in _ACCOUNTS],
+    "messageweave.store.accounts.DELETE_ACCOUNT": lambda: [{
+        "config": a.config, "deleted": a.deleted} for a in _ACCOUNTS],
     "messageweave.store.accounts.WRITE_ACCOUNT": lambda: [{
         "config": a.config, "revision": a.revision} for a in _ACCOUNTS],
     "messageweave.store.accounts.SET_IF_ACCOUNT": lambda: [

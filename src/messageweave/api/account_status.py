@@ -21,7 +21,7 @@ from messageweave.probes import ProbeFailure, Shared, guarded, mail_probe, probe
 from messageweave.services import AccountRuntime, Services
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
-from messageweave.store.oplog import send_log
+from messageweave.store.oplog import iso_time, send_log
 from messageweave.store.streams import STREAM_NAMES, StreamStore
 
 PAUSED = "fail: paused"
@@ -58,12 +58,20 @@ async def failing_accounts(request: Request, accounts: list[AccountRuntime]) -> 
 
 
 async def _last_notified_at(svc: Services, account: Account) -> str | None:
-    """The newest notification delivered to one of the account's chats (a send-log record
-    names the stream by its contract name, and a chat belongs to one account)."""
+    """The newest notification of the account's mail delivered (`AccountKeys.last_notified`,
+    written with its send record). Before that key was written (a send of an older release),
+    the newest such record in the send log: one naming the account, or, written before records
+    named it, one to one of its chats (a bounded scan, `OpLog.page`)."""
+    stamp = await svc.redis.get(AccountKeys(account.id).last_notified)
+    if stamp is not None:
+        return iso_time(int(stamp))
     chats = set(chats_of(account.config))
-    page = await send_log(svc.redis).page(
-        None, 1, lambda r: r.get("stream") == STREAM_NAMES[0] and r.get("chat_id") in chats
-        and r.get("outcome") == Outcome.DELIVERED)
+
+    def mine(r: dict[str, object]) -> bool:
+        owner = r.get("account")
+        return r.get("stream") == STREAM_NAMES[0] and r.get("outcome") == Outcome.DELIVERED \
+            and (owner == account.id if owner is not None else r.get("chat_id") in chats)
+    page = await send_log(svc.redis).page(None, 1, mine)
     return str(page.records[0]["time"]) if page.records else None
 
 

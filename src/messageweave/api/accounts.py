@@ -2,8 +2,9 @@
 
 Every route needs an admin session, except that an account's owner session may read and change
 its own account (`GET`/`PUT /api/accounts/{id}`, `GET /api/accounts/{id}/status`) and list it,
-and `POST /api/owner/session` takes an owner key. Every `/api/accounts/{id}…` route answers an
-unknown id 404 `not_found`.
+and `POST /api/owner/session` takes an owner key; `POST /api/owner/session/revoke` ends an owner
+session (the caller's own, or with an admin session every one of an account). Every
+`/api/accounts/{id}…` route answers an unknown id 404 `not_found`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from messageweave.api.admin import invalid_configuration
 from messageweave.api.credentials import (
     Credential,
     accounts,
+    bearer,
+    forbidden,
     require_admin,
     require_admin_or_owner,
     require_owner_key,
@@ -33,10 +36,22 @@ from messageweave.config.account_service import (
 )
 from messageweave.config.errors import ConfigInvalid, WireError
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
-from messageweave.errors import ApiError, conflict, json_object, parse_json, service_unavailable
+from messageweave.errors import (
+    ApiError,
+    conflict,
+    invalid_request,
+    json_object,
+    parse_json,
+    service_unavailable,
+)
 from messageweave.ops import audit
 from messageweave.services import Services
-from messageweave.store.accounts import AccountExists, AccountGone, AccountRevisionConflict
+from messageweave.store.accounts import (
+    AccountBeingDeleted,
+    AccountExists,
+    AccountGone,
+    AccountRevisionConflict,
+)
 from messageweave.store.keys import DEFAULT_ACCOUNT, OWNER_SESSION_TTL_S
 from messageweave.store.state import RevisionConflict
 
@@ -49,6 +64,7 @@ ACCOUNT_DELETED = "account_deleted"
 ACCOUNT_ENABLED_CHANGED = "account_enabled_changed"
 OWNER_KEY_CREATED = "owner_key_created"
 OWNER_SESSION_CREATED = "owner_session_created"
+OWNER_SESSION_REVOKED = "owner_session_revoked"
 
 
 def not_found() -> ApiError:
@@ -64,6 +80,9 @@ def _answers() -> Iterator[None]:
         raise invalid_configuration(str(exc)) from exc
     except (UnknownAccount, AccountGone) as exc:
         raise not_found() from exc
+    except AccountBeingDeleted as exc:  # its tombstone stands: try again after it (§1.12)
+        raise ApiError(409, "conflict",
+                       headers={"Retry-After": str(exc.retry_after_s)}) from exc
     except (NoBusinessConfig, AccountExists, AccountRevisionConflict, RevisionConflict,
             AccountNotServed) as exc:
         raise conflict() from exc
@@ -194,6 +213,31 @@ async def create_owner_session(request: Request) -> JSONResponse:
     await audit.record_audit(svc, OWNER_SESSION_CREATED, account=account_id)
     return JSONResponse({"session": session, "expires_in": OWNER_SESSION_TTL_S,
                          "account": account_id})
+
+
+@router.post("/api/owner/session/revoke", status_code=204)
+async def revoke_owner_session(request: Request) -> Response:
+    """An owner's sign-out: an owner session ends itself (the account's other sessions, a
+    family's other phones, stay). An admin session ends every session of `{"account"}`'s owner
+    (a lost phone) and keeps the owner key (reference §3.1)."""
+    principal = await require_admin_or_owner(request)
+    body = await request.body()
+    named = json_object(body).get("account") if body.strip() else None
+    svc = services(request)
+    with _answers():
+        if principal.kind is Credential.OWNER_SESSION:
+            if named is not None and named != principal.account:
+                raise forbidden()
+            account_id = str(principal.account)
+            await accounts(svc).end_owner_session(account_id, str(bearer(request)))
+        else:
+            if not isinstance(named, str):
+                raise invalid_request()
+            account_id = named
+            await accounts(svc).end_owner_sessions(account_id)
+    await audit.record_audit(svc, OWNER_SESSION_REVOKED, account=account_id,
+                             by=principal.kind.value)
+    return Response(status_code=204)
 
 
 async def served_account(request: Request) -> str:

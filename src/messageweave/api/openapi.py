@@ -213,6 +213,10 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                                             "requestBody": _ENABLED_BODY},
     ("get", "/api/accounts/{id}/status"): {"parameters": [_PATH_ID]},
     ("post", "/api/accounts/{id}/owner-key"): {"parameters": [_PATH_ID]},
+    # An owner session ends itself (no body needed); an admin session names the account.
+    ("post", "/api/owner/session/revoke"): {"requestBody": _body({
+        "type": "object", "properties": {"account": _ACCOUNT_ID}, "additionalProperties": False,
+    }, required=False)},
     ("post", "/debug/notify"): {"parameters": [_query("chat_id", {"type": "integer"}),
                                                _query("text", {"type": "string"})]},
 }

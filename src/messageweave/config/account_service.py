@@ -260,6 +260,16 @@ class AccountService:
                                            session_digest(self._key, owner_key))
         return session
 
+    async def end_owner_session(self, account_id: str, session: str) -> None:
+        """The owner's sign-out: this session only."""
+        await self.store.end_owner_sessions(account_id, session_digest(self._key, session))
+
+    async def end_owner_sessions(self, account_id: str) -> None:
+        """Every session of the account's owner (the owner key stays); an unknown account is
+        `UnknownAccount`."""
+        await self.get(account_id)
+        await self.store.end_owner_sessions(account_id)
+
     async def owner_session_account(self, token: str) -> str | None:
         """The account of a live owner session: one opened with the account's current owner
         key (a new key ends the sessions of the old one)."""

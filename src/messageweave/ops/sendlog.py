@@ -10,6 +10,7 @@ the delivery: a Redis error is logged and swallowed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
@@ -17,9 +18,10 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from messageweave.ops.metrics import observe_delivery
+from messageweave.store.keys import AccountKeys
 from messageweave.store.oplog import send_log
 from messageweave.store.redis import Redis
-from messageweave.store.streams import stream_name
+from messageweave.store.streams import stream_account, stream_name
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ async def record_send(
              extra={"fields": {"event": "delivery", **record}})
     try:
         await send_log(redis).append(record)
+        if outcome is Outcome.DELIVERED and "account" in record:
+            await redis.set(AccountKeys(record["account"]).last_notified,
+                            str(int(time.time() * 1000)))
     except RedisError as exc:
         log.warning("send record not written: %s", type(exc).__name__)
 
@@ -110,6 +115,9 @@ def _record(*, stream: str, event_id: str, kind: str, chat_id: int | None, outco
         "outcome": outcome, "failure_class": failure_class,
         "latency_ms": round(latency_ms, 1), "message_ids": [int(i) for i in message_ids],
     }
+    account = stream_account(stream)
+    if account is not None:  # a mail stream's: the account is a field, never in the name
+        record["account"] = account
     if rule is not None:
         record["rule"] = rule
     return record

@@ -126,8 +126,22 @@ class AccountKeys:
         return f"{self.prefix}owner_session:{digest}"
 
     @property
+    def last_notified(self) -> str:
+        """When (ms) a notification of the account's mail was last delivered (`ops.sendlog`):
+        its status's `last_notified_at`, however busy the other accounts' send log is."""
+        return f"{self.prefix}notified:last"
+
+    @property
+    def deleted(self) -> str:
+        """Set (EX `ACCOUNT_DELETE_WINDOW_S`) by the account's deletion, in the same script as
+        its configuration goes: a create of the id is refused while it stands (`CREATE_ACCOUNT`),
+        so a late write of the deleted account never lands in a new one."""
+        return f"{self.prefix}deleted"
+
+    @property
     def every_key(self) -> str:
-        """The SCAN pattern of every key of the account (its deletion)."""
+        """The SCAN pattern of the keys named after the account (its deletion matches
+        `*` + this, so the names derived from its stream too: `store.account_sweep`)."""
         return f"{self.prefix}*"
 
 

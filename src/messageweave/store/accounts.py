@@ -9,22 +9,36 @@ flag and owner key live here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from messageweave.store import keys
+from messageweave.store.account_sweep import delete_account_keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
 
-# KEYS: config, revision, enabled   ARGV: ciphertext
-# → the new revision (1), or -1 when the account exists already (nothing written).
+# KEYS: config, revision, enabled, deleted   ARGV: ciphertext
+# → the new revision (1), -1 when the account exists already, -2 while a deleted account of the
+# id is being swept (`store.account_sweep`); nothing written but the revision.
 CREATE_ACCOUNT = Script("""
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return -2
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
   redis.call('SET', KEYS[3], '1')
   return redis.call('INCR', KEYS[2])
 end
 return -1
-""", keys=("config", "revision", "enabled"), args=("ciphertext",))
+""", keys=("config", "revision", "enabled", "deleted"), args=("ciphertext",))
+
+# KEYS: config, deleted   ARGV: at (ms), ttl (s)
+# → 1. The configuration goes and the marker that refuses a create of the id comes, at once.
+DELETE_ACCOUNT = Script("""
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
+redis.call('DEL', KEYS[1])
+return 1
+""", keys=("config", "deleted"), args=("at", "ttl"))
 
 # KEYS: config, revision   ARGV: expected ("" = any), ciphertext
 # → the new revision; -1 when the stored revision is not the expected one, -2 when the account
@@ -67,6 +81,15 @@ class AccountExists(Exception):
     """An account with this id is stored already."""
 
 
+class AccountBeingDeleted(Exception):
+    """A deleted account of this id is still being swept (`store.account_sweep`): a create
+    waits `retry_after_s` (reference §1.12)."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(retry_after_s)
+        self.retry_after_s = retry_after_s
+
+
 class AccountRevisionConflict(Exception):
     """The stored revision of the account is not the one the write was based on."""
 
@@ -98,8 +121,12 @@ class AccountStore:
         await self.redis.sadd(keys.ACCOUNTS_INDEX, account_id)
         k = AccountKeys(account_id)
         result = int(await CREATE_ACCOUNT(
-            self.redis, keys={"config": k.config, "revision": k.revision, "enabled": k.enabled},
+            self.redis, keys={"config": k.config, "revision": k.revision, "enabled": k.enabled,
+                              "deleted": k.deleted},
             args={"ciphertext": ciphertext}))
+        if result == -2:
+            await self.redis.srem(keys.ACCOUNTS_INDEX, account_id)  # no account was made
+            raise AccountBeingDeleted(max(1, int(await self.redis.ttl(k.deleted))))
         if result < 0:
             raise AccountExists
         return result
@@ -148,6 +175,14 @@ class AccountStore:
         await self.redis.set(AccountKeys(account_id).owner_session(digest), key_digest,
                              ex=keys.OWNER_SESSION_TTL_S)
 
+    async def end_owner_sessions(self, account_id: str, digest: str | None = None) -> None:
+        """The session whose HMAC is `digest`, or (None) every session of the account."""
+        k = AccountKeys(account_id)
+        if digest is None:
+            await self._delete_matching(k.owner_session("*"))
+        else:
+            await self.redis.delete(k.owner_session(digest))
+
     async def owner_session_key(self, account_id: str, digest: str) -> tuple[str | None,
                                                                              str | None]:
         """(the owner key's HMAC the session was opened with, the current one)."""
@@ -157,11 +192,16 @@ class AccountStore:
 
     # --- deletion ------------------------------------------------------------------------
     async def delete(self, account_id: str) -> None:
-        """Every key of the account, its configuration first (so a write racing the deletion
-        finds it gone), then its id in the index."""
+        """The tombstone first (an instance killed in the middle leaves the rest to the sweep),
+        then the configuration with the marker that refuses a create of the id (so a write
+        racing the deletion finds it gone), every key of the account, then its id in the
+        index. What a late writer adds afterwards, the sweep deletes (`store.account_sweep`)."""
         k = AccountKeys(account_id)
-        await self.redis.delete(k.config)
-        await self._delete_matching(k.every_key)
+        now_ms = int(time.time() * 1000)
+        await self.redis.zadd(keys.ACCOUNTS_DELETED, {account_id: now_ms})
+        await DELETE_ACCOUNT(self.redis, keys={"config": k.config, "deleted": k.deleted},
+                             args={"at": str(now_ms), "ttl": str(keys.ACCOUNT_DELETE_WINDOW_S)})
+        await delete_account_keys(self.redis, account_id)
         await self.redis.srem(keys.ACCOUNTS_INDEX, account_id)
 
     async def _set_if_account(self, k: AccountKeys, target: str, value: str) -> None:

@@ -386,3 +386,16 @@ def telegram_poll_offset(bot_id: str) -> str:
 # `owner_session()`, `every_key`).
 ACCOUNTS_INDEX = "accounts"
 OWNER_SESSION_TTL_S = 1800
+
+# A deleted account's end (SPEC G.3: "its keys are gone within 60 s"; `store.account_sweep`).
+# Sorted set: member = the id, score = the deletion's time (ms). While it stands one instance
+# at a time (`ACCOUNT_SWEEP_LOCK`) deletes every key of the id every `ACCOUNT_SWEEP_INTERVAL_S`,
+# so a late write of a pass, the worker or a button press still running somewhere is deleted
+# too; the last sweep runs once `ACCOUNT_DELETE_WINDOW_S - ACCOUNT_SWEEP_INTERVAL_S` have
+# passed, and drops the id. `AccountKeys.deleted` (EX the window) refuses a create of the id
+# meanwhile.
+ACCOUNTS_DELETED = "accounts:deleted"
+ACCOUNT_SWEEP_LOCK = "lock:account-sweep"
+ACCOUNT_SWEEP_LOCK_TTL_S = 10
+ACCOUNT_DELETE_WINDOW_S = 60
+ACCOUNT_SWEEP_INTERVAL_S = 2

@@ -131,10 +131,11 @@ def _decode(entry_id: str, fields: dict[Any, Any]) -> dict[str, Any]:
         value = {}
     record = value if isinstance(value, dict) else {}
     millis = int(entry_id.split("-", 1)[0])
-    return {"id": entry_id, "time": _iso(millis), **record}
+    return {"id": entry_id, "time": iso_time(millis), **record}
 
 
-def _iso(millis: int) -> str:
+def iso_time(millis: int) -> str:
+    """A record's `time`: ISO 8601 UTC with milliseconds."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis / 1000)) + \
         f".{millis % 1000:03d}Z"
 

@@ -94,6 +94,14 @@ def stream_name(key: str) -> str:
     return key.split("}:", 1)[-1]
 
 
+def stream_account(key: str) -> str | None:
+    """The account whose mail stream is at `key` (`a:{<id>}:stalwart:jmap` → `<id>`); None for
+    the chat's stream."""
+    if not is_mail_stream(key):
+        return None
+    return key[len("a:{"):key.index("}:")]
+
+
 def is_mail_stream(key: str) -> bool:
     """An account's mail stream (`a:{<id>}:stalwart:jmap`); the other is the chat's."""
     return key.startswith("a:{") and stream_name(key) == STREAM_NAMES[0]

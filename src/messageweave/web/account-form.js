@@ -187,7 +187,9 @@ function changes() {
 
 async function saveFailed(err) {
   if (!session.token) return;
-  if (err.status === 409 && state.id === null) {
+  if (err.status === 409 && state.id === null && err.retryAfter) {  // its id's sweep runs
+    say("acct-error", t("acct.beingDeleted", { n: err.retryAfter }), "error");
+  } else if (err.status === 409 && state.id === null) {
     say("acct-error", t("acct.exists"), "error");
   } else if (err.status === 409) {
     await state.onSaved(state.id);  // the saved values, then why

@@ -63,6 +63,7 @@ export async function api(method, path, body, auth) {
     const code = data && typeof data.error === "string" ? data.error : null;
     const failure = new ApiFailure(response.status, code, response.headers.get("x-config-error"),
       response.headers.get("x-telegram-error"));
+    failure.retryAfter = response.headers.get("retry-after");  // seconds, when the server says
     if (response.status === 401 && auth === true && session.token) {
       sessionLost();
     }

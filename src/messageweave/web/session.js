@@ -165,19 +165,20 @@ function expiredKey() {
 
 onSessionLost(function () { endSession(expiredKey()); });
 
+// Sign-out ends the session on the server too: the admin's, or the owner's own (the owner's
+// other sessions, on other devices, stay).
 async function signOut() {
   const token = session.token;
-  if (session.account) {  // an owner session has no revoke route: it ends by itself
-    endSession("auth.signedOutOwner");
-    return;
-  }
+  const owner = Boolean(session.account);
   let revoked = true;
   try {
-    await api("POST", "/api/admin/session/revoke", undefined, token);
+    await api("POST", owner ? "/api/owner/session/revoke" : "/api/admin/session/revoke",
+      undefined, token);
   } catch (err) {
     revoked = false;
   }
-  endSession(revoked ? "auth.signedOut" : "auth.signedOutLocal");
+  const done = owner ? "auth.signedOutOwner" : "auth.signedOut";
+  endSession(revoked ? done : "auth.signedOutLocal");
 }
 
 export function hasSession() {

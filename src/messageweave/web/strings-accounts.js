@@ -55,6 +55,7 @@ export const TEXTS = {
   "acct.created": ["Account {id} saved (revision {n}).", "账户 {id} 已保存（版本 {n}）。"],
   "acct.saved": ["Saved (revision {n}).", "已保存（版本 {n}）。"],
   "acct.nothing": ["Nothing changed.", "没有修改。"],
+  "acct.beingDeleted": ["An account with this id was just removed and is still being cleared: try again in {n} s.", "刚删除了使用此标识的账户，仍在清理中：请在 {n} 秒后重试。"],
   "acct.exists": ["An account with this id exists already: choose another id.", "已有使用此标识的账户：请换一个标识。"],
   "acct.conflict": ["The account was changed meanwhile; the form now shows the saved values.", "账户在此期间已被修改；表单现在显示已保存的值。"],
   "acct.gone": ["This account no longer exists.", "此账户已不存在。"],
@@ -68,5 +69,5 @@ export const TEXTS = {
   "auth.ownerWrong": ["Wrong owner key (or one replaced by a newer key). Ask the admin for a new one.", "所有者密钥错误（或已被新密钥取代）。请向管理员索取新的密钥。"],
   "session.ownerTitle": ["Owner session: account {id}", "所有者会话：账户 {id}"],
   "session.ownerExpires": ["Owner session expires in about {n} minutes.", "所有者会话约 {n} 分钟后过期。"],
-  "auth.signedOutOwner": ["Signed out: the page was cleared. The owner session itself ends within 30 minutes, or at once when the admin makes a new owner key.", "已退出：页面已清除。所有者会话本身会在 30 分钟内结束，或在管理员生成新的所有者密钥时立即结束。"],
+  "auth.signedOutOwner": ["Signed out: the owner session has ended and the page was cleared.", "已退出：所有者会话已结束，页面已清除。"],
 };

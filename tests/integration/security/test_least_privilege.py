@@ -44,7 +44,8 @@ ROUTE_GROUPS: dict[str, list[tuple[str, str]]] = {
                    ("POST", "/api/rules/dry-run")],
     # Issue #35: `{id}` is the owner's own account, another one, or (admin) the owner's.
     "own account": [("GET", "/api/accounts"), ("GET", "/api/accounts/{id}"),
-                    ("PUT", "/api/accounts/{id}"), ("GET", "/api/accounts/{id}/status")],
+                    ("PUT", "/api/accounts/{id}"), ("GET", "/api/accounts/{id}/status"),
+                    ("POST", "/api/owner/session/revoke")],
     "other account": [("GET", "/api/accounts/{id}"), ("PUT", "/api/accounts/{id}"),
                       ("GET", "/api/accounts/{id}/status")],
     "accounts admin": [("POST", "/api/accounts"), ("DELETE", "/api/accounts/{id}"),
