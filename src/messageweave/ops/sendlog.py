@@ -17,9 +17,10 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from messageweave.ops.metrics import observe_delivery
+from messageweave.store import keys
 from messageweave.store.oplog import send_log
 from messageweave.store.redis import Redis
-from messageweave.store.streams import stream_name
+from messageweave.store.streams import account_of, stream_name
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,9 @@ def _record(*, stream: str, event_id: str, kind: str, chat_id: int | None, outco
         "outcome": outcome, "failure_class": failure_class,
         "latency_ms": round(latency_ms, 1), "message_ids": [int(i) for i in message_ids],
     }
+    account = account_of(stream)
+    if account is not None and account != keys.DEFAULT_ACCOUNT:
+        record["account"] = account  # `default`'s records stay as they were before accounts
     if rule is not None:
         record["rule"] = rule
     return record

@@ -94,6 +94,11 @@ def stream_name(key: str) -> str:
     return key.split("}:", 1)[-1]
 
 
+def account_of(key: str) -> str | None:
+    """The account whose mail stream `key` is; None for the chat stream (or no stream)."""
+    return key[3:].split("}", 1)[0] if is_mail_stream(key) else None
+
+
 def is_mail_stream(key: str) -> bool:
     """An account's mail stream (`a:{<id>}:stalwart:jmap`); the other is the chat's."""
     return key.startswith("a:{") and stream_name(key) == STREAM_NAMES[0]
