@@ -202,6 +202,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/push/jmap"): {"requestBody": _body(_PUSH),
                              "parameters": [_query("t", {"type": "string"})]},
     ("get", "/api/audit"): {"parameters": [_ACCOUNT_QUERY]},
+    ("get", "/api/delivery"): {"parameters": [_ACCOUNT_QUERY]},
     ("post", "/api/audit"): {"parameters": [_ACCOUNT_QUERY]},
     ("post", "/reconcile"): {"parameters": [_ACCOUNT_QUERY]},
     ("post", "/api/accounts"): {"requestBody": _body(_NEW_ACCOUNT)},
