@@ -77,7 +77,7 @@ async def stored_services(settings: Settings) -> AsyncIterator[Services]:
         _, cfg = await svc.config.read_stored()
         if cfg is None:
             raise RuntimeError("nothing configured yet: save a configuration first")
-        await svc.refresh()  # the accounts too: `--account` (`services.acting`)
+        await svc.config.refresh()
         yield svc
     finally:
         await runtime.close(svc)
