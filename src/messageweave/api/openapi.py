@@ -183,7 +183,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/trace"): {"parameters": [
         {**_query("q", {"type": "string", "minLength": 1, "maxLength": MAX_QUERY}),
          "required": True}, _ACCOUNT_QUERY]},
-    ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"})]},
+    ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"}),
+                                               _ACCOUNT_QUERY]},
     ("post", "/api/rules/dry-run"): {"parameters": [_ACCOUNT_QUERY], "requestBody": _body({
         "type": "object",
         "properties": {name: _wire_field(name) for name in ("notify_rules", "quiet_hours")},

@@ -71,8 +71,8 @@ async def test_reconcile_and_trace_act_in_the_named_account(
 ) -> None:
     """Catches `?account=b` refused ("not served yet") or answered with `default`'s mailbox:
     `/reconcile?account=b` must queue b's new mail in b's stream (to b's chat), and the trace of
-    b must find it with its send attempt (the send log names b), delivered, while `default`'s
-    trace never sees it."""
+    b must find it with its send attempt (the send log names b), delivered, and b's send-log view
+    show it, while `default`'s trace and send-log view never see it."""
     b = await _with_b(served, cyrus)
     word, email_id = await _new_mail(served, cyrus, b)
     claim = await served.redis.get(b.keys.dedup_jmap(b.user, email_id))
@@ -90,6 +90,10 @@ async def test_reconcile_and_trace_act_in_the_named_account(
     assert enqueued["entry_id"] == claim
     attempts = [s for s in mail["steps"] if s["step"] == "attempt"]
     assert [(a["entry_id"], a["outcome"]) for a in attempts] == [(claim, "delivered")]
+    sends = (await _get(served, "/api/logs/send?account=b"))["records"]
+    assert [(r["event_id"], r["outcome"]) for r in sends] == [(claim, "delivered")]
+    others = (await _get(served, "/api/logs/send?account=default"))["records"]
+    assert claim not in {r["event_id"] for r in others}
     for path in (f"/api/trace?q={word}", f"/api/trace?account=default&q={word}"):
         other = await _get(served, path)
         assert not other["found"] and [m["subject"] for m in other["mails"]] == [None], other
