@@ -103,3 +103,20 @@ async def test_accounts_lists_each_account_with_its_name_and_state(
     assert lines == [["default", "enabled", "default"],
                      ["family", "paused", "[red]Family[/red] " + "x" * 40]], listed.stdout
     assert FAMILY_SECRET not in listed.stdout + listed.stderr
+
+
+async def test_a_paused_account_refuses_the_commands_that_need_its_mail_server(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, embedded_redis_url: str,
+) -> None:
+    """Catches a command that connects to a paused account's mail server (a paused account opens
+    no connection), or refuses it without saying it is paused; its dead letters stay listable."""
+    admin = await with_family(client)
+    paused = await client.put("/api/accounts/family/enabled", headers=admin,
+                              json={"enabled": False})
+    assert paused.status_code == 200, paused.text
+    for command in (["reconcile", "--once"], ["audit"], ["trace", "Invoice"]):
+        done = await run_cli(embedded_redis_url, *command, "--account", "family")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "account family is paused" in done.stdout, done.stdout
+    listed = await run_cli(embedded_redis_url, "dlq", "list", "--account", "family")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
