@@ -187,28 +187,40 @@ def _family(service: LiveService) -> str:
     return owner_key
 
 
-def test_the_trace_and_audit_cards_say_an_account_is_not_served_yet(
+def test_the_trace_and_audit_cards_act_in_the_account_chosen(
     service: LiveService, page_run: PageRun,
 ) -> None:
     """Catches the trace and gap audit cards answering about the default account's mailbox
-    when another account is chosen, or showing its 409 as a bare failure code instead of
-    "not served yet"."""
+    when another account is chosen, refusing it as "not served yet", or showing a paused
+    account's 409 as a bare failure code: family's last audit is read (none yet), a run is
+    tried, and a paused family's trace and audit say it is paused
+    (tests/integration/accounts/test_mailbox_actions.py checks the answers with mail)."""
     _family(service)
     page = page_run.page
+    signed_in(page, service, revision=1)
+    expect(page.locator("#gap-account option")).to_have_count(2)
+    page.select_option("#gap-account", "family")
+    expect(page.locator("#gap-last")).to_have_text("No audit has run yet.")
+    page.click("#gap-run")  # the switch is off: 503, said with its reason
+    expect(page.locator("#gap-msg")).to_contain_text("The audit could not run")
+
+    with httpx.Client(base_url=service.base_url) as http:
+        paused = http.put("/api/accounts/family/enabled", headers=_admin(service),
+                          json={"enabled": False})
+        assert paused.status_code == 200, paused.text
     signed_in(page, service, revision=1)
     expect(page.locator("#trace-account option")).to_have_count(2)
     page.select_option("#trace-account", "family")
     page.fill("#trace-q", "Invoice")
     page.click("#trace-go")
     expect(page.locator("#trace-msg")).to_have_text(
-        "Not served yet: the service serves only the default account for now, so there is "
-        "nothing of account family to show.")
+        "Account family is paused: its mail server is not contacted. Resume it in the "
+        "accounts card first.")
     page.select_option("#gap-account", "family")
-    expect(page.locator("#gap-last")).to_contain_text("nothing of account family")
     page.click("#gap-run")
-    expect(page.locator("#gap-msg")).to_contain_text("Not served yet")
-    page.select_option("#gap-account", "default")
-    expect(page.locator("#gap-last")).to_have_text("No audit has run yet.")
+    expect(page.locator("#gap-msg")).to_have_text(
+        "Account family is paused: its mail server is not contacted. Resume it in the "
+        "accounts card first.")
 
 
 def test_an_owner_who_stays_signed_in_gets_their_account_back_after_a_reload(

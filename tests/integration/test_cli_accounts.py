@@ -37,18 +37,23 @@ async def _dead_letter(redis_client: aioredis.Redis) -> str:
 
 
 @pytest.mark.parametrize("command", ONE_MAILBOX_COMMANDS, ids=" ".join)
-async def test_a_command_for_an_account_not_served_yet_exits_1_and_touches_nothing(
+async def test_a_command_for_another_account_never_touches_the_default_account(
     client: httpx.AsyncClient, redis_client: aioredis.Redis, embedded_redis_url: str,
     command: list[str],
 ) -> None:
-    """Catches `--account family` acting on the default account's mailbox (the only one the
-    runtime serves yet), or saying nothing of why it did not act: the routes' `?account=`
-    answers 409 for it, and the command must refuse it too, with exit 1."""
+    """Catches `--account family` acting on the default account's mailbox or keys, or refused
+    as "not served yet" although the runtime serves every account: the default account's dead
+    letter stays where it is and is never listed. family's mail server is a closed port here,
+    so the commands that need it fail naming the error (exit 1); the others answer from
+    family's keys (tests/integration/accounts/test_mailbox_actions.py has them with mail)."""
     await with_family(client)
-    await _dead_letter(redis_client)
+    entry = await _dead_letter(redis_client)
     done = await run_cli(embedded_redis_url, *command, "--account", "family")
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "account family: not served yet" in done.stdout, done.stdout
+    needs_mail = command[0] in ("reconcile", "audit", "trace")
+    assert done.returncode == (1 if needs_mail else 0), done.stdout + done.stderr
+    assert "not served" not in done.stdout and entry not in done.stdout, done.stdout
+    if needs_mail:
+        assert "fail Jmap" in done.stdout, done.stdout
     assert await redis_client.xlen(keys.dlq(keys.STREAM_JMAP)) == 1
     assert await redis_client.xlen(keys.STREAM_JMAP) == 0
     assert FAMILY_SECRET not in done.stdout + done.stderr
@@ -98,3 +103,20 @@ async def test_accounts_lists_each_account_with_its_name_and_state(
     assert lines == [["default", "enabled", "default"],
                      ["family", "paused", "[red]Family[/red] " + "x" * 40]], listed.stdout
     assert FAMILY_SECRET not in listed.stdout + listed.stderr
+
+
+async def test_a_paused_account_refuses_the_commands_that_need_its_mail_server(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, embedded_redis_url: str,
+) -> None:
+    """Catches a command that connects to a paused account's mail server (a paused account opens
+    no connection), or refuses it without saying it is paused; its dead letters stay listable."""
+    admin = await with_family(client)
+    paused = await client.put("/api/accounts/family/enabled", headers=admin,
+                              json={"enabled": False})
+    assert paused.status_code == 200, paused.text
+    for command in (["reconcile", "--once"], ["audit"], ["trace", "Invoice"]):
+        done = await run_cli(embedded_redis_url, *command, "--account", "family")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "account family is paused" in done.stdout, done.stdout
+    listed = await run_cli(embedded_redis_url, "dlq", "list", "--account", "family")
+    assert listed.returncode == 0, listed.stdout + listed.stderr

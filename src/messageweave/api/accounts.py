@@ -29,7 +29,6 @@ from messageweave.api.credentials import (
     services,
 )
 from messageweave.config.account_service import (
-    AccountNotServed,
     AccountSave,
     NoBusinessConfig,
     UnknownAccount,
@@ -44,8 +43,10 @@ from messageweave.errors import (
     parse_json,
     service_unavailable,
 )
+from messageweave.mail.context import MailContext
 from messageweave.ops import audit
 from messageweave.services import Services
+from messageweave.services.acting import AccountNotLoaded, AccountPaused, acting_mailbox
 from messageweave.store.accounts import (
     AccountBeingDeleted,
     AccountExists,
@@ -84,11 +85,11 @@ def _answers() -> Iterator[None]:
         raise ApiError(409, "conflict",
                        headers={"Retry-After": str(exc.retry_after_s)}) from exc
     except (NoBusinessConfig, AccountExists, AccountRevisionConflict, RevisionConflict,
-            AccountNotServed) as exc:
+            AccountPaused) as exc:
         raise conflict() from exc
     except StoredConfigInvalid as exc:
         raise invalid_configuration() from exc
-    except (StoreUnavailable, RedisError) as exc:
+    except (StoreUnavailable, RedisError, AccountNotLoaded) as exc:
         raise service_unavailable() from exc
 
 
@@ -240,9 +241,12 @@ async def revoke_owner_session(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def served_account(request: Request) -> str:
-    """`?account=` of the admin routes that act on one mailbox (SPEC G.3): absent = `default`;
-    an unknown id → 404 `not_found`; another account → 409 `conflict` until the runtime serves
-    it (reference §7.16). Called after the route authenticated its caller."""
+async def acting_account(request: Request, *, mailbox: bool) -> MailContext:
+    """The mailbox `?account=` names on the admin routes that act on one mailbox (SPEC G.3):
+    absent = `default`; an unknown id → 404 `not_found`; with `mailbox` (the route talks to the
+    mail server) a paused account → 409 `conflict` (`services.acting`, reference §7.16).
+    Called after the route authenticated its caller."""
+    svc = services(request)
     with _answers():
-        return await accounts(services(request)).served(request.query_params.get("account"))
+        account_id = await accounts(svc).served(request.query_params.get("account"))
+        return await acting_mailbox(svc, account_id, mailbox=mailbox)

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.accounts import served_account
-from messageweave.api.credentials import require_admin, require_enabled, services
+from messageweave.api.accounts import acting_account
+from messageweave.api.credentials import require_admin, require_enabled
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.mail.auditor import TRIGGER_API, run_audit
@@ -44,9 +44,9 @@ def _answer(description: str, schema: dict[str, Any]) -> dict[int | str, dict[st
 @router.get("/api/audit", responses=_answer("The last gap audit", _LAST))
 async def get_audit(request: Request) -> JSONResponse:
     await require_admin(request)
-    await served_account(request)
+    mailbox = await acting_account(request, mailbox=False)
     try:
-        last = await gaps.read_last(services(request).redis)
+        last = await gaps.read_last(mailbox.redis, mailbox.keys)
     except RedisError as exc:
         raise service_unavailable() from exc
     return JSONResponse({"last": last})
@@ -56,12 +56,12 @@ async def get_audit(request: Request) -> JSONResponse:
 async def post_audit(request: Request) -> JSONResponse:
     """One gap audit now; it takes no body (anything in it is a 400)."""
     await require_admin(request)
-    await served_account(request)
+    mailbox = await acting_account(request, mailbox=True)
     if await request.body():
         raise invalid_request()
     await require_enabled(request)
     try:
-        result = await run_audit(services(request), TRIGGER_API)
+        result = await run_audit(mailbox, TRIGGER_API)
     except (RedisError, MailError, NotConfigured) as exc:
         log.warning("gap audit failed: %s", type(exc).__name__)
         raise service_unavailable() from exc

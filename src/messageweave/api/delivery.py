@@ -12,7 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from messageweave.api.accounts import served_account
+from messageweave.api.accounts import acting_account
 from messageweave.api.credentials import (
     constant_time_eq,
     ensure_enabled,
@@ -33,6 +33,7 @@ from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import MAX_BATCH, Worker
 from messageweave.services import Services
 from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.oplog import valid_stream_id
 from messageweave.store.streams import stream_key, stream_name
 
@@ -162,15 +163,31 @@ async def drain(request: Request) -> Response:
 @router.get("/api/delivery")
 async def delivery_status(request: Request) -> JSONResponse:
     await require_admin(request)
+    mailbox = await acting_account(request, mailbox=False)
     try:
-        return JSONResponse(await ingress.delivery_status(services(request).redis))
+        return JSONResponse(await ingress.delivery_status(mailbox.redis,
+                                                          _streams(mailbox.keys)))
     except RedisError as exc:
         raise service_unavailable() from exc
 
 
-def _stream(value: object) -> str:
-    """The stream key a request names by its contract's name (`stalwart:jmap`)."""
-    stream = stream_key(value) if isinstance(value, str) else None
+def _streams(names: AccountKeys) -> list[str]:
+    """The streams of an account's counts: its mail stream and the chat stream (the
+    deployment's: one bot), in the order of `keys.STREAMS`."""
+    return [names.stream_jmap, keys.STREAM_TELEGRAM]
+
+
+def _dlq_streams(names: AccountKeys) -> list[str]:
+    """The streams whose dead letters an account's list shows: its mail stream, and for
+    `default` the chat stream too (as before accounts); another account's list never shows a
+    dead letter of another account's chat."""
+    return _streams(names) if names.account_id == keys.DEFAULT_ACCOUNT else [names.stream_jmap]
+
+
+def _stream(value: object, names: AccountKeys) -> str:
+    """The stream key a request names by its contract's name (`stalwart:jmap`: the account's
+    mail stream)."""
+    stream = stream_key(value, names.account_id) if isinstance(value, str) else None
     if stream is None:
         raise invalid_request()
     return stream
@@ -179,9 +196,10 @@ def _stream(value: object) -> str:
 @router.get("/api/dlq")
 async def list_dlq(request: Request) -> JSONResponse:
     await require_admin(request)
-    await served_account(request)
+    mailbox = await acting_account(request, mailbox=False)
     raw_stream = request.query_params.get("stream")
-    streams = list(keys.STREAMS) if raw_stream is None else [_stream(raw_stream)]
+    streams = _dlq_streams(mailbox.keys) if raw_stream is None else [_stream(raw_stream,
+                                                                              mailbox.keys)]
     try:
         limit = int(request.query_params.get("limit", DEFAULT_DLQ_LIMIT))
     except ValueError as exc:
@@ -189,7 +207,7 @@ async def list_dlq(request: Request) -> JSONResponse:
     if not 1 <= limit <= ingress.MAX_DLQ_LIMIT:
         raise invalid_request()
     try:
-        entries = await ingress.dlq_entries(services(request).redis, streams, limit)
+        entries = await ingress.dlq_entries(mailbox.redis, streams, limit)
     except RedisError as exc:
         raise service_unavailable() from exc
     return JSONResponse({"entries": [e.to_json() for e in entries]})
@@ -198,11 +216,11 @@ async def list_dlq(request: Request) -> JSONResponse:
 @router.post("/api/dlq/replay")
 async def replay_dlq(request: Request) -> JSONResponse:
     await require_admin(request)
-    await served_account(request)
+    mailbox = await acting_account(request, mailbox=False)
     body = parse_json(await request.body())
     if not isinstance(body, dict) or set(body) - {"stream", "ids"}:
         raise invalid_request()
-    stream = _stream(body.get("stream"))
+    stream = _stream(body.get("stream"), mailbox.keys)
     ids = body.get("ids")
     if ids is not None and (not isinstance(ids, list)
                             or not all(isinstance(i, str) and valid_stream_id(i) for i in ids)):
@@ -213,5 +231,5 @@ async def replay_dlq(request: Request) -> JSONResponse:
     except RedisError as exc:
         raise service_unavailable() from exc
     await audit.record_audit(svc, audit.DLQ_REPLAYED, stream=stream_name(stream),
-                             replayed=replayed)
+                             replayed=replayed, account=mailbox.keys.account_id)
     return JSONResponse({"replayed": replayed})

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.accounts import served_account
+from messageweave.api.accounts import acting_account
 from messageweave.api.credentials import (
     require_admin,
     require_enabled,
@@ -77,11 +77,10 @@ async def _jmap(svc: Services) -> JmapClient:
 async def post_reconcile(request: Request) -> Response:
     """One reconcile pass now (external cron). The request body is ignored."""
     await require_reconcile_token(request)
-    await served_account(request)
+    mailbox = await acting_account(request, mailbox=True)
     await require_enabled(request)
-    svc = services(request)
     try:
-        await run_pass(svc)
+        await run_pass(mailbox)
     except ReconcileBusy as exc:
         raise conflict() from exc
     except RedisError as exc:

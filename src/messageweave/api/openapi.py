@@ -183,7 +183,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/trace"): {"parameters": [
         {**_query("q", {"type": "string", "minLength": 1, "maxLength": MAX_QUERY}),
          "required": True}, _ACCOUNT_QUERY]},
-    ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"})]},
+    ("get", "/api/logs/send"): {"parameters": [*_LOG_QUERY, _query("outcome", {"type": "string"}),
+                                               _ACCOUNT_QUERY]},
     ("post", "/api/rules/dry-run"): {"parameters": [_ACCOUNT_QUERY], "requestBody": _body({
         "type": "object",
         "properties": {name: _wire_field(name) for name in ("notify_rules", "quiet_hours")},
@@ -202,6 +203,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/push/jmap"): {"requestBody": _body(_PUSH),
                              "parameters": [_query("t", {"type": "string"})]},
     ("get", "/api/audit"): {"parameters": [_ACCOUNT_QUERY]},
+    ("get", "/api/delivery"): {"parameters": [_ACCOUNT_QUERY]},
     ("post", "/api/audit"): {"parameters": [_ACCOUNT_QUERY]},
     ("post", "/reconcile"): {"parameters": [_ACCOUNT_QUERY]},
     ("post", "/api/accounts"): {"requestBody": _body(_NEW_ACCOUNT)},

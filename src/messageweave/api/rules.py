@@ -9,9 +9,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from messageweave.api.accounts import served_account
+from messageweave.api.accounts import acting_account
 from messageweave.api.admin import invalid_configuration
-from messageweave.api.credentials import require_admin, services
+from messageweave.api.credentials import require_admin
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import (
     BusinessConfig,
@@ -79,15 +79,14 @@ def _tried(cfg: BusinessConfig, body: bytes) -> BusinessConfig:
 async def post_dry_run(request: Request) -> JSONResponse:
     """Sends nothing and writes nothing; an empty body (or `{}`) tries the saved rules."""
     await require_admin(request)
-    await served_account(request)
+    mailbox = await acting_account(request, mailbox=True)
     body = await request.body()
-    svc = services(request)
-    cfg = svc.config.config
+    cfg = mailbox.config.config  # the account's effective configuration (its rules, zone)
     if cfg is None:
         raise service_unavailable()
     tried = _tried(cfg, body)
     try:
-        answer = await dry_run(tried, await svc.mail())
+        answer = await dry_run(tried, await mailbox.mail())
     except (MailError, NotConfigured) as exc:
         log.warning("rules dry run failed: %s", type(exc).__name__)
         raise service_unavailable() from exc

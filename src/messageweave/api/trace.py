@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.accounts import served_account
-from messageweave.api.credentials import require_admin, services
+from messageweave.api.accounts import acting_account
+from messageweave.api.credentials import require_admin
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.mail.errors import MailError
@@ -34,9 +34,9 @@ _TRACE: dict[str, Any] = {
     "content": {"application/json": {"schema": _TRACE}}}})
 async def get_trace(request: Request) -> JSONResponse:
     await require_admin(request)
-    await served_account(request)
+    mailbox = await acting_account(request, mailbox=True)
     try:
-        answer = await trace(services(request), request.query_params.get("q") or "")
+        answer = await trace(mailbox, request.query_params.get("q") or "")
     except InvalidQuery as exc:
         raise invalid_request() from exc
     except (RedisError, MailError, NotConfigured) as exc:

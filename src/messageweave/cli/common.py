@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from messageweave import runtime
-from messageweave.config.account_service import AccountNotServed, AccountService, UnknownAccount
+from messageweave.config.account_service import AccountService, UnknownAccount
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.runtime import settings_from_data_dir
 from messageweave.services import Services
@@ -88,7 +88,7 @@ def account_service(svc: Services) -> AccountService:
 
 
 def check_account(settings: Settings, account_id: str) -> None:
-    """Exit 1 with a clear line unless the runtime serves `account_id` (the rule of the routes'
+    """Exit 1 with a clear line unless `account_id` names an account (the rule of the routes'
     `?account=`: `AccountService.served`). `default` needs no look-up."""
     if account_id == DEFAULT_ACCOUNT:
         return
@@ -98,9 +98,6 @@ def check_account(settings: Settings, account_id: str) -> None:
     except UnknownAccount:
         fail(f"account {named}: no such account (see messageweave accounts)",
              highlight=False)
-    except AccountNotServed:
-        fail(f"account {named}: not served yet: the runtime serves only the "
-             f"{DEFAULT_ACCOUNT} account", highlight=False)
     except (RedisError, StoreUnavailable, StoredConfigInvalid, OSError) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
 

@@ -31,6 +31,7 @@ from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.auditor import TRIGGER_CLI, run_audit
 from messageweave.mail.errors import MailError
 from messageweave.mail.passes import AuditResult, Budget, Progress, ReconcileBusy, ReconcileError
+from messageweave.services.acting import AccountNotLoaded, AccountPaused, acting_mailbox
 from messageweave.settings import Settings
 from messageweave.store.mailbox import LockLost
 
@@ -38,12 +39,14 @@ EXIT_BUSY = 2
 EXIT_MISSING = 3
 
 
-async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> Progress:
+async def _passes(settings: Settings, account: str, once: bool, max_passes: int,
+                  bar: Bar) -> Progress:
     async with stored_services(settings) as svc:
-        cfg = svc.config.config
+        mailbox = await acting_mailbox(svc, account, mailbox=True)
+        cfg = mailbox.config.config  # the account's effective configuration
         if cfg is None:  # stored but not loadable on this process
             raise RuntimeError("nothing configured yet: save a configuration first")
-        watch = await svc.watch()
+        watch = await mailbox.watch()
         task = bar.add_task("reconcile", total=None)
 
         def show(p: Progress) -> None:
@@ -54,7 +57,8 @@ async def _passes(settings: Settings, once: bool, max_passes: int, bar: Bar) -> 
         for _ in range(1 if once else max_passes):
             result = await watch.catch_up(svc.redis, cfg.notify_mailbox_roles,
                                           budget=Budget(), on_progress=show,
-                                          digest_threshold=cfg.digest_threshold)
+                                          digest_threshold=cfg.digest_threshold,
+                                          names=mailbox.keys)
             total.emails += result.emails
             total.enqueued += result.enqueued
             total.pages += result.pages
@@ -81,12 +85,12 @@ def reconcile_command(
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     try:
         with Bar(*columns, console=console, transient=True) as bar:
-            result = asyncio.run(_passes(settings, once, max(1, max_passes), bar))
+            result = asyncio.run(_passes(settings, account, once, max(1, max_passes), bar))
     except ReconcileBusy:
         console.print("[yellow]busy[/] another reconcile pass is running")
         raise typer.Exit(EXIT_BUSY) from None
     except (ReconcileError, LockLost, MailError, RuntimeError, StoreUnavailable,
-            StoredConfigInvalid, OSError) as exc:
+            StoredConfigInvalid, OSError, AccountPaused, AccountNotLoaded) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     state = "caught up" if result.complete else "not caught up yet (run again)"
     extra = ", re-baselined" if result.rebaselined else ""
@@ -94,9 +98,9 @@ def reconcile_command(
                   f"{result.enqueued} new enqueued{extra}; {state}", highlight=False)
 
 
-async def _audit(settings: Settings) -> AuditResult:
+async def _audit(settings: Settings, account: str) -> AuditResult:
     async with stored_services(settings) as svc:
-        return await run_audit(svc, TRIGGER_CLI)
+        return await run_audit(await acting_mailbox(svc, account, mailbox=True), TRIGGER_CLI)
 
 
 def audit_command(data_dir: DataDirOption = None, account: AccountOption = "default") -> None:
@@ -108,9 +112,9 @@ def audit_command(data_dir: DataDirOption = None, account: AccountOption = "defa
     settings = load_settings(data_dir)
     check_account(settings, account)
     try:
-        result = asyncio.run(_audit(settings))
+        result = asyncio.run(_audit(settings, account))
     except (MailError, RedisError, RuntimeError, StoreUnavailable, StoredConfigInvalid,
-            OSError) as exc:
+            OSError, AccountPaused, AccountNotLoaded) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     if result.since is None:
         console.print("[green]ok[/] nothing to audit yet: no reconcile first run", highlight=False)

@@ -26,6 +26,7 @@ from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import Worker
 from messageweave.services import Services
 from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
 from messageweave.store.streams import STREAM_NAMES, stream_key
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -97,9 +98,9 @@ def drain(
         pass
 
 
-def _stream(name: str) -> str:
-    """The stream key named by its contract's name (`stalwart:jmap`)."""
-    stream = stream_key(name)
+def _stream(name: str, account: str) -> str:
+    """The stream key named by its contract's name (`stalwart:jmap`: `account`'s)."""
+    stream = stream_key(name, account)
     if stream is None:
         raise typer.BadParameter(f"stream must be one of {', '.join(STREAM_NAMES)}")
     return stream
@@ -117,8 +118,10 @@ def dlq_list(
 
     Example: messageweave dlq list --stream stalwart:telegram --limit 10
     """
-    streams = list(keys.STREAMS) if stream is None else [_stream(stream)]
     check_account(load_settings(data_dir), account)
+    mine = AccountKeys(account).stream_jmap  # `default`'s list has the chat stream's too
+    streams = [mine, *([keys.STREAM_TELEGRAM] if account == keys.DEFAULT_ACCOUNT else [])] \
+        if stream is None else [_stream(stream, account)]
 
     async def main() -> None:
         async with _services(data_dir) as svc:
@@ -140,8 +143,8 @@ def dlq_replay(
 
     Example: messageweave dlq replay stalwart:telegram 1718000000000-0
     """
-    name = _stream(stream)
     check_account(load_settings(data_dir), account)
+    name = _stream(stream, account)
 
     async def main() -> None:
         async with _services(data_dir) as svc:

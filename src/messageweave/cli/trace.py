@@ -27,6 +27,7 @@ from messageweave.cli.common import (
 from messageweave.config.live import NotConfigured, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.errors import MailError
 from messageweave.pipeline.trace import MAX_QUERY, InvalidQuery, trace
+from messageweave.services.acting import AccountNotLoaded, AccountPaused, acting_mailbox
 from messageweave.settings import Settings
 
 EXIT_NOT_FOUND = 3
@@ -118,9 +119,9 @@ def _print(answer: dict[str, Any]) -> None:
             console.print(f"  {_REASONS[mail['reason']]}", highlight=False)
 
 
-async def _trace(settings: Settings, query: str) -> dict[str, Any]:
+async def _trace(settings: Settings, account: str, query: str) -> dict[str, Any]:
     async with stored_services(settings) as svc:
-        return await trace(svc, query)
+        return await trace(await acting_mailbox(svc, account, mailbox=True), query)
 
 
 def trace_command(
@@ -140,9 +141,9 @@ def trace_command(
     settings = load_settings(data_dir)
     check_account(settings, account)
     try:
-        answer = asyncio.run(_trace(settings, text))
+        answer = asyncio.run(_trace(settings, account, text))
     except (InvalidQuery, MailError, RedisError, RuntimeError, NotConfigured, StoreUnavailable,
-            StoredConfigInvalid, OSError) as exc:
+            StoredConfigInvalid, OSError, AccountPaused, AccountNotLoaded) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     if as_json:
         typer.echo(json.dumps(answer, ensure_ascii=False))

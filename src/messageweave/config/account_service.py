@@ -52,11 +52,6 @@ class UnknownAccount(Exception):
     """No account with this id (`default`: no business configuration stored yet)."""
 
 
-class AccountNotServed(Exception):
-    """An account the runtime does not serve yet: an operator's action on its mailbox (a
-    route's `?account=`, a command's `--account`) is refused (reference §7.16)."""
-
-
 class NoBusinessConfig(Exception):
     """No business configuration is stored: there is nothing an account could extend."""
 
@@ -129,14 +124,13 @@ class AccountService:
                        effective(business, values))
 
     async def served(self, account_id: str | None) -> str:
-        """The account an operator's action on one mailbox names (None: `default`), when the
-        runtime serves it: `UnknownAccount` for no such account, `AccountNotServed` for one it
-        does not serve yet. The one rule of the routes' `?account=` and the commands'
-        `--account` (reference §7.16)."""
+        """The account an operator's action on one mailbox names (None: `default`);
+        `UnknownAccount` for no such account. The one rule of the routes' `?account=` and the
+        commands' `--account` (reference §7.16; `services.acting` gives its mailbox)."""
         if account_id is None or account_id == DEFAULT_ACCOUNT:
             return DEFAULT_ACCOUNT
         await self.get(account_id)
-        raise AccountNotServed(account_id)
+        return account_id
 
     async def every(self) -> list[Account]:
         """Every account, sorted by id (none before a business configuration is stored)."""

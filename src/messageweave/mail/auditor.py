@@ -251,7 +251,7 @@ async def run_audit(svc: MailContext, trigger: str) -> AuditResult:
                          svc.keys)
     if trigger != TRIGGER_SCHEDULE or result.missing:
         await record_audit(
-            svc, GAP_AUDIT, trigger=trigger, **result.answer(),
+            svc, GAP_AUDIT, account=svc.keys.account_id, trigger=trigger, **result.answer(),
             complete=result.complete, email_ids=result.missing_ids[:RECORD_MAX_IDS],
         )
     return result

@@ -3,7 +3,7 @@ enqueued (ingress), the chats refused, the queue's stats, and the DLQ listed and
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,11 +211,13 @@ async def enqueue_update_if_enabled(ingress: UpdateIngress, update: Update) -> b
     return await ingress.enqueue_if_enabled(update.update_id, update.fields) is not None
 
 
-async def delivery_status(redis: Redis) -> dict[str, Any]:
+async def delivery_status(redis: Redis,
+                          streams: Sequence[str] = keys.STREAMS) -> dict[str, Any]:
+    """The counts of `streams` (an account's mail stream and the chat stream), by their
+    contract's names; the unknown-after-send count is the deployment's."""
     store = StreamStore(redis)
     return {
-        "streams": {stream_name(stream): await store.stats(stream)
-                    for stream in keys.STREAMS},
+        "streams": {stream_name(stream): await store.stats(stream) for stream in streams},
         "unknown_after_send": await Ledger(redis, "").unknown_count(),
     }
 

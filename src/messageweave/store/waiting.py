@@ -6,8 +6,8 @@ for up to `retry_window_s`. While it does, it is a member `{stream}/{entry_id}` 
 `delivery:waiting:{peer}:{stream}` (one set per peer and stream, in the stream's slot: issue
 #35), scored with since when it has waited for that peer. The ledger's
 scripts keep these sets: `RETRY_OR_DLQ` adds the entry (and takes it out of the other peer's),
-`COMMIT` and the dead letter take it out. `waiting_for_peers` reads them for `/ready` and
-`diagnose`.
+`COMMIT` and the dead letter take it out. `waiting_for_peers` reads them, every account's,
+for `/ready` and `diagnose`.
 """
 
 from __future__ import annotations
@@ -50,9 +50,18 @@ class Waiting:
         return {"since": self.since, "entries": self.entries}
 
 
+async def every_stream(redis: Redis) -> list[str]:
+    """Every account's mail stream (`default`'s first, the others of the accounts' index in id
+    order) and the chat stream: the sets `/ready` and `diagnose` read (issue #35)."""
+    others = sorted(str(i) for i in await redis.smembers(keys.ACCOUNTS_INDEX))
+    return [keys.STREAM_JMAP, *(keys.AccountKeys(i).stream_jmap for i in others),
+            keys.STREAM_TELEGRAM]
+
+
 async def waiting_for_peers(redis: Redis) -> dict[str, Waiting]:
-    """Each peer something waits for (none: absent), in one round trip."""
-    sets = [(peer, key) for stream in keys.STREAMS
+    """Each peer something of any account waits for (none: absent), in two round trips (the
+    accounts' index, then the sets): `jmap` is any account's mail server."""
+    sets = [(peer, key) for stream in await every_stream(redis)
             for peer, key in zip(PEERS, waiting_keys(stream), strict=True)]
     async with redis.pipeline(transaction=False) as pipe:
         for _peer, key in sets:

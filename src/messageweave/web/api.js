@@ -88,9 +88,9 @@ export function accountQuery(sep, account) {
   return account && account !== "default" ? sep + "account=" + encodeURIComponent(account) : "";
 }
 
-// The 409 of such a route for an account the service does not serve yet, in words.
-export function notServed(account) {
-  return t("acct.notServedRoute", { id: account });
+// The 409 of such a route that needs the mail server, for a paused account, in words.
+export function accountPaused(account) {
+  return t("acct.pausedRoute", { id: account });
 }
 
 // Two cards edit one account (its form and, for its owner, the notification rules), each only

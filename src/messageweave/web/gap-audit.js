@@ -1,6 +1,6 @@
 // Card "Gap audit": the last run (`GET /api/audit`) and "run now" (`POST /api/audit`), of the
-// account chosen (issue #35: `?account=`; one the service does not serve yet answers 409).
-import { accountQuery, api, isMissingRoute, notServed, reasonOf, session } from "./api.js";
+// account chosen (issue #35: `?account=`; a paused account's run answers 409).
+import { accountPaused, accountQuery, api, isMissingRoute, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
 import { known, t, utcTime } from "./i18n.js";
 
@@ -29,10 +29,11 @@ function gapPath() {
   return "/api/audit" + accountQuery("?", $("gap-account").value);
 }
 
-// A failure in words: the 409 of an account not served yet, else `key` with the reason.
+// A failure in words: the 409 of a paused account, else `key` with the reason.
 function gapFailure(err, key) {
   if (isMissingRoute(err)) return t("common.notAvailable", { feature: t("gap.title") });
-  return err.status === 409 ? notServed($("gap-account").value) : t(key, { reason: reasonOf(err) });
+  return err.status === 409 ? accountPaused($("gap-account").value)
+    : t(key, { reason: reasonOf(err) });
 }
 
 async function loadGapAudit() {

@@ -263,7 +263,7 @@ function current() {
   return session.account ? { configured: true, revision: owned.revision } : savedState();
 }
 
-// Saved, but not served yet (an account the runtime does not serve), or not connected.
+// Saved, but not served yet (a paused account, or one not loaded yet), or not connected.
 function notApplied(result) {
   const runtime = (result.warnings || []).some(function (w) { return w.component === "accounts"; });
   say("rules-error", t(runtime ? "acct.notServed" : "biz.notApplied"), "error");

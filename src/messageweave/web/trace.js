@@ -2,7 +2,7 @@
 // matching mail every step the service recorded, with its time (in UTC, labelled so). The
 // account chosen (issue #35) is asked for with `&account=`; one the service does not serve
 // yet answers 409, said in words.
-import { accountQuery, api, isMissingRoute, notServed, reasonOf, session } from "./api.js";
+import { accountPaused, accountQuery, api, isMissingRoute, reasonOf, session } from "./api.js";
 import { $, say } from "./dom.js";
 import { known, queueName, t, utcTime } from "./i18n.js";
 
@@ -79,7 +79,7 @@ async function search(event) {
     say("trace-msg", notes.join(" "));
   } catch (err) {
     if (!session.token || mine !== generation) return;
-    const failed = err.status === 409 ? notServed($("trace-account").value)
+    const failed = err.status === 409 ? accountPaused($("trace-account").value)
       : t("trace.failed", { reason: reasonOf(err) });
     say("trace-msg", isMissingRoute(err) ? t("common.notAvailable", { feature: t("trace.title") })
       : failed, "error");
