@@ -326,9 +326,25 @@ async def save_cursor(
 # ------------------------------------------------------------------------------- schedule
 
 
+# KEYS: slot   ARGV: interval (s) → 1: claimed (run this interval's job), 0: taken. A slot
+# taken for longer than `interval` (the interval was lowered since) is cut to end within it.
+CLAIM_SLOT = Script("""
+local ms = tonumber(ARGV[1]) * 1000
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ms) then
+  return 1
+end
+if redis.call('PTTL', KEYS[1]) > ms then
+  redis.call('PEXPIRE', KEYS[1], ms)
+end
+return 0
+""", keys=("slot",), args=("interval",))
+
+
 async def claim_slot(redis: Redis, key: str, interval_s: int) -> bool:
-    """The instance that sets `key` first runs this interval's job; the others skip it."""
-    return bool(await redis.set(key, "1", nx=True, ex=max(1, interval_s)))
+    """The instance that sets `key` first runs this interval's job; the others skip it. An
+    interval lowered since the slot was taken (60 s → 10 s on the page) is in force from the
+    next check, not once the slot taken under the old one runs out (`CLAIM_SLOT`)."""
+    return bool(await CLAIM_SLOT(redis, keys={"slot": key}, args={"interval": max(1, interval_s)}))
 
 
 async def slot_free(redis: Redis, key: str) -> bool:
