@@ -12,14 +12,11 @@ cut short before its configuration went) is left alone: the tombstone only ends.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from messageweave.aio import raise_if_cancelling
+from messageweave.aio import every
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import Lock
@@ -101,19 +98,17 @@ async def run_account_sweep(redis: Redis, *, window_s: float = keys.ACCOUNT_DELE
                             interval_s: float = keys.ACCOUNT_SWEEP_INTERVAL_S) -> None:
     """Every `interval_s`, on the one instance that holds `ACCOUNT_SWEEP_LOCK` for the pass,
     `sweep_once`. The lock only saves work: two instances sweeping at once delete the same keys
-    twice, nothing worse. A Redis error is logged and the next interval tries again."""
+    twice, nothing worse. A failed pass is logged and the next interval tries again
+    (`aio.every`, which also ends the loop on a stop that a Redis call swallowed)."""
     lock = Lock(redis, keys.ACCOUNT_SWEEP_LOCK, keys.ACCOUNT_SWEEP_LOCK_TTL_S)
-    while True:
-        try:
-            if await redis.exists(keys.ACCOUNTS_DELETED) and await lock.acquire():
-                try:
-                    for account_id in await sweep_once(redis, now_ms=int(time.time() * 1000),
-                                                       window_s=window_s,
-                                                       interval_s=interval_s):
-                        log.info("account %s: its keys are gone", account_id)
-                finally:
-                    await lock.release()
-        except RedisError as exc:
-            raise_if_cancelling()
-            log.warning("account sweep failed: %s", type(exc).__name__)
-        await asyncio.sleep(interval_s)
+
+    async def sweep() -> None:
+        if await redis.exists(keys.ACCOUNTS_DELETED) and await lock.acquire():
+            try:
+                for account_id in await sweep_once(redis, now_ms=int(time.time() * 1000),
+                                                   window_s=window_s, interval_s=interval_s):
+                    log.info("account %s: its keys are gone", account_id)
+            finally:
+                await lock.release()
+
+    await every(interval_s, sweep, log, "account sweep")
