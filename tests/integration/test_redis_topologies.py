@@ -13,6 +13,7 @@ import redis
 from redis.asyncio.cluster import RedisCluster
 
 from messageweave.cli.diagnose import run_checks
+from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys
 from messageweave.store.mailbox import announce_catchup, relay_catchup_announcements
 from messageweave.store.redis import open_redis
@@ -196,3 +197,27 @@ async def test_a_catchup_announcement_wakes_every_instance(
         await asyncio.gather(relay, return_exceptions=True)
         await announcer.aclose()
         await listener.aclose()
+
+
+async def test_a_lease_of_a_live_worker_is_busy_for_another_on_a_cluster(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: `BEGIN` and `FINISH` read the lease holder's heartbeat under one
+    deployment-wide name (`worker:heartbeat:<consumer>`), outside the entry's slot: a cluster
+    refused the script (`non local key`) whenever another consumer held the lease, so the entry
+    was interrupted again and again and a killed worker's mail stayed undelivered."""
+    client = await open_redis(redis_cluster.url)
+    try:
+        streams = StreamStore(client)
+        for stream in keys.STREAMS:
+            await client.delete(stream)
+        await streams.ensure_groups(list(keys.STREAMS))
+        for stream in keys.STREAMS:
+            entry_id = await streams.add(stream, {"email_id": "M1"})
+            holder, other = Ledger(client, "holder-1"), Ledger(client, "other-2")
+            await streams.beat("holder-1", [stream])
+            assert (await holder.begin(stream, entry_id)).state == "go"
+            assert (await other.begin(stream, entry_id)).state == "busy"  # the holder lives
+            await streams.stop_beating("holder-1", [stream])
+            assert (await other.begin(stream, entry_id)).state == "go"  # the holder is dead
+    finally:
+        await client.aclose()

@@ -281,8 +281,8 @@ class Ledger:
             "retry_due": keys.retry_due(stream), "stream": stream,
         }, args={
             "lease": lease.value, "lease_ttl": self.lease_ttl_s, "entry_id": entry_id,
-            "heartbeat_prefix": keys.WORKER_HEARTBEAT_PREFIX, "group": keys.CONSUMER_GROUP,
-            "busy_due": busy_due, "forget": _forget(stream),
+            "heartbeat_prefix": keys.worker_heartbeat_prefix(stream),
+            "group": keys.CONSUMER_GROUP, "busy_due": busy_due, "forget": _forget(stream),
         })
         state = str(reply[0])
         if state != "go":  # terminal (its record is not read) or busy
