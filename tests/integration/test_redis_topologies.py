@@ -12,6 +12,7 @@ import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
+from messageweave import runtime
 from messageweave.cli.diagnose import run_checks
 from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys
@@ -197,6 +198,20 @@ async def test_a_catchup_announcement_wakes_every_instance(
         await asyncio.gather(relay, return_exceptions=True)
         await announcer.aclose()
         await listener.aclose()
+
+
+async def test_the_service_reached_by_a_plain_url_of_a_cluster_node_uses_the_cluster(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: `runtime.build_services` connected with `connect`, so a service given a plain
+    `redis://` URL of one cluster node took it for a single server: every command on a slot
+    that node does not own failed with MOVED (here: the configuration's, the stream's)."""
+    async with runtime.running(settings_for(redis_cluster.plain_url)) as svc:
+        assert isinstance(svc.redis, RedisCluster)
+        await StreamStore(svc.redis).ensure_groups(list(keys.STREAMS))
+        store = ConfigStore(svc.redis)
+        await svc.redis.delete(keys.BUSINESS_CONFIG)
+        assert await store.write_business_config("v1:e:f", None) >= 1
+        assert await svc.redis.get(keys.BUSINESS_CONFIG) == "v1:e:f"
 
 
 async def test_a_lease_of_a_live_worker_is_busy_for_another_on_a_cluster(
