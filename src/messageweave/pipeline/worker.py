@@ -171,8 +171,9 @@ class Worker:
         while True:
             try:
                 streams = self._streams()
+                if not ready or not self._beaten.issuperset(streams):  # or a new stream:
+                    await self.beat()  # alive on a stream before reading it (§7.17)
                 if not ready:  # the first read, or one after a failed read
-                    await self.beat()
                     self._grouped.clear()  # a Redis that came back empty has no groups
                 await self._ensure_groups(streams)
                 ready = True
@@ -334,8 +335,7 @@ class Worker:
         self._beaten.update(streams := self._streams())
         await self.streams.beat(self.consumer, streams)
 
-    async def stop_beating(self) -> None:
-        """Drop every heartbeat this consumer wrote: what it left is claimable at once."""
+    async def stop_beating(self) -> None:  # what it left is claimable at once
         await self.streams.stop_beating(self.consumer, sorted(self._beaten))
 
     async def _keep_beating(self) -> None:  # its own loop: a maintenance pass can take long

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.redis import EmbeddedRedis
+from messageweave.store.redis_url import is_cluster
 from tests.helpers import (
     ADMIN_KEY,
     configure,
@@ -265,4 +266,7 @@ async def test_two_instances_deliver_each_event_once(
         sent = await telegram_emulator.sent_messages(token, chat)
         assert sorted(subject_of(m.text) for m in sent) == sorted(by_subject)
         consumers = await redis_client.xinfo_consumers(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
-        assert len(consumers) == 2
+        # Both read the mail stream. Redis 7 makes a consumer only once it is served an entry,
+        # and on a cluster an idle worker waits on one slot's stream at a time (§7.18): there
+        # the first worker may take the whole burst while the other waits on the chat's.
+        assert len(consumers) == 2 or (is_cluster(redis_client) and len(consumers) == 1)
