@@ -5,8 +5,6 @@ slot lives, and rides out a primary's `kill -9`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -21,23 +19,10 @@ from messageweave.store.redis import open_redis
 from messageweave.store.state import ConfigStore
 from messageweave.store.streams import StreamStore
 from tests.helpers import settings_for
-from tests.peers.redis_cluster import RedisClusterPeer, running_cluster
-from tests.peers.redis_sentinel import RedisSentinelPeer, running_sentinels
+from tests.peers.redis_cluster import RedisClusterPeer
+from tests.peers.redis_sentinel import RedisSentinelPeer
 
 RIDE_OUT_S = 30.0  # a failover of the peers takes 2 to 8 s
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[RedisClusterPeer]:
-    """A cluster of its own for a test that kills a primary (the session's stays whole)."""
-    with running_cluster(tmp_path) as peer:
-        yield peer
-
-
-@pytest.fixture
-def own_sentinels(tmp_path: Path) -> Iterator[RedisSentinelPeer]:
-    with running_sentinels(tmp_path) as peer:
-        yield peer
 
 
 async def _until_it_answers(call: object) -> object:
