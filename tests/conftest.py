@@ -96,6 +96,41 @@ if TEST_REDIS not in ("", "single", "cluster", "sentinel"):
     raise pytest.UsageError(f"MW_TEST_REDIS must be cluster or sentinel, not {TEST_REDIS!r}")
 
 
+# Rerun on the cluster peer inside the normal run (issue #36, reference §7.18): each test of
+# these modules that uses the suite's Redis runs twice, `[single]` on the embedded server and
+# `[cluster]` on `redis_cluster` (marked `cluster_rerun`: `-m cluster_rerun` runs those alone),
+# unless `MW_TEST_REDIS` names one Redis for the whole run. The whole suite twice would cost
+# more than its 12 minutes; these are the tests of what a cluster changes: the ledger's scripts
+# and heartbeats, streams read per slot, the poller's offset (`WAIT`), the reconcile's claims
+# and cursor, the catch-up wake's pub/sub. (`test_upgrade.py` runs on Redis servers of its own:
+# a Redis of the release before issue #35 cannot have been a cluster.)
+CLUSTER_RERUN = (
+    "integration/pipeline/test_ledger.py",
+    "integration/pipeline/test_ledger_fences.py",
+    "integration/pipeline/test_exactly_once.py",
+    "integration/receivers/test_polling.py",
+    "integration/mailbox/test_reconcile.py",
+    "integration/mailbox/test_catchup_wake.py",
+)
+_HERE = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cluster_rerun: the run of a CLUSTER_RERUN test on the Redis Cluster peer")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if TEST_REDIS or "embedded_redis_url" not in metafunc.fixturenames:
+        return
+    path = metafunc.definition.path.relative_to(_HERE).as_posix()
+    if any(path == module or path.startswith(module + "/") for module in CLUSTER_RERUN):
+        metafunc.parametrize(
+            "embedded_redis_url",
+            ["single", pytest.param("cluster", marks=pytest.mark.cluster_rerun)],
+            indirect=True, scope="session")
+
+
 def _running(start: Callable[[Path], AbstractContextManager[T]], base: Path) -> Iterator[T]:
     """The peer `start` runs in `base`, for a session fixture (fails, never skips)."""
     try:
@@ -120,10 +155,11 @@ def redis_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisS
 @pytest.fixture(scope="session")
 def embedded_redis_url(tmp_path_factory: pytest.TempPathFactory,
                        request: pytest.FixtureRequest) -> Iterator[str]:
-    """The embedded Redis 6.2, or the peer `MW_TEST_REDIS` names."""
-    if TEST_REDIS in ("cluster", "sentinel"):
+    """The embedded Redis 6.2, or the peer `MW_TEST_REDIS` names (or `CLUSTER_RERUN`'s)."""
+    topology = getattr(request, "param", TEST_REDIS or "single")
+    if topology in ("cluster", "sentinel"):
         peer = request.getfixturevalue(
-            "redis_cluster" if TEST_REDIS == "cluster" else "redis_sentinels")
+            "redis_cluster" if topology == "cluster" else "redis_sentinels")
         yield peer.url
         return
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))

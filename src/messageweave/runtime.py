@@ -33,7 +33,7 @@ from messageweave.pipeline.worker import Worker, run_worker
 from messageweave.services import AccountRuntime, Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
 from messageweave.store.keys import DEFAULT_ACCOUNT
-from messageweave.store.redis import connect, embedded_url
+from messageweave.store.redis import connect_detected, embedded_url
 from messageweave.store.state import ConfigStore
 from messageweave.store.upgrade import (
     UNREACHABLE,
@@ -47,7 +47,7 @@ from messageweave.version import build_version
 def build_services(settings: Settings) -> Services:
     """Everything one instance shares. Connecting Redis does no I/O yet; the configuration is
     loaded by `svc.config.refresh()` (the app's lifespan, or the CLI command)."""
-    redis = connect(settings.redis_url)
+    redis = connect_detected(settings.redis_url)
     store = ConfigStore(redis)
     peers = Peers()
     return Services(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +16,8 @@ import redis.asyncio as aioredis
 from messageweave.mail.jmap import JmapClient
 from tests.helpers import CYRUS_PASSWORD, CYRUS_USER
 from tests.peers.cyrus import CyrusServer
+from tests.peers.redis_cluster import RedisClusterPeer, running_cluster
+from tests.peers.redis_sentinel import RedisSentinelPeer, running_sentinels
 from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, served_app, served_over_https
 
@@ -73,3 +76,17 @@ async def served(
                                            json={"callback_url": f"{app.url}/webhook/tg"})
         assert registered.status_code == 200, registered.text
         yield app
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[RedisClusterPeer]:
+    """A cluster of its own for a test that kills a primary (the session's stays whole)."""
+    with running_cluster(tmp_path) as peer:
+        yield peer
+
+
+@pytest.fixture
+def own_sentinels(tmp_path: Path) -> Iterator[RedisSentinelPeer]:
+    """A Sentinel set of its own for a test that kills its primary."""
+    with running_sentinels(tmp_path) as peer:
+        yield peer

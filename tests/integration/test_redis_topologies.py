@@ -5,37 +5,24 @@ slot lives, and rides out a primary's `kill -9`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
+from messageweave import runtime
 from messageweave.cli.diagnose import run_checks
+from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys
 from messageweave.store.mailbox import announce_catchup, relay_catchup_announcements
 from messageweave.store.redis import open_redis
 from messageweave.store.state import ConfigStore
 from messageweave.store.streams import StreamStore
 from tests.helpers import settings_for
-from tests.peers.redis_cluster import RedisClusterPeer, running_cluster
-from tests.peers.redis_sentinel import RedisSentinelPeer, running_sentinels
+from tests.peers.redis_cluster import RedisClusterPeer
+from tests.peers.redis_sentinel import RedisSentinelPeer
 
 RIDE_OUT_S = 30.0  # a failover of the peers takes 2 to 8 s
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[RedisClusterPeer]:
-    """A cluster of its own for a test that kills a primary (the session's stays whole)."""
-    with running_cluster(tmp_path) as peer:
-        yield peer
-
-
-@pytest.fixture
-def own_sentinels(tmp_path: Path) -> Iterator[RedisSentinelPeer]:
-    with running_sentinels(tmp_path) as peer:
-        yield peer
 
 
 async def _until_it_answers(call: object) -> object:
@@ -196,3 +183,41 @@ async def test_a_catchup_announcement_wakes_every_instance(
         await asyncio.gather(relay, return_exceptions=True)
         await announcer.aclose()
         await listener.aclose()
+
+
+async def test_the_service_reached_by_a_plain_url_of_a_cluster_node_uses_the_cluster(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: `runtime.build_services` connected with `connect`, so a service given a plain
+    `redis://` URL of one cluster node took it for a single server: every command on a slot
+    that node does not own failed with MOVED (here: the configuration's, the stream's)."""
+    async with runtime.running(settings_for(redis_cluster.plain_url)) as svc:
+        assert isinstance(svc.redis, RedisCluster)
+        await StreamStore(svc.redis).ensure_groups(list(keys.STREAMS))
+        store = ConfigStore(svc.redis)
+        await svc.redis.delete(keys.BUSINESS_CONFIG)
+        assert await store.write_business_config("v1:e:f", None) >= 1
+        assert await svc.redis.get(keys.BUSINESS_CONFIG) == "v1:e:f"
+
+
+async def test_a_lease_of_a_live_worker_is_busy_for_another_on_a_cluster(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: `BEGIN` and `FINISH` read the lease holder's heartbeat under one
+    deployment-wide name (`worker:heartbeat:<consumer>`), outside the entry's slot: a cluster
+    refused the script (`non local key`) whenever another consumer held the lease, so the entry
+    was interrupted again and again and a killed worker's mail stayed undelivered."""
+    client = await open_redis(redis_cluster.url)
+    try:
+        streams = StreamStore(client)
+        for stream in keys.STREAMS:
+            await client.delete(stream)
+        await streams.ensure_groups(list(keys.STREAMS))
+        for stream in keys.STREAMS:
+            entry_id = await streams.add(stream, {"email_id": "M1"})
+            holder, other = Ledger(client, "holder-1"), Ledger(client, "other-2")
+            await streams.beat("holder-1", [stream])
+            assert (await holder.begin(stream, entry_id)).state == "go"
+            assert (await other.begin(stream, entry_id)).state == "busy"  # the holder lives
+            await streams.stop_beating("holder-1", [stream])
+            assert (await other.begin(stream, entry_id)).state == "go"  # the holder is dead
+    finally:
+        await client.aclose()

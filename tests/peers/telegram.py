@@ -260,13 +260,16 @@ class TelegramEmulator:
         ]
 
     async def wait_for_messages(
-        self, token: str, chat_id: int, count: int = 1, timeout_s: float = 5.0
+        self, token: str, chat_id: int, count: int = 1, timeout_s: float = 5.0, *,
+        unique: bool = False,
     ) -> list[SentMessage]:
-        """Poll until the bot sent at least `count` messages to `chat_id`; return them all."""
+        """Poll until the bot sent at least `count` messages to `chat_id` (with `unique`,
+        `count` different texts: a duplicate does not count); return them all."""
         deadline = time.monotonic() + timeout_s
         while True:
             messages = await self.sent_messages(token, chat_id)
-            if len(messages) >= count or time.monotonic() >= deadline:
+            got = len({m.text for m in messages}) if unique else len(messages)
+            if got >= count or time.monotonic() >= deadline:
                 return messages
             await asyncio.sleep(0.05)
 

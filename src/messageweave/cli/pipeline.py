@@ -51,7 +51,7 @@ async def _drain(loop: bool, batch: int, data_dir: Path | None) -> None:
         finally:
             # Done: whatever is left pending (a retry, a busy entry) is claimable at once.
             with contextlib.suppress(RedisError, OSError):
-                await worker.streams.stop_beating(worker.consumer)
+                await worker.stop_beating()
         typer.echo(json.dumps({"processed": result.processed, "outcomes": result.outcomes}))
 
 

@@ -281,8 +281,8 @@ class Ledger:
             "retry_due": keys.retry_due(stream), "stream": stream,
         }, args={
             "lease": lease.value, "lease_ttl": self.lease_ttl_s, "entry_id": entry_id,
-            "heartbeat_prefix": keys.WORKER_HEARTBEAT_PREFIX, "group": keys.CONSUMER_GROUP,
-            "busy_due": busy_due, "forget": _forget(stream),
+            "heartbeat_prefix": keys.worker_heartbeat_prefix(stream),
+            "group": keys.CONSUMER_GROUP, "busy_due": busy_due, "forget": _forget(stream),
         })
         state = str(reply[0])
         if state != "go":  # terminal (its record is not read) or busy
@@ -301,8 +301,11 @@ class Ledger:
     async def mark(self, lease: Lease, progress: SendProgress, state: str) -> None:
         """The fence: record the intent (`sending` before a Telegram call, `failed` after a
         known failure) only while the lease is ours; otherwise raise `LeaseLost`."""
-        written = await MARK(self.redis, keys=_fence_keys(lease),
-                             args=self._intent_args(lease, progress, state))
+        # `sending` reaches a replica before the call (§7.18): lost in a failover, it would
+        # let the entry be sent again unseen (not `unknown_after_send`), even at most once.
+        run = MARK.replicated if state == "sending" else MARK.__call__
+        written = await run(self.redis, keys=_fence_keys(lease),
+                            args=self._intent_args(lease, progress, state))
         if not int(written):
             raise LeaseLost
 

@@ -106,7 +106,7 @@ async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
     done = await FINISH(svc.redis, keys={
         "stream": stream, "retry_due": keys.retry_due(stream), "entries": per_entry,
     }, args={"group": keys.CONSUMER_GROUP, "committed_ttl": keys.REPLYLESS_COMMITTED_TTL_S,
-             "record": record, "heartbeat_prefix": keys.WORKER_HEARTBEAT_PREFIX,
+             "record": record, "heartbeat_prefix": keys.worker_heartbeat_prefix(stream),
              "ids": ids})
     now = time.time()
     await record_replyless(svc.redis, stream, kind_of(stream), [

@@ -15,9 +15,9 @@ continuous worker, `POST /worker`, `messageweave drain` and other instances neve
 twice (`docs/reference.md` §1.3.1).
 
 Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
-- a consumer whose heartbeat key (`worker:heartbeat:{consumer}`, 15 s, refreshed every
-  `HEARTBEAT_INTERVAL_S` by its own loop) is gone is dead: its pending entries are claimed at
-  once and the consumer is removed from the group;
+- a consumer whose heartbeat on a stream (`worker:heartbeat:{stream}:{consumer}`, 15 s, one per
+  stream, refreshed every `HEARTBEAT_INTERVAL_S`) is gone is dead there: its pending entries
+  there are claimed at once and it is removed from the stream's group;
 - entries whose backoff is over (`delivery:retry_due:{stream}`) are claimed and retried;
   the continuous worker also takes a dead consumer's entries whose backoff is not over, and
   each waits for it in its chat's lane, so the chat's later entries stay behind it; the read
@@ -146,6 +146,7 @@ class Worker:
         self._running = 0
         self._held: dict[str, int] = {}  # stream → its entries running (`_share`)
         self._grouped: set[str] = set()  # streams whose consumer group this worker made
+        self._beaten: set[str] = set()  # streams this worker has written a heartbeat on
         self._freed = asyncio.Event()  # set each time an entry's task ends
         self._passes = 0
         self.failures = RepeatLog(log)
@@ -170,8 +171,9 @@ class Worker:
         while True:
             try:
                 streams = self._streams()
+                if not ready or not self._beaten.issuperset(streams):  # or a new stream:
+                    await self.beat()  # alive on a stream before reading it (§7.17)
                 if not ready:  # the first read, or one after a failed read
-                    await self.streams.beat(self.consumer)
                     self._grouped.clear()  # a Redis that came back empty has no groups
                 await self._ensure_groups(streams)
                 ready = True
@@ -326,12 +328,18 @@ class Worker:
         self.mail.close()
         await cancel(beating)
         with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
-            await asyncio.shield(self.streams.stop_beating(self.consumer))
+            await asyncio.shield(self.stop_beating())
 
-    async def _keep_beating(self) -> None:
-        """The heartbeat has its own loop: a maintenance pass can wait for a slot for long."""
-        await self._repeat(HEARTBEAT, HEARTBEAT_INTERVAL_S,
-                           lambda: self.streams.beat(self.consumer))
+    async def beat(self) -> None:
+        """Refresh this consumer's heartbeat on every stream it reads (§7.17)."""
+        self._beaten.update(streams := self._streams())
+        await self.streams.beat(self.consumer, streams)
+
+    async def stop_beating(self) -> None:  # what it left is claimable at once
+        await self.streams.stop_beating(self.consumer, sorted(self._beaten))
+
+    async def _keep_beating(self) -> None:  # its own loop: a maintenance pass can take long
+        await self._repeat(HEARTBEAT, HEARTBEAT_INTERVAL_S, self.beat)
 
     async def _repeat(self, what: str, interval_s: float,
                       step: Callable[[], Awaitable[object]]) -> None:
@@ -356,7 +364,7 @@ class Worker:
         up while it runs. Redis errors propagate (the caller answers 503)."""
         batch = MAX_BATCH if batch <= 0 else min(batch, MAX_BATCH)
         streams = self._streams()
-        await self.streams.beat(self.consumer)
+        await self.beat()
         await self.streams.ensure_groups(streams)
         beating = asyncio.create_task(self._keep_beating(), name="drain-heartbeat")
         result = DrainResult()
@@ -449,7 +457,7 @@ class Worker:
     async def _claim_dead(self, stream: str, limit: int, hold: bool = False) -> list[Entry]:
         out: list[Entry] = []
         for name, pending in await self.streams.consumers(stream):
-            if name == self.consumer or await self.streams.alive(name):
+            if name == self.consumer or await self.streams.alive(stream, name):
                 continue
             if pending:
                 ids = await self.streams.pending_of(stream, name, limit)

@@ -135,13 +135,16 @@ class AccountRegistry:
                 pipe.smembers(keys.ACCOUNTS_INDEX)
                 for account_id in [DEFAULT_ACCOUNT, *ids]:
                     k = AccountKeys(account_id)
-                    pipe.mget(k.revision, k.enabled)
+                    # two GETs, not MGET: a cluster's pipeline refuses multi-key commands
+                    pipe.get(k.revision)
+                    pipe.get(k.enabled)
                 replies = await pipe.execute()
             indexed = sorted(str(i) for i in replies[0])
             if indexed == ids:
-                return {account_id: (int(rev or 0), enabled != "0")
-                        for account_id, (rev, enabled) in zip([DEFAULT_ACCOUNT, *ids],
-                                                              replies[1:], strict=True)}
+                revs, enabled = replies[1::2], replies[2::2]
+                return {account_id: (int(rev or 0), on != "0")
+                        for account_id, rev, on in zip([DEFAULT_ACCOUNT, *ids], revs, enabled,
+                                                       strict=True)}
             ids = indexed
         return {}  # the index moved twice in a row: the next tick reads it again
 

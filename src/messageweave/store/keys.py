@@ -139,8 +139,15 @@ WORKER_HEARTBEAT_TTL_S = 15
 WORKER_HEARTBEAT_PREFIX = "worker:heartbeat:"
 
 
-def worker_heartbeat(consumer: str) -> str:
-    return f"{WORKER_HEARTBEAT_PREFIX}{consumer}"
+def worker_heartbeat_prefix(stream: str) -> str:
+    """The heartbeats of the consumers of `stream` (its key): one per consumer and stream,
+    `worker:heartbeat:{stream}:{consumer}`, so in the stream's slot (its first `{…}` is the
+    stream's tag, §1.0) where the ledger's scripts read it."""
+    return f"{WORKER_HEARTBEAT_PREFIX}{stream}:"
+
+
+def worker_heartbeat(stream: str, consumer: str) -> str:
+    return f"{worker_heartbeat_prefix(stream)}{consumer}"
 
 
 # Rate governor (GCRA: each key holds the lane's theoretical arrival time in ms).

@@ -69,8 +69,10 @@ async def read_offset(redis: Redis, token: str) -> int | None:
 
 
 async def save_offset(redis: Redis, lock: Lock, token: str, offset: int) -> bool:
-    """Store the next offset while `lock` is held (never lowering it); False = lease lost."""
-    result = await SAVE_OFFSET(
+    """Store the next offset while `lock` is held (never lowering it); False = lease lost.
+    It reaches a replica before the next `getUpdates` confirms the updates to Telegram
+    (§7.18): lost in a failover with the updates it follows, they would be gone for good."""
+    result = await SAVE_OFFSET.replicated(
         redis, keys={"lock": lock.key, "offset": keys.telegram_poll_offset(bot_id(token))},
         args={"owner": lock.owner, "offset": str(offset)})
     return int(result) == 1

@@ -83,6 +83,8 @@ _RESTART_MAX_S = 30.0
 _STABLE_S = 10.0  # a server that dies sooner after a start than this is restarted after a wait
 
 
+DETECT_TIMEOUT_S = 2.0  # `connect_detected`'s one INFO at start
+
 def connect(url: str) -> Redis:
     """An asyncio client with bounded connect and command timeouts (fail fast, never hang), of
     the topology the URL names (`messageweave.store.redis_url`): no I/O yet."""
@@ -111,14 +113,31 @@ async def open_redis(url: str) -> Redis:
     if not cluster.get("cluster_enabled"):
         return client
     await client.aclose()
+    return cluster_client(_seeded_cluster(url))
+
+
+def connect_detected(url: str) -> Redis:
+    """`open_redis` for a caller that cannot await (`runtime.build_services`): the same
+    `INFO cluster` of a plain TCP URL, by a blocking client (one round trip; a server silent
+    for `DETECT_TIMEOUT_S` keeps the single-server client, as in `open_redis`)."""
+    cluster: dict[str, object] = {}
+    if topology_of(url) == "single" and not url.startswith("unix:"):
+        with contextlib.suppress(redis.RedisError), redis.Redis.from_url(
+                url, socket_connect_timeout=DETECT_TIMEOUT_S,
+                socket_timeout=DETECT_TIMEOUT_S) as probe:
+            cluster = probe.info("cluster")
+    return cluster_client(_seeded_cluster(url)) if cluster.get("cluster_enabled") else connect(url)
+
+
+def _seeded_cluster(url: str) -> MultiNodeUrl:
+    """The cluster URL a plain `redis://` or `rediss://` URL of one of its nodes stands for."""
     seed = urlsplit(url)
-    parsed = MultiNodeUrl(
+    return MultiNodeUrl(
         "rediss+cluster" if seed.scheme == "rediss" else "redis+cluster",
         ((seed.hostname or "127.0.0.1", seed.port or 6379),),
         unquote(seed.username) if seed.username else None,
         unquote(seed.password) if seed.password is not None else None,
         query={k: v[-1] for k, v in parse_qs(seed.query).items()})
-    return cluster_client(parsed)
 
 
 def redis_server_binary() -> str:

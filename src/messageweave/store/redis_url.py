@@ -161,6 +161,13 @@ def is_cluster(client: Redis) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def has_replicas(client: Redis) -> bool:
+    """Whether `client` reaches a topology that fails over to a replica (a cluster, a Sentinel
+    set): where `WAIT` can keep a write through a failover (§7.18)."""
+    return is_cluster(client) or isinstance(
+        getattr(client.connection_pool, "sentinel_manager", None), Sentinel)
+
+
 async def initialized(client: Redis) -> None:
     """A cluster client's slot table, loaded now: redis-py's cluster pub/sub (`pubsub()` then
     `subscribe`) looks the channel's slot up in it and fails with a `KeyError` before the

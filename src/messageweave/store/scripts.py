@@ -22,14 +22,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from messageweave.store.redis import Redis
+from messageweave.store.redis_url import has_replicas, initialized
 
 Arg = str | int | float
 Value = Arg | Sequence[Arg]
 # A declared name ending in this takes a list, spread in place: the script's variadic tail.
 MANY = "*"
+# `Script.replicated`: how long a write waits for one replica's acknowledgement (§7.18).
+REPLICA_WAIT_MS = 50
 
 
 class CrossSlot(ValueError):
@@ -60,6 +64,26 @@ class Script:
         """Run the script (EVALSHA, EVAL-and-load on NOSCRIPT); its reply as redis-py gives it."""
         names, values = self._flatten(keys, args)
         return await redis.register_script(self.source)(names, values, client=redis)
+
+    async def replicated(self, redis: Redis, *, keys: Mapping[str, Value] | None = None,
+                         args: Mapping[str, Value] | None = None) -> Any:
+        """`__call__`, then `WAIT` until one replica has the script's writes (at most
+        `REPLICA_WAIT_MS`), on the connection and node that ran it: for a write whose loss in
+        a failover would lose a message or repeat one unseen (reference §7.18). Without
+        replicas to fail over to (`has_replicas`: a single server) it is `__call__` alone.
+        A replica that does not answer in time does not stop the caller: the reply is
+        returned either way (a write is never refused for want of a replica)."""
+        if not has_replicas(redis):
+            return await self(redis, keys=keys, args=args)
+        names, values = self._flatten(keys, args)
+        await initialized(redis)  # the key's node is looked up before the first command
+        target: dict[str, Any] = ({"target_nodes": redis.get_node_from_key(names[0])}
+                                  if isinstance(redis, RedisCluster) else {})
+        pipe = redis.pipeline(transaction=False)
+        pipe.eval(self.source, len(names), *names, *values)
+        pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS, **target)
+        reply, _acked = await pipe.execute()
+        return reply
 
     def queue(self, pipe: Pipeline, *, keys: Mapping[str, Value] | None = None,
               args: Mapping[str, Value] | None = None) -> None:

@@ -324,15 +324,19 @@ class StreamStore:
         await self.redis.xgroup_delconsumer(stream, keys.CONSUMER_GROUP, consumer)
 
     # --- liveness -----------------------------------------------------------------------
-    async def beat(self, consumer: str) -> None:
-        await self.redis.set(keys.worker_heartbeat(consumer), str(int(time.time())),
-                             ex=keys.WORKER_HEARTBEAT_TTL_S)
+    async def beat(self, consumer: str, streams: list[str]) -> None:
+        """One heartbeat per stream `consumer` reads, each in its stream's slot (§7.17)."""
+        now = str(int(time.time()))
+        for stream in streams:
+            await self.redis.set(keys.worker_heartbeat(stream, consumer), now,
+                                 ex=keys.WORKER_HEARTBEAT_TTL_S)
 
-    async def alive(self, consumer: str) -> bool:
-        return bool(await self.redis.exists(keys.worker_heartbeat(consumer)))
+    async def alive(self, stream: str, consumer: str) -> bool:
+        return bool(await self.redis.exists(keys.worker_heartbeat(stream, consumer)))
 
-    async def stop_beating(self, consumer: str) -> None:
-        await self.redis.delete(keys.worker_heartbeat(consumer))
+    async def stop_beating(self, consumer: str, streams: list[str]) -> None:
+        for stream in streams:  # one key per command: each stream's is in its own slot
+            await self.redis.delete(keys.worker_heartbeat(stream, consumer))
 
     # --- trimming -----------------------------------------------------------------------
     async def trim(self, stream: str) -> None:

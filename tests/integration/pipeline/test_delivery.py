@@ -224,5 +224,5 @@ async def test_drain_once_command_delivers_and_reports_outcomes(
     sent = await cron_only.emulator.sent_messages(cron_only.token, cron_only.chat)
     assert [subject_of(m.text) for m in sent] == ["once 0", "once 1"]
     # It dropped its heartbeat when done: nothing of it looks alive to the other workers.
-    assert await all_keys(cron_only.redis, keys.worker_heartbeat("*")) == []
+    assert await all_keys(cron_only.redis, keys.WORKER_HEARTBEAT_PREFIX + "*") == []
 

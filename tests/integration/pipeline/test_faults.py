@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.redis import EmbeddedRedis
+from messageweave.store.redis_url import is_cluster
 from tests.helpers import (
     ADMIN_KEY,
     configure,
@@ -32,7 +33,7 @@ from tests.helpers import (
     subject_of,
 )
 from tests.peers.cyrus import CyrusServer
-from tests.peers.telegram import SentMessage, TelegramEmulator
+from tests.peers.telegram import TelegramEmulator
 from tests.served import ServedApp, lift_limits, peer_wire
 
 
@@ -136,17 +137,6 @@ def _worker_process(redis_url: str, cyrus: CyrusServer, *,
                             preexec_fn=_ignore_sigint if sigint_ignored else None)
 
 
-async def _wait_unique(emulator: TelegramEmulator, token: str, chat: int, count: int,
-                       timeout_s: float) -> list[SentMessage]:
-    """Wait for `count` different notifications (duplicates do not count)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        sent = await emulator.sent_messages(token, chat)
-        if len({m.text for m in sent}) >= count or time.monotonic() > deadline:
-            return sent
-        await asyncio.sleep(0.1)
-
-
 async def test_kill_9_during_200_notifications_loses_nothing(
     configured_redis: dict[str, object], embedded_redis_url: str, redis_client: aioredis.Redis,
     cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
@@ -166,7 +156,7 @@ async def test_kill_9_during_200_notifications_loses_nothing(
             kills += 1
             proc = _worker_process(embedded_redis_url, cyrus)
         restarted = time.monotonic()
-        sent = await _wait_unique(telegram_emulator, token, chat, 200, 30.0)
+        sent = await telegram_emulator.wait_for_messages(token, chat, 200, 30.0, unique=True)
         subjects = Counter(subject_of(m.text) for m in sent)
         assert set(subjects) == set(by_subject), "every mail is delivered"
         assert time.monotonic() - restarted < 30
@@ -208,10 +198,10 @@ async def test_sigterm_hands_pending_work_over_at_once(
         started = time.monotonic()
         second = _worker_process(embedded_redis_url, cyrus)
         assert handed_over < 40, "the first worker finished before the signal: nothing to hand over"
-        await _wait_unique(telegram_emulator, token, chat, handed_over + 1, 30.0)
+        await telegram_emulator.wait_for_messages(token, chat, handed_over + 1, 30.0, unique=True)
         # The second worker took over without waiting out the first one's 15 s heartbeat.
         assert time.monotonic() - started < 12
-        sent = await _wait_unique(telegram_emulator, token, chat, 40, 60.0)
+        sent = await telegram_emulator.wait_for_messages(token, chat, 40, 60.0, unique=True)
         assert len({subject_of(m.text) for m in sent}) == 40
     finally:
         for p in (first, second):
@@ -239,7 +229,7 @@ async def test_redis_restart_mid_run_loses_nothing(
             server.stop()
             await asyncio.sleep(1.0)
             server.start()
-            sent = await _wait_unique(telegram_emulator, token, chat, 30, 30.0)
+            sent = await telegram_emulator.wait_for_messages(token, chat, 30, 30.0, unique=True)
             subjects = Counter(subject_of(m.text) for m in sent)
             assert set(subjects) == set(by_subject)
             unknown = await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1)
@@ -265,4 +255,7 @@ async def test_two_instances_deliver_each_event_once(
         sent = await telegram_emulator.sent_messages(token, chat)
         assert sorted(subject_of(m.text) for m in sent) == sorted(by_subject)
         consumers = await redis_client.xinfo_consumers(keys.STREAM_JMAP, keys.CONSUMER_GROUP)
-        assert len(consumers) == 2
+        # Both read the mail stream. Redis 7 makes a consumer only once it is served an entry,
+        # and on a cluster an idle worker waits on one slot's stream at a time (§7.18): there
+        # the first worker may take the whole burst while the other waits on the chat's.
+        assert len(consumers) == 2 or (is_cluster(redis_client) and len(consumers) == 1)

@@ -54,7 +54,7 @@ async def test_a_lease_that_is_not_ours_blocks_the_telegram_call_after_the_lane_
     before the Telegram call: nothing is sent and the entry is not acked by this attempt."""
     async with worker_services(embedded_redis_url) as svc:
         worker = Worker(svc)
-        await worker.streams.beat(worker.consumer)
+        await worker.beat()
         entry = await _read(worker, cron_only, "fenced")
         inflight = keys.delivery_inflight(keys.STREAM_JMAP, entry.id)
         turn = LaneTurn()
@@ -112,7 +112,7 @@ async def test_the_lease_is_renewed_while_a_slow_send_is_alive(
     async with worker_services(embedded_redis_url) as svc:
         slow, other = Worker(svc, options=short), Worker(svc, options=short)
         for w in (slow, other):
-            await w.streams.beat(w.consumer)
+            await w.beat()
         entry = await _read(slow, cron_only, "slow send")
         inflight = keys.delivery_inflight(keys.STREAM_JMAP, entry.id)
         intent = keys.delivery_intent(keys.STREAM_JMAP, entry.id)

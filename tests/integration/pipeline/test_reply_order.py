@@ -31,7 +31,7 @@ async def test_a_summary_asked_right_after_a_revoke_never_reaches_the_model(
     async with worker_services(embedded_redis_url) as svc:
         worker = Worker(svc)
         await worker.streams.ensure_groups()
-        await worker.streams.beat(worker.consumer)
+        await worker.beat()
         await cron_only.redis.xadd(keys.STREAM_TELEGRAM, {
             "update_id": "1", "chat_id": str(cron_only.chat), "text": f"/summary {email_id}"})
         [entry] = await worker.streams.read_new(worker.consumer, 1, None)
