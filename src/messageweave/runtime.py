@@ -28,6 +28,7 @@ from messageweave.mail.context import MailContext
 from messageweave.mail.eventsource import run_eventsource
 from messageweave.mail.imap.idle import run_idle
 from messageweave.mail.scheduler import run_scheduler
+from messageweave.pipeline.draft_expiry import run_draft_expiry
 from messageweave.pipeline.polling import run_poller
 from messageweave.pipeline.worker import Worker, run_worker
 from messageweave.services import AccountRuntime, Peers, Services
@@ -88,6 +89,7 @@ def background(svc: Services, worker: Worker,
         asyncio.create_task(svc.runtime.telegram.connect(), name="telegram-connect")]
     loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
         ("config-reload", svc.run_reload_loop), ("worker", partial(run_worker, worker)),
+        ("draft-expiry", partial(run_draft_expiry, svc)),
         ("scheduler", partial(run_scheduler, svc)), ("gap-auditor", partial(run_auditor, svc)),
         ("telegram-poller", partial(run_poller, svc)),
         ("jmap-eventsource", partial(run_eventsource, svc)), ("imap-idle", partial(run_idle, svc)),

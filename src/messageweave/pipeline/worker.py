@@ -27,10 +27,6 @@ Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
   on a live but stuck consumer are taken over with XAUTOCLAIM (the fallback);
 - streams are trimmed below what the group still needs.
 
-Reply drafts not sent within a day are destroyed by a loop of its own (`_draft_expiry_loop`,
-every `DRAFT_EXPIRY_INTERVAL_S`; issue #25, `pipeline.reply.expire_drafts`), each served
-account's in its mailbox (issue #35): it calls mailboxes, which must not hold up the recovery.
-
 The loops' Redis failures are logged through `logs.RepeatLog` (`Worker.failures`): class,
 reason and what to check, once a minute per loop and class with a count, one line on recovery.
 """
@@ -56,7 +52,6 @@ from messageweave.pipeline.attempt import BACKOFF_BASE_S, BACKOFF_CAP_S, Deliver
 from messageweave.pipeline.events import MailPrefetch, lane_of
 from messageweave.pipeline.governor import Governor
 from messageweave.pipeline.ledger import Ledger
-from messageweave.pipeline.reply import expire_drafts
 from messageweave.pipeline.replyless import finish_replyless
 from messageweave.services import Services
 from messageweave.store import keys
@@ -73,8 +68,6 @@ READ_BATCH_DIVISOR = 4  # the continuous worker reads once concurrency / 4 slots
 # The places of the failure lines (`RepeatLog`).
 READ = "worker read"
 MAINTENANCE = "worker maintenance"
-DRAFT_EXPIRY = "reply draft expiry"
-DRAFT_EXPIRY_INTERVAL_S = 60.0
 HEARTBEAT = "worker heartbeat"
 
 
@@ -155,12 +148,10 @@ class Worker:
     async def run(self) -> None:
         beating = asyncio.create_task(self._keep_beating(), name="worker-heartbeat")
         maintenance = asyncio.create_task(self._maintenance_loop(), name="worker-maintenance")
-        expiry = asyncio.create_task(self._draft_expiry_loop(), name="worker-draft-expiry")
         try:
             await self._read_loop()
         finally:
             await cancel(maintenance)  # repeated: one cancellation can be swallowed
-            await cancel(expiry)
             await self._shutdown(beating)
 
     async def _read_loop(self) -> None:
@@ -420,16 +411,6 @@ class Worker:
                     await self.streams.trim(stream)
         finally:
             self._first_pass.set()
-
-    async def _draft_expiry_loop(self) -> None:
-        await self._repeat(DRAFT_EXPIRY, DRAFT_EXPIRY_INTERVAL_S,
-                           lambda: self.expire_drafts(time.time()))
-
-    async def expire_drafts(self, now: float) -> None:
-        """Every served account's drafts, each destroyed in its own mailbox (issue #35)."""
-        for account in self.svc.accounts.served():
-            view = self.svc.for_account(account)
-            await expire_drafts(view.redis, view.keys, view.mail, now=now)
 
     async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,

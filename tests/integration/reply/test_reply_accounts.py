@@ -9,7 +9,7 @@ import time
 from messageweave.chat import replies
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons, reply
-from messageweave.pipeline.worker import Worker
+from messageweave.pipeline.draft_expiry import expire_every_account
 from messageweave.store import drafts, keys
 from messageweave.store.keys import DEFAULT_ACCOUNT
 from tests.helpers import keyboard
@@ -52,8 +52,8 @@ async def test_an_accounts_draft_expires_in_its_mailbox_is_not_sent_elsewhere_an
     async with JmapClient(cyrus.origin + "/", family.user, f"pw-{family.user}",
                           timeout=10) as theirs:
         assert await where(theirs, draft_id) == {"drafts"}
-        await Worker(served.services).expire_drafts(
-            time.time() + keys.REPLY_DRAFT_MAX_AGE_S + 1)
+        await expire_every_account(served.services,
+                                   time.time() + keys.REPLY_DRAFT_MAX_AGE_S + 1)
         assert await where(theirs, draft_id) is None
     record = await drafts.record(served.redis, family.keys, draft_id)
     assert record is not None and record.outcome == "expired"
