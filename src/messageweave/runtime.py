@@ -95,40 +95,52 @@ def background(svc: Services, worker: Worker,
             *(asyncio.create_task(_after(upgrading, loop), name=name) for name, loop in loops)]
 
 
-# The mail loops of every account, `default` included (issue #35): one list, one supervisor.
-ACCOUNT_LOOPS: tuple[tuple[str, Callable[[MailContext], Coroutine[Any, Any, None]]], ...] = (
-    ("scheduler", run_scheduler), ("gap-auditor", run_auditor),
-    ("jmap-eventsource", run_eventsource), ("imap-idle", run_idle),
-)
+def account_loops() -> tuple[tuple[str, Callable[[MailContext], Coroutine[Any, Any, None]]],
+                             ...]:
+    """The mail loops of every account, `default` included (issue #35): one list, run by one
+    supervisor (`run_accounts`); read each time an account's loops start."""
+    return (("scheduler", run_scheduler), ("gap-auditor", run_auditor),
+            ("jmap-eventsource", run_eventsource), ("imap-idle", run_idle))
 
 
-def _context(svc: Services, account: AccountRuntime) -> MailContext:
+def _wanted(svc: Services) -> dict[str, AccountRuntime | None]:
+    """The accounts whose loops run: every served one, and `default` while no configuration
+    is live (None): its loops wait for one, as they did from the start, so the first save is
+    served at once (a scheduler watching for wakes, the holders for the configuration)."""
+    wanted: dict[str, AccountRuntime | None] = {a.id: a for a in svc.accounts.served()}
+    if svc.accounts.get(DEFAULT_ACCOUNT) is None:
+        wanted[DEFAULT_ACCOUNT] = None
+    return wanted
+
+
+def _context(svc: Services, account: AccountRuntime | None) -> MailContext:
     """The account's mailbox as its loops see it. `default`'s is the instance itself, whose
     configuration is the live one: a save of the business configuration reaches its loops
     as it did (hot reload, `changed_within`), not by restarting them."""
-    return svc if account.id == DEFAULT_ACCOUNT else svc.mail_context(account)
+    return svc if account is None or account.id == DEFAULT_ACCOUNT else svc.mail_context(account)
 
 
-def _same(running: AccountRuntime, wanted: AccountRuntime | None) -> bool:
-    """Whether the loops started for `running` still serve `wanted`: another account's are
-    started again with every new revision (the registry rebuilds it); `default`'s run while it
-    is served (its configuration is live in them)."""
-    if wanted is None:
+def _same(account_id: str, running: AccountRuntime | None,
+          wanted: dict[str, AccountRuntime | None]) -> bool:
+    """Whether the loops started for `running` still serve what is wanted: `default`'s run
+    while it is wanted (its configuration is live in them); another account's are started
+    again with every new revision (the registry rebuilds it)."""
+    if account_id not in wanted:
         return False
-    return running is wanted or running.id == wanted.id == DEFAULT_ACCOUNT
+    return account_id == DEFAULT_ACCOUNT or wanted[account_id] is running
 
 
 async def run_accounts(svc: Services) -> None:
     """The one supervisor of the accounts' mail loops (issue #35): every `RELOAD_INTERVAL_S`
-    it starts `ACCOUNT_LOOPS` for each account the registry serves (`default` as soon as a
-    configuration is live, at the first tick) and stops those of an account paused, deleted
-    or rebuilt (a new revision: its loops start again with it)."""
-    running: dict[str, tuple[AccountRuntime, list[asyncio.Task[None]]]] = {}
+    it starts `account_loops` for each account `_wanted` (`default`'s at its first tick) and
+    stops those of an account paused, deleted or rebuilt (a new revision: its loops start
+    again with it)."""
+    running: dict[str, tuple[AccountRuntime | None, list[asyncio.Task[None]]]] = {}
     try:
         while True:
-            wanted = {a.id: a for a in svc.accounts.served()}
+            wanted = _wanted(svc)
             for account_id, (account, tasks) in list(running.items()):
-                if not _same(account, wanted.get(account_id)):
+                if not _same(account_id, account, wanted):
                     del running[account_id]
                     await stop(tasks)
             for account_id, account in wanted.items():
@@ -136,7 +148,7 @@ async def run_accounts(svc: Services) -> None:
                     context = _context(svc, account)
                     running[account_id] = (account, [
                         asyncio.create_task(loop(context), name=f"{name}:{account_id}")
-                        for name, loop in ACCOUNT_LOOPS])
+                        for name, loop in account_loops()])
             await asyncio.sleep(RELOAD_INTERVAL_S)
     finally:
         for _account, tasks in running.values():
