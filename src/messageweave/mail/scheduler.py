@@ -1,7 +1,9 @@
 """Built-in scheduling (reference §7: built-in schedule): periodic reconcile passes, push
 catch-ups, the push lifecycle, orphan sweeps.
 
-Every instance runs this loop; Redis decides which one acts:
+Every instance runs this loop for each account it serves (`runtime.run_accounts`), in the
+account's keys (`svc.keys`: its slots and catch-up flags; the PushSubscription's maintenance and
+orphan sweep are `default`'s only, reference §7.16); Redis decides which instance acts:
 - a periodic pass runs on the instance whose `SET schedule:reconcile NX EX interval` wins, once
   per `reconcile_interval_s` cluster-wide (0 = no built-in schedule, external cron only);
 - while push is degraded (`push.assess`), a pass also runs once per
