@@ -317,11 +317,14 @@ async def record_state_change(redis: Redis, now: float) -> None:
 # ARGV: now (Unix s), interval, ttl (of the three keys)
 # → 1: a catch-up newly flagged (announce it); 0: one was already pending, or the push is
 #   already deferred; `due` (a string of Unix seconds): the push is newly deferred to then.
-#   A `due` more than one interval ahead is a clock that went back: it does not hold pushes off.
+#   A `due` more than two intervals ahead is a clock that went back: it does not hold pushes
+#   off. One interval ahead plus a little is not: a push whose `now` was read just before
+#   another push's (or the release's) script set `due` from a later `now` (issue #35: that
+#   push started a third pass in one interval).
 CLAIM_PUSH_CATCHUP = Script("""
 local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
 local due = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if now >= due or due - now > interval then
+if now >= due or due - now > 2 * interval then
   redis.call('SET', KEYS[1], tostring(now + interval), 'EX', ARGV[3])
   redis.call('DEL', KEYS[2])
   if redis.call('SET', KEYS[3], '1', 'NX', 'EX', ARGV[3]) then
@@ -336,14 +339,15 @@ return 0
 """, keys=("due", "deferred", "catchup"), args=("now", "interval", "ttl"))
 
 # KEYS: due, deferred, catchup (as CLAIM_PUSH_CATCHUP's)   ARGV: now, interval, ttl
-# → 1 when a deferred push became a catch-up now (its interval has passed), else 0.
+# → 1 when a deferred push became a catch-up now (its interval has passed), else 0. A clock
+#   that went back is a `due` more than two intervals ahead, as for `CLAIM_PUSH_CATCHUP`.
 RELEASE_DEFERRED_CATCHUP = Script("""
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
 end
 local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
 local due = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if now < due and due - now <= interval then
+if now < due and due - now <= 2 * interval then
   return 0
 end
 redis.call('DEL', KEYS[2])

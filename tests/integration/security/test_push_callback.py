@@ -219,6 +219,26 @@ async def test_push_catch_ups_are_coalesced_by_the_injected_clock(
     assert await push.state_changed(redis_client, ACCOUNT, sc, now=t0 - 3600)
 
 
+async def test_a_push_whose_clock_was_read_before_the_release_is_deferred(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Catches: a push whose `now` was read just before the scheduler's release of the
+    deferred push (its script ran just after, seeing `due` a hair over one interval ahead)
+    taken for a clock that went back, so it started a third pass within one interval
+    (`test_verified_pushes_start_at_most_one_pass_per_interval` failed one run in five).
+    Injected clocks: the two `now`s out of order by a millisecond."""
+    sc = push.StateChange(state_change(ACCOUNT)["changed"])
+    t0 = 1_700_000_000.0
+    interval = keys.PUSH_CATCHUP_INTERVAL_S
+    assert await push.state_changed(redis_client, ACCOUNT, sc, now=t0)
+    assert await take_catchup(redis_client, ACCOUNT)
+    assert not await push.state_changed(redis_client, ACCOUNT, sc, now=t0 + 0.1)  # deferred
+    assert await push.release_deferred(redis_client, ACCOUNT, now=t0 + interval + 0.001)
+    assert await take_catchup(redis_client, ACCOUNT)
+    assert not await push.state_changed(redis_client, ACCOUNT, sc, now=t0 + interval)
+    assert not await take_catchup(redis_client, ACCOUNT)  # deferred to the next interval
+
+
 async def test_a_push_within_the_interval_is_not_lost(
     client: httpx.AsyncClient, admin: dict[str, str], redis_client: aioredis.Redis,
     passes: Passes,
