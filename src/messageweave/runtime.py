@@ -3,9 +3,10 @@
 `build_services(settings)` connects Redis and makes the config service with its peer clients
 (`messageweave.services.Peers`); `serving(svc)` builds the instance's worker (the one that
 `POST /worker` drains with too) and `background(svc, worker)` starts what runs beside the
-HTTP server (config reload, worker, scheduler, gap auditor, the Telegram poller and the JMAP
-EventSource holder); `close(svc)` releases it all. The app (`messageweave.app`) and every CLI
-command that talks to the peers build through here, so they wire the same things the same way.
+HTTP server (config reload, worker, the Telegram poller, and `run_accounts`: each account's
+scheduler, gap auditor and push holders); `close(svc)` releases it all. The app
+(`messageweave.app`) and every CLI command that talks to the peers build through here, so they
+wire the same things the same way.
 Nothing below this module knows it exists.
 """
 
@@ -90,40 +91,67 @@ def background(svc: Services, worker: Worker,
     loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
         ("config-reload", svc.run_reload_loop), ("worker", partial(run_worker, worker)),
         ("draft-expiry", partial(run_draft_expiry, svc)),
-        ("scheduler", partial(run_scheduler, svc)), ("gap-auditor", partial(run_auditor, svc)),
-        ("telegram-poller", partial(run_poller, svc)),
-        ("jmap-eventsource", partial(run_eventsource, svc)), ("imap-idle", partial(run_idle, svc)),
-        ("accounts", partial(run_accounts, svc)),
+        ("telegram-poller", partial(run_poller, svc)), ("accounts", partial(run_accounts, svc)),
         ("account-sweep", svc.accounts.run_sweep),
     ]
     return [*opening, *([upgrading] if upgrading is not None else []),
             *(asyncio.create_task(_after(upgrading, loop), name=name) for name, loop in loops)]
 
 
-# The loops each account other than `default` runs (`default`'s are `background`'s own).
-ACCOUNT_LOOPS: tuple[tuple[str, Callable[[MailContext], Coroutine[Any, Any, None]]], ...] = (
-    ("scheduler", run_scheduler), ("gap-auditor", run_auditor),
-)
+def account_loops() -> tuple[tuple[str, Callable[[MailContext], Coroutine[Any, Any, None]]],
+                             ...]:
+    """The mail loops of every account, `default` included (issue #35): one list, run by one
+    supervisor (`run_accounts`); read each time an account's loops start."""
+    return (("scheduler", run_scheduler), ("gap-auditor", run_auditor),
+            ("jmap-eventsource", run_eventsource), ("imap-idle", run_idle))
+
+
+def _wanted(svc: Services) -> dict[str, AccountRuntime | None]:
+    """The accounts whose loops run: every served one, and `default` while no configuration
+    is live (None): its loops wait for one, as they did from the start, so the first save is
+    served at once (a scheduler watching for wakes, the holders for the configuration)."""
+    wanted: dict[str, AccountRuntime | None] = {a.id: a for a in svc.accounts.served()}
+    if svc.accounts.get(DEFAULT_ACCOUNT) is None:
+        wanted[DEFAULT_ACCOUNT] = None
+    return wanted
+
+
+def _context(svc: Services, account: AccountRuntime | None) -> MailContext:
+    """The account's mailbox as its loops see it. `default`'s is the instance itself, whose
+    configuration is the live one: a save of the business configuration reaches its loops
+    as it did (hot reload, `changed_within`), not by restarting them."""
+    return svc if account is None or account.id == DEFAULT_ACCOUNT else svc.mail_context(account)
+
+
+def _same(account_id: str, running: AccountRuntime | None,
+          wanted: dict[str, AccountRuntime | None]) -> bool:
+    """Whether the loops started for `running` still serve what is wanted: `default`'s run
+    while it is wanted (its configuration is live in them); another account's are started
+    again with every new revision (the registry rebuilds it)."""
+    if account_id not in wanted:
+        return False
+    return account_id == DEFAULT_ACCOUNT or wanted[account_id] is running
 
 
 async def run_accounts(svc: Services) -> None:
-    """The one supervisor of the accounts' loops (issue #35): every `RELOAD_INTERVAL_S` it
-    starts `ACCOUNT_LOOPS` for each account the registry serves and stops those of an account
-    paused, deleted or rebuilt (a new revision: its loops start again with it)."""
-    running: dict[str, tuple[AccountRuntime, list[asyncio.Task[None]]]] = {}
+    """The one supervisor of the accounts' mail loops (issue #35): every `RELOAD_INTERVAL_S`
+    it starts `account_loops` for each account `_wanted` (`default`'s at its first tick) and
+    stops those of an account paused, deleted or rebuilt (a new revision: its loops start
+    again with it)."""
+    running: dict[str, tuple[AccountRuntime | None, list[asyncio.Task[None]]]] = {}
     try:
         while True:
-            wanted = {a.id: a for a in svc.accounts.served() if a.id != DEFAULT_ACCOUNT}
+            wanted = _wanted(svc)
             for account_id, (account, tasks) in list(running.items()):
-                if wanted.get(account_id) is not account:
+                if not _same(account_id, account, wanted):
                     del running[account_id]
                     await stop(tasks)
             for account_id, account in wanted.items():
                 if account_id not in running:
-                    context = svc.mail_context(account)
+                    context = _context(svc, account)
                     running[account_id] = (account, [
                         asyncio.create_task(loop(context), name=f"{name}:{account_id}")
-                        for name, loop in ACCOUNT_LOOPS])
+                        for name, loop in account_loops()])
             await asyncio.sleep(RELOAD_INTERVAL_S)
     finally:
         for _account, tasks in running.values():

@@ -1,8 +1,8 @@
 """`GET /api/accounts/{id}/status` (SPEC G.3): what one account's mailbox and queue look like.
 
 The mail server's check is `/ready`'s (`probes.mail_probe`, shared and cached per account as
-`probes.Shared` does for `/ready`). The queue and the notifications are the account's own
-stream's; only `default` holds a push yet (reference §7.16): the others answer `push` `off`.
+`probes.Shared` does for `/ready`). The queue, the notifications and the push are the account's own
+(its stream, its holder's status; a paused account's push is `off`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from messageweave.mail.eventsource import read_in_force
 from messageweave.ops.sendlog import Outcome
 from messageweave.probes import ProbeFailure, Shared, guarded, mail_probe, probe_ttl
 from messageweave.services import AccountRuntime, Services
-from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.oplog import iso_time, send_log
 from messageweave.store.streams import STREAM_NAMES, StreamStore
@@ -84,8 +83,9 @@ async def account_status(request: Request, account: Account) -> dict[str, object
     stats = await StreamStore(svc.redis).stats(stream)
     body.update(waiting=stats["unread"] + stats["pending"], dlq=stats["dlq"],
                 last_notified_at=await _last_notified_at(svc, account))
-    if account.id == keys.DEFAULT_ACCOUNT:
+    if account.enabled:  # a paused account's holders do not run: its push is `off`
         enabled = await svc.store.enabled()
-        force = await read_in_force(svc.redis, account.config, time.time(), enabled=enabled)
+        force = await read_in_force(svc.redis, account.config, time.time(), enabled=enabled,
+                                    names=AccountKeys(account.id))
         body.update(push=force.label)
     return body

@@ -29,6 +29,7 @@ from messageweave.api.credentials import (
     services,
 )
 from messageweave.config.account_service import (
+    NOT_SERVED,
     AccountSave,
     NoBusinessConfig,
     UnknownAccount,
@@ -104,7 +105,8 @@ async def _saved(svc: Services, account_id: str, result: AccountSave,
     (`AccountRegistry.applied`: no I/O to its mail server, reference §7.16)."""
     if account_id != DEFAULT_ACCOUNT and await svc.accounts.applied(account_id,
                                                                      result.revision):
-        result = AccountSave(result.revision, True, [])
+        result = AccountSave(result.revision, True,
+                             [w for w in result.warnings if w is not NOT_SERVED])
     return {**extra, "revision": result.revision, "runtime_applied": result.runtime_applied,
             "warnings": [w.to_json() for w in result.warnings]}
 

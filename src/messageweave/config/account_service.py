@@ -46,6 +46,12 @@ SESSION_BYTES = 32
 NOT_SERVED = PeerWarning("accounts", "runtime",
                          "saved; this process does not serve the account (paused, or not "
                          "loaded yet): its mailbox is not watched and its chats not answered")
+# Said of a saved account other than `default` whose `push_mode` is `subscription`: the webhook
+# PushSubscription is `default`'s only (`mail.eventsource.push_mode_of`, reference §7.16).
+WEBHOOK_DEFAULT_ONLY = PeerWarning(
+    "jmap", "push", "push_mode subscription (the webhook PushSubscription) serves the default "
+    "account only: this account's push is EventSource when its mail server offers it, else "
+    "its periodic passes")
 
 
 class UnknownAccount(Exception):
@@ -61,6 +67,14 @@ class AccountSave:
     revision: int
     runtime_applied: bool
     warnings: list[PeerWarning] = field(default_factory=list)
+
+
+def _saved(revision: int, cfg: BusinessConfig) -> AccountSave:
+    """The answer to an account's write, before the runtime serves it (`NOT_SERVED`)."""
+    warnings = [NOT_SERVED]
+    if cfg.push_mode == "subscription":
+        warnings.append(WEBHOOK_DEFAULT_ONLY)
+    return AccountSave(revision, False, warnings)
 
 
 def _aad(account_id: str) -> bytes:
@@ -162,7 +176,7 @@ class AccountService:
         await self._validate(account_id, cfg)
         assert patch.name is not None  # new_account_values refuses a wire without one
         revision = await self.store.create(account_id, self._encode(account_id, patch.name, cfg))
-        return account_id, AccountSave(revision, False, [NOT_SERVED])
+        return account_id, _saved(revision, cfg)
 
     async def _validate(self, account_id: str, cfg: BusinessConfig) -> None:
         validate(cfg)
@@ -186,7 +200,7 @@ class AccountService:
                 if patch.revision is not None:
                     raise
                 continue  # written in between: merge onto the newer wire
-            return AccountSave(new_revision, False, [NOT_SERVED])
+            return _saved(new_revision, cfg)
         raise AccountRevisionConflict
 
     async def _update_default(self, patch: AccountPatch, body: object) -> AccountSave:

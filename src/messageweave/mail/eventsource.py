@@ -46,8 +46,8 @@ from messageweave.mail.jmap import JmapAuthError, JmapClient, JmapError, JmapPro
 from messageweave.mail.jmap.eventsource import Event, state_change
 from messageweave.mail.kinds import kind_of
 from messageweave.store import keys
-from messageweave.store.mailbox import Lock
-from messageweave.store.receivers import LoopStatus, eventsource_lock, read_status
+from messageweave.store.keys import AccountKeys
+from messageweave.store.receivers import LoopStatus, read_status
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)
@@ -90,12 +90,23 @@ class PushInForce:
         return "off"
 
 
+def push_mode_of(cfg: BusinessConfig, names: AccountKeys) -> str:
+    """`cfg.push_mode` as the account of `names` follows it. The webhook PushSubscription is
+    `default`'s only (its callback route and keys are; reference §7.16): another account's
+    `subscription` is `auto`, EventSource when its server offers it, else the periodic and the
+    degraded-push passes."""
+    if cfg.push_mode == "subscription" and names != keys.DEFAULT:
+        return "auto"
+    return cfg.push_mode
+
+
 def in_force(cfg: BusinessConfig | None, es: LoopStatus | None,
-             sub: push_lifecycle.PushHealth) -> PushInForce:
+             sub: push_lifecycle.PushHealth, names: AccountKeys = keys.DEFAULT) -> PushInForce:
     """Combine the EventSource holder's status and the subscription's health under
-    `push_mode`. A live EventSource wins; a healthy subscription next; else the first one
-    `push_mode` wants says why it is degraded, or push is off."""
-    mode = cfg.push_mode if cfg is not None else "auto"
+    `push_mode` (`push_mode_of` the account of `names`). A live EventSource wins; a healthy
+    subscription next; else the first one `push_mode` wants says why it is degraded, or push
+    is off."""
+    mode = push_mode_of(cfg, names) if cfg is not None else "auto"
     if cfg is None or mode == "off":
         return PushInForce("off", subscription=sub)
     es_wanted = mode in WANTS_EVENTSOURCE
@@ -129,18 +140,24 @@ def degraded(way: Literal["eventsource", "idle"], status: LoopStatus | None,
 
 
 async def read_in_force(redis: Redis, cfg: BusinessConfig | None, now: float, *,
-                        enabled: bool = True) -> PushInForce:
-    """`in_force` from Redis (two reads), as every instance sees it; `off` while processing
-    is switched off (nothing holds the EventSource then)."""
-    sub = await push_lifecycle.health(redis, now)
+                        enabled: bool = True, names: AccountKeys = keys.DEFAULT
+                        ) -> PushInForce:
+    """`in_force` of the account of `names` from Redis (two reads), as every instance sees
+    it; `off` while processing is switched off (nothing holds the EventSource then). Only
+    `default` has a PushSubscription (`push_mode_of`): another account's is `off`."""
+    if names == keys.DEFAULT:
+        sub = await push_lifecycle.health(redis, now)
+    else:
+        sub = push_lifecycle.PushHealth("off")
     if not enabled:
         return PushInForce("off", reason="processing is switched off", subscription=sub)
     if cfg is not None and kind_of(cfg).push == "idle":
         # IMAP's push is the IDLE holder's (`mail.imap.idle`, which imports this module).
         from messageweave.mail.imap import idle
 
-        return await idle.read_in_force(redis)
-    return in_force(cfg, await read_status(redis, keys.EVENTSOURCE_STATUS), sub)
+        return await idle.read_in_force(redis, names)
+    status = await read_status(redis, names.of(keys.EVENTSOURCE_STATUS))
+    return in_force(cfg, status, sub, names)
 
 
 class EventSourceHolder(LeaseHolder):
@@ -149,7 +166,8 @@ class EventSourceHolder(LeaseHolder):
     test shortens it)."""
 
     place = PLACE
-    status_key = keys.EVENTSOURCE_STATUS
+    lock_name = keys.EVENTSOURCE_LOCK
+    status_name = keys.EVENTSOURCE_STATUS
     status_ttl_s = keys.EVENTSOURCE_STATUS_TTL_S
     reasons = REASONS
     log_prefix = "jmap push"
@@ -160,11 +178,9 @@ class EventSourceHolder(LeaseHolder):
         super().__init__(svc, log, clock=clock, lease_s=lease_s)
         self._heard = False  # this connection brought a ping or an event
 
-    def _lock(self) -> Lock:
-        return eventsource_lock(self.svc.redis, self.lease_s)
-
     def _wants(self, cfg: BusinessConfig) -> bool:
-        return kind_of(cfg).push == "eventsource" and cfg.push_mode in WANTS_EVENTSOURCE
+        return (kind_of(cfg).push == "eventsource"
+                and push_mode_of(cfg, self.svc.keys) in WANTS_EVENTSOURCE)
 
     async def _connections(self) -> None:
         failures = 0
@@ -228,7 +244,7 @@ class EventSourceHolder(LeaseHolder):
         if event.type == "state":
             changed = state_change(event) or {}
             if CATCHUP_TYPES & changed.get(account, {}).keys():
-                await ask_catchup(self.svc.redis, account)
+                await ask_catchup(self.svc.redis, account, self.svc.keys)
         await self._report("connected")
 
     def _failure_state(self, exc: BaseException) -> tuple[str, float]:

@@ -39,6 +39,7 @@ from messageweave.config.model import BusinessConfig
 from messageweave.logs import RepeatLog
 from messageweave.mail.context import MailContext
 from messageweave.store import mailbox
+from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import Lock
 from messageweave.store.receivers import LoopStatus, hold, write_status
 from messageweave.store.redis import Redis
@@ -52,9 +53,10 @@ IDLE_S = 1.0  # while not wanted: how often the holder looks again
 STATUS_REFRESHES_PER_TTL = 3  # a held lease writes its status again this often per its EX
 
 
-async def ask_catchup(redis: Redis, account_id: str) -> None:
-    """One pending catch-up for the account, the schedulers woken when it is new."""
-    if await mailbox.request_catchup(redis, account_id):
+async def ask_catchup(redis: Redis, account_id: str, names: AccountKeys) -> None:
+    """One pending catch-up for the mail account `account_id` in the keys of `names` (the
+    MessageWeave account's), the schedulers woken when it is new."""
+    if await mailbox.request_catchup(redis, account_id, names=names):
         await mailbox.announce_catchup(redis, account_id)
 
 
@@ -62,9 +64,10 @@ class ReconnectCatchups:
     """The catch-ups a holder asks for on (re)connect: at most one per `interval_s`; one asked
     inside the interval is owed and asked at its end (once, however many reconnects)."""
 
-    def __init__(self, redis: Redis, interval_s: float = RECONNECT_CATCHUP_S, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, redis: Redis, names: AccountKeys, interval_s: float = RECONNECT_CATCHUP_S,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
         self.redis = redis
+        self.names = names
         self.interval_s = interval_s
         self.clock = clock
         self._next = float("-inf")
@@ -83,7 +86,7 @@ class ReconnectCatchups:
 
     async def _ask(self, account: str) -> None:
         self._next = self.clock() + self.interval_s
-        await ask_catchup(self.redis, account)
+        await ask_catchup(self.redis, account, self.names)
 
     async def _ask_later(self, account: str, wait: float) -> None:
         await asyncio.sleep(wait)
@@ -92,13 +95,15 @@ class ReconnectCatchups:
 
 
 class LeaseHolder(abc.ABC):
-    """One instance's loop of a push holder (`run`). A subclass names its place in the failure
-    log, its status key and TTL, its states' words (`reasons`) and its log lines' prefix, and
-    implements `_lock`, `_wants`, `_connections` and `_failure_state`. `clock` is what the
-    statuses call now, `lease_s` the TTL of the lease (tests shorten it)."""
+    """One instance's loop of a push holder (`run`) for one account (`svc.keys`). A subclass
+    names its place in the failure log, its lease's and status's contract names (the account's
+    keys are `status_key` and `lock_key`), the status's TTL, its states' words (`reasons`) and
+    its log lines' prefix, and implements `_wants`, `_connections` and `_failure_state`.
+    `clock` is what the statuses call now, `lease_s` the TTL of the lease (tests shorten it)."""
 
     place: ClassVar[str]
-    status_key: ClassVar[str]
+    lock_name: ClassVar[str]  # `default`'s (`keys.EVENTSOURCE_LOCK`); `lock_key` is the account's
+    status_name: ClassVar[str]  # `default`'s name: `status_key` is the account's
     status_ttl_s: ClassVar[int]
     reasons: ClassVar[Mapping[str, str]]
     log_prefix: ClassVar[str]  # "jmap push": the start of the holder's log lines
@@ -112,16 +117,18 @@ class LeaseHolder(abc.ABC):
         self.renew_s = lease_s / RENEWALS_PER_LEASE
         self.log = log
         self.failures = RepeatLog(log)
-        self.catchups = ReconnectCatchups(svc.redis, catchup_s)
+        self.catchups = ReconnectCatchups(svc.redis, svc.keys, catchup_s)
+        self.lock_key = svc.keys.of(self.lock_name)
+        self.status_key = svc.keys.of(self.status_name)
         self._state = ""
         self._since = 0
         self._last_event: int | None = None
         self._written: LoopStatus | None = None  # what this hold last wrote
         self._writing = asyncio.Lock()  # a refresh never lands after a newer report
 
-    @abc.abstractmethod
     def _lock(self) -> Lock:
-        """The lease: one instance at a time holds it."""
+        """The lease: one instance at a time holds it (per account)."""
+        return Lock(self.svc.redis, self.lock_key, self.lease_s)
 
     @abc.abstractmethod
     def _wants(self, cfg: BusinessConfig) -> bool:

@@ -1,7 +1,9 @@
 """Built-in scheduling (reference §7: built-in schedule): periodic reconcile passes, push
 catch-ups, the push lifecycle, orphan sweeps.
 
-Every instance runs this loop; Redis decides which one acts:
+Every instance runs this loop for each account it serves (`runtime.run_accounts`), in the
+account's keys (`svc.keys`: its slots and catch-up flags; the PushSubscription's maintenance and
+orphan sweep are `default`'s only, reference §7.16); Redis decides which instance acts:
 - a periodic pass runs on the instance whose `SET schedule:reconcile NX EX interval` wins, once
   per `reconcile_interval_s` cluster-wide (0 = no built-in schedule, external cron only);
 - while push is degraded (`push.assess`), a pass also runs once per
@@ -141,15 +143,15 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     cfg = svc.config.config
     if cfg is None or not svc.live or not await svc.store.enabled():
         return
-    names, pushed = svc.keys, svc.keys == keys.DEFAULT  # see `_tick_push`
-    if svc.live_account is None and not pushed and kind_of(cfg).jmap_session:
+    names, webhook = svc.keys, svc.keys == keys.DEFAULT  # see `_tick_webhook`
+    if svc.live_account is None and not webhook and kind_of(cfg).jmap_session:
         await _jmap_or_none(svc, timers)  # another account connects on first use: now
     account = svc.live_account
     if account is not None:
         if not timers.started:
             timers.started = True
             await _start_pass(svc, cfg, account)
-        if pushed:
+        if webhook:
             await push.release_deferred(svc.redis, account, now=clock())
         if await take_catchup(svc.redis, account, names=names):
             if not await _pass(svc, "catch-up", timers):
@@ -159,20 +161,25 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     if now < timers.next_slot_check:
         return
     timers.next_slot_check = now + SLOT_CHECK_S
-    if not pushed:
-        interval = cfg.reconcile_interval_s
-        if interval > 0 and await claim_slot(svc.redis, names.of(keys.RECONCILE_SCHEDULE),
-                                             interval):
-            await _pass(svc, "periodic", timers)
-        return
-    await _tick_push(svc, cfg, timers, clock)
+    if webhook:
+        await _tick_webhook(svc, timers, clock)
+    degraded = (await read_in_force(svc.redis, cfg, clock(), names=names)).state == "degraded"
+    interval = cfg.reconcile_interval_s
+    periodic = interval > 0 and await claim_slot(svc.redis, names.of(keys.RECONCILE_SCHEDULE),
+                                                 interval)
+    backup = degraded and await claim_slot(
+        svc.redis, names.of(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE),
+        cfg.degraded_reconcile_interval_s)
+    if periodic or backup:
+        await _pass(svc, "periodic" if periodic else "degraded-push", timers)
+    if webhook:
+        await _sweep(svc, cfg, timers)
 
 
-async def _tick_push(svc: MailContext, cfg: BusinessConfig, timers: _Timers,
-                     clock: push.Clock) -> None:
-    """The slots of `default`, whose push (subscription or EventSource) the scheduler keeps.
-    Another account is caught up by its periodic pass and its catch-up flag only (reference
-    §7.16: its push is not held yet)."""
+async def _tick_webhook(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
+    """The PushSubscription's maintenance: `default`'s only, the one account with a webhook
+    push (reference §7.16; another account's `subscription` mode is `auto`,
+    `eventsource.push_mode_of`)."""
     if await current_registration(svc.redis) is not None and await claim_slot(
         svc.redis, keys.PUSH_MAINTENANCE_SCHEDULE, keys.PUSH_MAINTENANCE_INTERVAL_S
     ):
@@ -180,13 +187,10 @@ async def _tick_push(svc: MailContext, cfg: BusinessConfig, timers: _Timers,
                                       now=clock())
         if outcome not in ("ok", "off"):
             log.info("push maintenance: %s", outcome)
-    degraded = (await read_in_force(svc.redis, cfg, clock())).state == "degraded"
-    interval = cfg.reconcile_interval_s
-    periodic = interval > 0 and await claim_slot(svc.redis, keys.RECONCILE_SCHEDULE, interval)
-    backup = degraded and await claim_slot(
-        svc.redis, keys.PUSH_DEGRADED_RECONCILE_SCHEDULE, cfg.degraded_reconcile_interval_s)
-    if periodic or backup:
-        await _pass(svc, "periodic" if periodic else "degraded-push", timers)
+
+
+async def _sweep(svc: MailContext, cfg: BusinessConfig, timers: _Timers) -> None:
+    """`default`'s orphaned PushSubscriptions, swept once per `ORPHAN_SWEEP_INTERVAL_S`."""
     if kind_of(cfg).push_subscriptions and await claim_slot(
             svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
         try:

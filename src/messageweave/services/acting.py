@@ -25,20 +25,19 @@ class AccountNotLoaded(Exception):
 
 async def acting_mailbox(svc: Services, account_id: str, *, mailbox: bool) -> MailContext:
     """The mailbox of `account_id` (an existing account). `mailbox`: the action talks to the
-    mail server, which a paused account other than `default` refuses (`AccountPaused`); an
-    action on Redis alone (the DLQ, the last audit, the queue's counts) is served for a paused
-    account too. The registry is read when it does not hold the account yet (one created a
-    moment ago, or a command's process, whose registry no reload loop fills)."""
-    if account_id == DEFAULT_ACCOUNT:
-        # As before accounts, paused or not: a paused `default` still runs its loops (its pause
-        # holds its chats' answers and its stream's reading, reference §7.16).
-        return svc
+    mail server, which a paused account refuses (`AccountPaused`), `default` included (its
+    pause stops its loops too, reference §7.16); an action on Redis alone (the DLQ, the last
+    audit, the queue's counts) is served for a paused account too. The registry is read when it
+    does not hold the account yet (one created a moment ago, or a command's process, whose
+    registry no reload loop fills)."""
     account = svc.accounts.get(account_id)
     if account is None:
         await svc.accounts.refresh()
         account = svc.accounts.get(account_id)
     if account is None:
+        if account_id == DEFAULT_ACCOUNT:
+            return svc  # no business configuration yet: the action says so, as before
         raise AccountNotLoaded(f"account {account_id} cannot be loaded")
     if mailbox and not account.enabled:
         raise AccountPaused(f"account {account_id} is paused")
-    return svc.mail_context(account)
+    return svc if account_id == DEFAULT_ACCOUNT else svc.mail_context(account)

@@ -37,10 +37,6 @@ def poll_lock(redis: Redis) -> Lock:
     return Lock(redis, keys.TELEGRAM_POLL_LOCK, keys.TELEGRAM_POLL_LOCK_TTL_S)
 
 
-def eventsource_lock(redis: Redis, ttl_s: int = keys.EVENTSOURCE_LOCK_TTL_S) -> Lock:
-    return Lock(redis, keys.EVENTSOURCE_LOCK, ttl_s)
-
-
 # The admin routes and the poller of one instance share its Redis client (`LocalWakes`).
 _WEBHOOK_WAKES = LocalWakes()
 

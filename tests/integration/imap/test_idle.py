@@ -29,6 +29,7 @@ from messageweave.mail.imap.catchup import read_cursors
 from messageweave.mail.imap.idle import IdleHolder
 from messageweave.mail.imap.ids import mail_id
 from messageweave.store import keys, receivers
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, connect
 from messageweave.store.state import ConfigStore
 from tests.helpers import configure, eventually, sample_wire, settings_for
@@ -140,6 +141,7 @@ class _Instance:
     store: ConfigStore
     config: ConfigService
     live: bool = True
+    keys: AccountKeys = keys.DEFAULT
 
 
 @contextlib.asynccontextmanager

@@ -23,6 +23,7 @@ from messageweave.config.model import BusinessConfig, parse_wire
 from messageweave.mail.eventsource import EventSourceHolder
 from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys, mailbox
+from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, connect
 from messageweave.store.state import ConfigStore
 from tests.helpers import sample_wire, settings_for
@@ -35,6 +36,7 @@ class Instance:
     config: ConfigService
     client: JmapClient
     live: bool = True
+    keys: AccountKeys = keys.DEFAULT
 
     @property
     def live_jmap(self) -> JmapClient | None:

@@ -53,7 +53,7 @@ from messageweave.mail.imap.watch import new_imap_client
 from messageweave.mail.kinds import kind_of
 from messageweave.mail.push_lifecycle import PushHealth
 from messageweave.store import keys
-from messageweave.store.mailbox import Lock
+from messageweave.store.keys import AccountKeys
 from messageweave.store.receivers import LoopStatus, read_status
 from messageweave.store.redis import Redis
 
@@ -72,10 +72,6 @@ REASONS = {
 }
 
 
-def idle_lock(redis: Redis, ttl_s: int = keys.IMAP_IDLE_LOCK_TTL_S) -> Lock:
-    return Lock(redis, keys.IMAP_IDLE_LOCK, ttl_s)
-
-
 def in_force(status: LoopStatus | None) -> PushInForce:
     """The push in force for an IMAP wire: `ok (idle)` while the holder idles, else degraded
     with the holder's reason."""
@@ -85,8 +81,9 @@ def in_force(status: LoopStatus | None) -> PushInForce:
     return degraded("idle", status, REASONS, "no instance holds the IMAP IDLE yet", sub)
 
 
-async def read_in_force(redis: Redis) -> PushInForce:
-    return in_force(await read_status(redis, keys.IMAP_IDLE_STATUS))
+async def read_in_force(redis: Redis, names: AccountKeys = keys.DEFAULT) -> PushInForce:
+    """`in_force` of the account of `names`."""
+    return in_force(await read_status(redis, names.of(keys.IMAP_IDLE_STATUS)))
 
 
 class IdleHolder(LeaseHolder):
@@ -95,7 +92,8 @@ class IdleHolder(LeaseHolder):
     (tests shorten them)."""
 
     place = PLACE
-    status_key = keys.IMAP_IDLE_STATUS
+    lock_name = keys.IMAP_IDLE_LOCK
+    status_name = keys.IMAP_IDLE_STATUS
     status_ttl_s = keys.IMAP_IDLE_STATUS_TTL_S
     reasons = REASONS
     log_prefix = "imap push"
@@ -107,9 +105,6 @@ class IdleHolder(LeaseHolder):
         super().__init__(svc, log, clock=clock, lease_s=lease_s, catchup_s=catchup_s)
         self.idle_s = idle_s
         self._healthy = False  # an IDLE round completed on this connection
-
-    def _lock(self) -> Lock:
-        return idle_lock(self.svc.redis, self.lease_s)
 
     def _wants(self, cfg: BusinessConfig) -> bool:
         return kind_of(cfg).push == "idle"
@@ -176,7 +171,7 @@ class IdleHolder(LeaseHolder):
                 self._healthy = True
                 self.failures.recovered(PLACE)
             if news:
-                await ask_catchup(self.svc.redis, account)
+                await ask_catchup(self.svc.redis, account, self.svc.keys)
 
     def _failure_state(self, exc: BaseException) -> tuple[str, float]:
         if isinstance(exc, ImapAuthError):
