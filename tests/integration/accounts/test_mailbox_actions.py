@@ -201,6 +201,39 @@ async def test_a_paused_account_answers_reads_and_refuses_its_mail_server(
                     409, "conflict")
 
 
+async def test_a_paused_default_refuses_its_mail_server_like_any_account(
+    served: ServedApp,
+) -> None:
+    """Catches a paused `default` whose reconcile, audit, trace or dry run still connected to
+    its mail server: its pause stops its loops now (issue #35), as any account's, so the
+    operator's actions must not open the connection the pause closed. Its reads still answer;
+    resumed, the actions work again."""
+    async def set_enabled(enabled: bool) -> None:
+        answer = await served.client.put("/api/accounts/default/enabled", headers=served.admin,
+                                         json={"enabled": enabled})
+        assert answer.status_code == 200, answer.text
+        svc = served.services
+
+        async def seen() -> bool:
+            account = svc.accounts.get("default")
+            return account is not None and account.enabled is enabled
+
+        await eventually(seen, f"default enabled={enabled}")
+
+    await set_enabled(False)
+    for path in ("/api/dlq", "/api/audit", "/api/delivery"):
+        await _get(served, path)
+    for method, path in [("POST", "/api/audit"), ("GET", "/api/trace?q=x"),
+                         ("POST", "/api/rules/dry-run")]:
+        assert_envelope(await served.client.request(method, path, headers=served.admin),
+                        409, "conflict")
+    assert_envelope(await served.client.post("/reconcile", headers=_reconcile_headers(served)),
+                    409, "conflict")
+    await set_enabled(True)
+    done = await served.client.post("/reconcile", headers=_reconcile_headers(served))
+    assert done.status_code == 204, done.text
+
+
 async def test_the_commands_act_in_the_named_account(
     served: ServedApp, cyrus: CyrusServer, embedded_redis_url: str
 ) -> None:
