@@ -9,8 +9,8 @@ from typing import Any
 
 from messageweave.config.model import BusinessConfig
 from messageweave.errors import is_int
-from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys, refused
+from messageweave.store.opstats import unknown_after_send
 from messageweave.store.redis import Redis
 from messageweave.store.refused import RefusedChat
 from messageweave.store.streams import DlqEntry, StreamStore, UpdateIngress, stream_name
@@ -218,7 +218,7 @@ async def delivery_status(redis: Redis,
     store = StreamStore(redis)
     return {
         "streams": {stream_name(stream): await store.stats(stream) for stream in streams},
-        "unknown_after_send": await Ledger(redis, "").unknown_count(),
+        "unknown_after_send": await unknown_after_send(redis),
     }
 
 

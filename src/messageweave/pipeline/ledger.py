@@ -430,6 +430,3 @@ class Ledger:
             pipe.zadd(keys.DELIVERY_UNKNOWN, {f"{stream}/{entry_id}/{resolution}": now})
             pipe.zremrangebyscore(keys.DELIVERY_UNKNOWN, "-inf", now - keys.UNKNOWN_RETENTION_S)
             await pipe.execute()
-
-    async def unknown_count(self) -> int:
-        return int(await self.redis.zcard(keys.DELIVERY_UNKNOWN))

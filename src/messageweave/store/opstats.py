@@ -41,26 +41,7 @@ async def reconcile_cursor(redis: Redis) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def unknown_after_send(redis: Redis) -> int | None:
-    """The pipeline's count of sends whose outcome is unknown, when the pipeline keeps one.
-
-    The key is the pipeline's (`keys.DELIVERY_UNKNOWN`, a sorted set today); when it is not
-    defined this is None and the metric is left out. Any Redis type is read as "how many": a
-    counter or a collection's size.
-    """
-    key = getattr(keys, "DELIVERY_UNKNOWN", None)
-    if not isinstance(key, str):
-        return None
-    kind = str(await redis.type(key))
-    sizes = {"string": None, "list": redis.llen, "set": redis.scard, "zset": redis.zcard,
-             "hash": redis.hlen, "stream": redis.xlen}
-    if kind == "none":
-        return 0
-    if kind == "string":
-        raw = await redis.get(key)
-        try:
-            return int(raw or 0)
-        except ValueError:
-            return None
-    size = sizes.get(kind)
-    return int(await size(key)) if size is not None else None
+async def unknown_after_send(redis: Redis) -> int:
+    """The sends whose outcome is unknown (`keys.DELIVERY_UNKNOWN`, the ledger's sorted set of
+    `<stream>/<entry>/<resolution>`, kept `UNKNOWN_RETENTION_S`)."""
+    return int(await redis.zcard(keys.DELIVERY_UNKNOWN))
