@@ -42,7 +42,13 @@ from messageweave.config.model import BusinessConfig
 from messageweave.mail import push_lifecycle
 from messageweave.mail.context import MailContext
 from messageweave.mail.holder import BACKOFF_BASE_S, REFUSED_BASE_S, LeaseHolder, ask_catchup
-from messageweave.mail.jmap import JmapAuthError, JmapClient, JmapError, JmapProtocolError
+from messageweave.mail.jmap import (
+    JmapAuthError,
+    JmapClient,
+    JmapError,
+    JmapOffOriginError,
+    JmapProtocolError,
+)
 from messageweave.mail.jmap.eventsource import Event, state_change
 from messageweave.mail.kinds import kind_of
 from messageweave.store import keys
@@ -250,8 +256,10 @@ class EventSourceHolder(LeaseHolder):
     def _failure_state(self, exc: BaseException) -> tuple[str, float]:
         if isinstance(exc, JmapAuthError):
             return "refused", REFUSED_BASE_S
+        if isinstance(exc, JmapOffOriginError):
+            return "bad_url", REFUSED_BASE_S
         if isinstance(exc, JmapProtocolError):
-            return "bad_url" if "origin" in str(exc) else "not_event_stream", REFUSED_BASE_S
+            return "not_event_stream", REFUSED_BASE_S
         return "failing", BACKOFF_BASE_S
 
 

@@ -83,8 +83,9 @@ def state_event(changed: dict[str, dict[str, str]]) -> bytes:
 class HostileEventSource:
     """`async with HostileEventSource(behaviour) as server:`; `server.url` is the session URL."""
 
-    def __init__(self, behaviour: Writer) -> None:
+    def __init__(self, behaviour: Writer, *, event_source_origin: str | None = None) -> None:
         self.behaviour = behaviour
+        self.event_source_origin = event_source_origin  # None: the session's own
         self.connections: list[Connection] = []
         self.paths: list[str] = []  # of every request, in order
         self.connected = asyncio.Condition()
@@ -106,7 +107,8 @@ class HostileEventSource:
                                    "accountCapabilities": {"urn:ietf:params:jmap:mail": {}}}},
             "primaryAccounts": {"urn:ietf:params:jmap:mail": ACCOUNT},
             "username": "hostile", "apiUrl": origin + "/api", "state": "1",
-            "eventSourceUrl": origin + "/es?types={types}&closeafter={closeafter}&ping={ping}",
+            "eventSourceUrl": (self.event_source_origin or origin)
+            + "/es?types={types}&closeafter={closeafter}&ping={ping}",
         }
 
     async def __aenter__(self) -> HostileEventSource:

@@ -19,6 +19,8 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.eventsource import EventSourceHolder
 from messageweave.mail.jmap import JmapClient
+from messageweave.store.receivers import read_status
+from tests.helpers import eventually
 from tests.integration.receivers.holders import Instance, instance, running, taking_catchups
 from tests.integration.receivers.hostile_sse import (
     ACCOUNT,
@@ -116,3 +118,28 @@ async def test_an_email_delivery_state_change_asks_for_a_catchup(
         await catchups.wait()
     assert catchups.count == 2
     assert server.paths[-1].startswith("/es?types=Email&closeafter=no&ping=30"), server.paths
+
+
+async def test_an_event_source_url_on_another_origin_is_reported_as_a_bad_url(
+    embedded_redis_url: str, redis_client: aioredis.Redis,
+) -> None:
+    """Catches a session's `eventSourceUrl` on another origin (refused: the credentials would
+    go there) reported as anything but `bad_url` (the page's and `/ready`'s "the server's push
+    address is on another host"), or connected to. A guard of issue #38 item 5: the state was
+    told by the error's words (`"origin" in str(exc)`), now by its type (`JmapOffOriginError`),
+    so a reworded message cannot flip it; the behaviour is the same before and after."""
+    async with HostileEventSource(accept_close,
+                                  event_source_origin="http://127.0.0.2:9") as server:
+        client = JmapClient(server.url, "hostile", "secret", allow_insecure_http=True,
+                            timeout=10)
+        async with instance(embedded_redis_url, client) as inst:
+            holder = EventSourceHolder(inst)
+            async with running(holder):
+                async def reported() -> bool:
+                    status = await read_status(redis_client, holder.status_key)
+                    return status is not None and status.state not in ("", "connecting")
+
+                await eventually(reported, "the holder's first report")
+                status = await read_status(redis_client, holder.status_key)
+    assert status is not None and status.state == "bad_url", status
+    assert server.connections == []

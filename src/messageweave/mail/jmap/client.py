@@ -35,6 +35,7 @@ from messageweave.mail.jmap.errors import (
     JmapAccountError,
     JmapAuthError,
     JmapError,
+    JmapOffOriginError,
     JmapProtocolError,
     JmapRedirectError,
     JmapRequestError,
@@ -270,7 +271,7 @@ class JmapClient(SourceMethods, PushMethods, SubmitMethods, AsyncClosing):
                 raise JmapProtocolError(f"session {name} is not https")
             if same_origin and not _same_origin(resolved, url):
                 # The Basic auth goes with every call to it (issue #23).
-                raise JmapProtocolError(f"session {name} is not on the session's origin")
+                raise JmapOffOriginError(f"session {name} is not on the session's origin")
             return resolved
 
         capabilities = data.get("capabilities")
@@ -388,7 +389,7 @@ class JmapClient(SourceMethods, PushMethods, SubmitMethods, AsyncClosing):
         except httpx.InvalidURL:
             same = False
         if not same:
-            raise JmapProtocolError("session eventSourceUrl is not on the session's origin")
+            raise JmapOffOriginError("session eventSourceUrl is not on the session's origin")
         return url
 
     async def events(self, url: str, *, ping_s: int) -> AsyncIterator[eventsource.Event]:

@@ -43,6 +43,11 @@ class JmapProtocolError(JmapError):
     """The server answered something that is not valid JMAP (wrong status, not JSON, ...)."""
 
 
+class JmapOffOriginError(JmapProtocolError):
+    """A URL the session names (`apiUrl`, `downloadUrl`, `eventSourceUrl`, …) is not on the
+    session's origin: refused, since the credentials would go there too."""
+
+
 class JmapRedirectError(JmapProtocolError):
     """Session discovery was redirected to another origin (refused) or redirected too often."""
 

@@ -23,6 +23,7 @@ from messageweave.mail.jmap.calls import MethodCaller
 from messageweave.mail.jmap.errors import (
     JmapAuthError,
     JmapError,
+    JmapOffOriginError,
     JmapProtocolError,
     JmapTransportError,
 )
@@ -93,7 +94,7 @@ class ReadMethods(MethodCaller):
         for variable in _DOWNLOAD_VARIABLES:
             url = url.replace("{" + variable + "}", quote(values[variable], safe=""))
         if _origin(url) != _origin(session.url):
-            raise JmapProtocolError("session downloadUrl is not on the session's origin")
+            raise JmapOffOriginError("session downloadUrl is not on the session's origin")
         return url
 
     async def download_blob(self, blob_id: str, media_type: str, name: str, *,
