@@ -21,13 +21,8 @@ from messageweave.api import trace as trace_api
 from messageweave.api.gateway import GatewaySignature
 from messageweave.api.headers import SecurityHeaders
 from messageweave.api.throttle import ClientAddressPolicy
-from messageweave.errors import (
-    DirectRoutes,
-    RequestContext,
-    install_handlers,
-    route_methods,
-    service_unavailable,
-)
+from messageweave.asgi import DirectRoutes, RequestContext, install_handlers, route_methods
+from messageweave.errors import service_unavailable
 from messageweave.logs import RequestLog
 from messageweave.settings import Settings
 from messageweave.version import build_version

@@ -49,7 +49,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from messageweave.errors import HttpMiddleware, dump_json, request_id_of
+from messageweave.asgi import HttpMiddleware
+from messageweave.errors import request_id_of
+from messageweave.jsonio import dump_json
 
 _URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _BOT_PATH = re.compile(r"/bot[^/\s]+")

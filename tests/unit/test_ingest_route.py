@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from messageweave.api import delivery
 from messageweave.app import create_app
-from messageweave.errors import DirectRoutes
+from messageweave.asgi import DirectRoutes
 from tests.helpers import assert_envelope, layer_of, settings_for
 
 

@@ -36,14 +36,8 @@ from messageweave.config.account_service import (
 )
 from messageweave.config.errors import ConfigInvalid, WireError
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
-from messageweave.errors import (
-    ApiError,
-    conflict,
-    invalid_request,
-    json_object,
-    parse_json,
-    service_unavailable,
-)
+from messageweave.errors import ApiError, conflict, invalid_request, service_unavailable
+from messageweave.jsonio import json_object, parse_json
 from messageweave.mail.context import MailContext
 from messageweave.ops import audit
 from messageweave.services import Services

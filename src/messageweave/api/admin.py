@@ -28,15 +28,8 @@ from messageweave.config.model import (
     fill_generated_secrets,
 )
 from messageweave.config.outbound import parse_outbound, validate_outbound
-from messageweave.errors import (
-    ApiError,
-    check_json_depth,
-    conflict,
-    invalid_request,
-    json_object,
-    parse_json,
-    service_unavailable,
-)
+from messageweave.errors import ApiError, conflict, invalid_request, service_unavailable
+from messageweave.jsonio import check_json_depth, json_object, parse_json
 from messageweave.ops import audit
 from messageweave.store import keys
 from messageweave.store.state import AlreadyConfigured, CorruptValue, RevisionConflict

@@ -21,13 +21,8 @@ from messageweave.api.credentials import (
     require_worker_token,
     services,
 )
-from messageweave.errors import (
-    ApiError,
-    invalid_request,
-    parse_json,
-    service_unavailable,
-    unauthorized,
-)
+from messageweave.errors import ApiError, invalid_request, service_unavailable, unauthorized
+from messageweave.jsonio import parse_json
 from messageweave.ops import audit, metrics
 from messageweave.pipeline import ingress
 from messageweave.pipeline.worker import MAX_BATCH, Worker
@@ -48,7 +43,7 @@ DEFAULT_DLQ_LIMIT = 50
 class TelegramWebhook:
     """`POST /webhook/tg`, the route Telegram calls for every message, as a plain ASGI endpoint
     (issue #14): no `Request`, no dependency solving, no `Response` object, and served ahead
-    of the framework's layers (`errors.DirectRoutes`, issue #26). The request log, the
+    of the framework's layers (`asgi.DirectRoutes`, issue #26). The request log, the
     gateway's signature, the request id and body limit stay the same (they are outside both),
     and an `ApiError` raised here is answered with its envelope as any route's is.
 
@@ -112,7 +107,7 @@ async def _body(receive: Receive) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-# Served ahead of the framework (`errors.DirectRoutes`, issue #26); in the router for the 405 of
+# Served ahead of the framework (`asgi.DirectRoutes`, issue #26); in the router for the 405 of
 # its other methods and the route tables.
 WEBHOOK = Route("/webhook/tg", TelegramWebhook(), methods=["POST"])
 router.routes.append(WEBHOOK)

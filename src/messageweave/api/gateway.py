@@ -28,7 +28,8 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from messageweave.errors import HttpMiddleware, envelope
+from messageweave.asgi import HttpMiddleware
+from messageweave.errors import envelope
 
 SIGNATURE_HEADER = "x-mw-gateway-signature"
 CLIENT_IP_HEADER = "x-mw-client-ip"  # what the gateway sets (gateway/src/forward.js)

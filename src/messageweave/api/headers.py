@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from messageweave.errors import HttpMiddleware
+from messageweave.asgi import HttpMiddleware
 
 DEFAULTS: tuple[tuple[bytes, bytes], ...] = (
     (b"cache-control", b"no-store"),

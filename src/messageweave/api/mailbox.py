@@ -23,7 +23,8 @@ from messageweave.api.credentials import (
     services,
 )
 from messageweave.config.live import NotConfigured
-from messageweave.errors import ApiError, conflict, json_object, service_unavailable
+from messageweave.errors import ApiError, conflict, service_unavailable
+from messageweave.jsonio import json_object
 from messageweave.mail import push
 from messageweave.mail.errors import MailError
 from messageweave.mail.eventsource import read_in_force

@@ -21,7 +21,8 @@ from messageweave.config.model import (
     parse_patch,
     validate,
 )
-from messageweave.errors import invalid_request, json_object, service_unavailable
+from messageweave.errors import invalid_request, service_unavailable
+from messageweave.jsonio import json_object
 from messageweave.mail.errors import MailError
 from messageweave.pipeline.routing import dry_run
 

@@ -18,7 +18,8 @@ from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSen
 from messageweave.chat.webhook_setup import register_webhook, webhook_url_of
 from messageweave.config.botapi import validate_bot_api
 from messageweave.config.model import DEFAULT_TELEGRAM_API, ConfigInvalid
-from messageweave.errors import ApiError, invalid_request, json_object, service_unavailable
+from messageweave.errors import ApiError, invalid_request, service_unavailable
+from messageweave.jsonio import json_object
 from messageweave.logs import scrub
 from messageweave.ops import audit
 from messageweave.pipeline import ingress

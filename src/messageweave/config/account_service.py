@@ -33,7 +33,7 @@ from messageweave.config.live import (
     StoreUnavailable,
 )
 from messageweave.config.model import BusinessConfig, merge, parse_patch, validate
-from messageweave.errors import dump_json
+from messageweave.jsonio import dump_json
 from messageweave.store.accounts import AccountExists, AccountRevisionConflict, AccountStore
 from messageweave.store.keys import DEFAULT_ACCOUNT
 from messageweave.store.state import session_digest

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from messageweave.errors import is_int
+from messageweave.jsonio import is_int
 
 BotLanguage = Literal["zh", "en"]
 BOT_LANGUAGES: tuple[BotLanguage, ...] = ("zh", "en")

@@ -34,7 +34,8 @@ from messageweave.config.model import (
     with_first_save_secrets,
 )
 from messageweave.config.outbound import OutboundConfig
-from messageweave.errors import ApiError, dump_json, parse_json
+from messageweave.errors import ApiError
+from messageweave.jsonio import dump_json, parse_json
 from messageweave.store.state import (
     AlreadyConfigured,
     ConfigStore,

@@ -48,7 +48,7 @@ from messageweave.config.fields import (
     required_fields,
 )
 from messageweave.config.sources import check_mail_source
-from messageweave.errors import is_int
+from messageweave.jsonio import is_int
 
 # What other modules read from here (the declarations are `config.fields`).
 __all__ = [

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from messageweave.config.model import ConfigInvalid, WireError
-from messageweave.errors import is_int
+from messageweave.jsonio import is_int
 
 # --- outbound / runtime parameters (`/api/config`) -----------------------------------------
 

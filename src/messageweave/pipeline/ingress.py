@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from messageweave.config.model import BusinessConfig
-from messageweave.errors import is_int
+from messageweave.jsonio import is_int
 from messageweave.store import keys, refused
 from messageweave.store.opstats import unknown_after_send
 from messageweave.store.redis import Redis

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from messageweave.errors import dump_json
+from messageweave.jsonio import dump_json
 from messageweave.ops.sendlog import Outcome
 from messageweave.pipeline.governor import ACQUIRE, Lanes, wait_before
 from messageweave.store import keys, waiting

@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 from messageweave.aio import first_done, jittered_backoff, raise_if_cancelling
 from messageweave.chat.telegram import FailureClass, TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
-from messageweave.errors import is_int
+from messageweave.jsonio import is_int
 from messageweave.logs import RepeatLog
 from messageweave.ops import metrics
 from messageweave.pipeline.ingress import (

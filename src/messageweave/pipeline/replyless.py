@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from messageweave.config.model import BusinessConfig
-from messageweave.errors import dump_json
+from messageweave.jsonio import dump_json
 from messageweave.ops.sendlog import Outcome, record_replyless
 from messageweave.pipeline.conversation import needs_no_reply
 from messageweave.pipeline.events import chat_account, kind_of

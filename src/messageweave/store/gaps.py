@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from messageweave.errors import dump_json
+from messageweave.jsonio import dump_json
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import CHECK_AND_CLAIM, STREAM_JMAP_MAXLEN, Lock

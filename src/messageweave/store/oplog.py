@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from messageweave.errors import dump_json
+from messageweave.jsonio import dump_json
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 

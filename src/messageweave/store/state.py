@@ -7,7 +7,7 @@ import hmac
 import json
 from dataclasses import dataclass
 
-from messageweave.errors import dump_json
+from messageweave.jsonio import dump_json
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script

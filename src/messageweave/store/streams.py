@@ -22,7 +22,7 @@ from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
 from messageweave.aio import Batcher
-from messageweave.errors import dump_json
+from messageweave.jsonio import dump_json
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 from messageweave.store.redis_url import is_cluster

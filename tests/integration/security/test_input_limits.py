@@ -1,6 +1,6 @@
 """Issue #12, item 5: bad input is a 400 or a 422, never a 500.
 
-Every route reads JSON through `messageweave.errors.parse_json`, which refuses anything nested
+Every route reads JSON through `messageweave.jsonio.parse_json`, which refuses anything nested
 deeper than `MAX_JSON_DEPTH` (64) before the recursive decoder sees it; the configuration rules
 bound every string, list and chat id (reference §5.2). The real app with real Redis.
 """
@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from messageweave.errors import MAX_JSON_DEPTH
+from messageweave.jsonio import MAX_JSON_DEPTH
 from messageweave.store import keys
 from tests.helpers import admin_headers, assert_envelope, configured_and_enabled, login, sample_wire
 from tests.integration.mailbox.push_server import record_test_registration
