@@ -47,6 +47,12 @@ class IncomingMessage:
     # Who wrote (`owners.sender_of`): reading and sending are an owner's. None: a private
     # chat's user, else no one.
     user_id: int | None = None
+    # What the text asks for, parsed once when the message is made (`intents.parse_intent`)
+    # and carried along to every decision about it.
+    intent: intents.Intent = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "intent", intents.parse_intent(self.text))
 
     @classmethod
     def of(cls, chat_id: int, text: str, entry_id: str,
@@ -77,16 +83,20 @@ class ConversationContext:
 
 def needs_no_reply(text: str, reply_to: str | None) -> bool:
     """Text the bot answers with nothing, known without any I/O: no command or phrase
-    (`intents.Unknown`), not a Telegram reply to one of our messages. `reply_to_update` starts
-    with it, and the worker finishes such updates in batches (`pipeline.replyless`)."""
-    return reply_to is None and isinstance(intents.parse_intent(text), intents.Unknown)
+    (`intents.Unknown`), not a Telegram reply to one of our messages. The worker finishes such
+    updates in batches (`pipeline.replyless`) before any is made a message."""
+    return _silent(reply_to, intents.parse_intent(text))
+
+
+def _silent(reply_to: str | None, intent: intents.Intent) -> bool:
+    return reply_to is None and isinstance(intent, intents.Unknown)
 
 
 async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[Reply]:
     """The replies to one message; an empty list when the bot should stay silent."""
-    if needs_no_reply(message.text, message.reply_to):
+    if _silent(message.reply_to, message.intent):
         return []
-    intent = _replying(message, ctx.config) or intents.parse_intent(message.text)
+    intent = _replying(message, ctx.config) or message.intent
     sender = message.user_id if message.user_id is not None else owners.sender_of(
         {"chat_id": str(message.chat_id)})
     if isinstance(intent, _OWNERS_ONLY) and not owners.may_act(ctx.config, sender):
@@ -98,13 +108,13 @@ async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) ->
         return await _read(intent.email_id, message.chat_id, ctx)
     if isinstance(intent, intents.ReplyMail):
         return await _reply(intent, message, ctx)
-    text = await _answer(message, ctx)
+    text = await _answer(intent, message, ctx)
     return [] if text is None else [Reply(message.chat_id, text)]
 
 
-async def _answer(message: IncomingMessage, ctx: ConversationContext) -> str | None:
+async def _answer(intent: intents.Intent, message: IncomingMessage,
+                  ctx: ConversationContext) -> str | None:
     language = ctx.config.bot_language
-    intent = intents.parse_intent(message.text)
     match intent:
         case intents.Help():
             return replies.texts(language)["help"]
