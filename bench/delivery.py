@@ -62,6 +62,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -86,12 +87,15 @@ def line(name: str, values: list[float], floor: list[float]) -> str:
     return f"{name}: ours {part(values)}; floor {part(floor)} ({len(values)} samples)"
 
 
-async def start_run(data: Path, marks: Path | None
+async def start_run(data: Path, marks: Path | None, redis_url: str | None = None
                     ) -> tuple[asyncio.subprocess.Process, str, str]:
-    """`messageweave run` on a free port; (process, URL, admin key)."""
+    """`messageweave run` on a free port (its embedded Redis, or `redis_url`'s); (process, URL,
+    admin key)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("SSL_CERT_FILE", "REDIS_URL", "CONFIG_ENCRYPTION_KEY")}
+    if redis_url is not None:
+        env["REDIS_URL"] = redis_url
     if marks is not None:
         env["MW_TIMING"] = str(marks)
     proc = await asyncio.create_subprocess_exec(
@@ -245,8 +249,17 @@ def print_marks(marks: Path, delivered: list[float]) -> None:
         for step, v in steps.items() if v))
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """Per mail, delivery → our message stored, and the floor's, in ms."""
+
+    ours: list[float]
+    floor: list[float]
+
+
 async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
-              quiet: tuple[float, float] | None = None, seed: int = 0) -> None:
+              quiet: tuple[float, float] | None = None, seed: int = 0,
+              redis_url: str | None = None) -> Delivered:
     # Mail n at start + at[n]; /help k after waits[k] of silence.
     if quiet is None:
         at, waits = [n * spacing_s for n in range(mails)], [spacing_s] * chats
@@ -256,12 +269,12 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
         waits = gaps[mails:]
     load = os.getloadavg()[0]
     print(f"load at the start {load:.2f}")
-    with started_peers("mwd") as peers:
+    with started_peers("mwd", embedded_redis=False) as peers:
         cyrus, emulator = peers.cyrus, peers.emulator
         data = Path(tempfile.mkdtemp(prefix="mwd-run", dir="/tmp"))
         token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
         floor_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
-        proc, url, key = await start_run(data, marks)
+        proc, url, key = await start_run(data, marks, redis_url)
         try:
             await configure(url, key, cyrus, emulator, token)
             stop = asyncio.Event()
@@ -328,6 +341,7 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
                 "p50_ms": round(statistics.median(to_phone)),
                 "p99_ms": round(pct(to_phone, 0.99)),
                 "floor_p99_ms": round(pct(floor_ms, 0.99))}))
+            return Delivered(to_phone, floor_ms)
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 30)
