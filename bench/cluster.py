@@ -129,22 +129,24 @@ async def throughput(sides: list[str], rounds: int, events: int, chats: int) -> 
               f"{statistics.median(r.p99_ms for r in runs):.0f} ms")
 
 
+def _beside(o: list[float], f: list[float]) -> str:
+    """Ours and the floor's p50 / p99, and the differences of each quantile."""
+    return (f"ours p50 {statistics.median(o):.0f} / p99 {pct(o, 0.99):.0f} ms, floor p50 "
+            f"{statistics.median(f):.0f} / p99 {pct(f, 0.99):.0f} ms, ours − floor "
+            f"{statistics.median(o) - statistics.median(f):+.0f} / "
+            f"{pct(o, 0.99) - pct(f, 0.99):+.0f} ms ({len(o)})")
+
+
 async def delivered(sides: list[str], rounds: int, mails: int, chats: int) -> None:
-    ours: dict[str, list[float]] = {s: [] for s in sides}
-    floor: dict[str, list[float]] = {s: [] for s in sides}
+    runs: dict[str, list[delivery.Delivered]] = {s: [] for s in sides}
     for side in schedule(sides, rounds):
         print(f"--- {time.strftime('%H:%M:%S', time.gmtime())} {side}", flush=True)
         with redis_side(side) as url:
-            run = await delivery.run(mails, 1.618, chats, None, redis_url=url)
-        ours[side] += run.ours
-        floor[side] += run.floor
-    for side in sides:
-        o, f = ours[side], floor[side]
-        diff = sorted(a - b for a, b in zip(o, f, strict=True))
-        print(f"summary {side}: delivery → chat p50 {statistics.median(o):.0f} / p99 "
-              f"{pct(o, 0.99):.0f} ms; floor p50 {statistics.median(f):.0f} / p99 "
-              f"{pct(f, 0.99):.0f} ms; per mail ours − floor p50 "
-              f"{statistics.median(diff):+.0f} ms ({len(o)} mails)")
+            runs[side].append(await delivery.run(mails, 1.618, chats, None, redis_url=url))
+    for side, done in runs.items():
+        mail = _beside([x for r in done for x in r.ours], [x for r in done for x in r.floor])
+        chat = _beside([x for r in done for x in r.chat], [x for r in done for x in r.chat_floor])
+        print(f"summary {side}: delivery → chat {mail}; chat round trip {chat}")
 
 
 def main() -> None:

@@ -251,10 +251,13 @@ def print_marks(marks: Path, delivered: list[float]) -> None:
 
 @dataclass(frozen=True)
 class Delivered:
-    """Per mail, delivery → our message stored, and the floor's, in ms."""
+    """Per mail, delivery → our message stored, and the floor's; per `/help`, the chat round
+    trip, ours and the echo floor's; in ms."""
 
     ours: list[float]
     floor: list[float]
+    chat: list[float]
+    chat_floor: list[float]
 
 
 async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
@@ -332,16 +335,16 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
             echoes = await stored_after(emulator, echo_token, CHAT, chats)
             if FLOOR_FAULTS:
                 print("the floors' connections met: " + ", ".join(FLOOR_FAULTS))
-            print(line("chat round trip (long polling)",
-                       [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)],
-                       [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]))
+            chat = [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)]
+            chat_floor = [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]
+            print(line("chat round trip (long polling)", chat, chat_floor))
             print("SUMMARY delivery: " + json.dumps({
                 "mails": mails, "spacing_ms": spacing_s * 1000, "quiet": quiet,
                 "load": round(load, 2),
                 "p50_ms": round(statistics.median(to_phone)),
                 "p99_ms": round(pct(to_phone, 0.99)),
                 "floor_p99_ms": round(pct(floor_ms, 0.99))}))
-            return Delivered(to_phone, floor_ms)
+            return Delivered(to_phone, floor_ms, chat, chat_floor)
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 30)
