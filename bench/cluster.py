@@ -20,8 +20,16 @@ workload, the governor's limits lifted, all events queued at once) on each side;
 median of its rounds' events/s and the ratio to `single`'s (issue #37's target: cluster
 ≥ 0.8 × single). `--delivery`: `bench.delivery.run` (`messageweave run` with `REDIS_URL` of the
 side, the EventSource delivery → chat beside its bare floor, then the chat round trip) on each
-side; per side the p50 / p99 of ours and of the floor, over every round's mails (target: the
-cluster's p99 within 20 ms of single's).
+side; per side the p50 / p99 of ours and of the floor, over every round's mails, and of the
+chat round trip beside its echo floor (target: the cluster's p99 within 20 ms of single's).
+Each connection hears Cyrus's once-a-second `jmap_pushpoll` at its own phase, so those figures
+move by tens of ms between runs; `--marks DIR` with an app tree patched with
+`bench/marks.patch` (see `bench/delivery.py`) also gives our own path, our `state` event → our
+sendMessage answered, which the phases do not touch:
+
+    mkdir /tmp/mw-marks && git archive HEAD src | tar -x -C /tmp/mw-marks
+    (cd /tmp/mw-marks && patch -p1 < "$OLDPWD/bench/marks.patch")
+    PYTHONPATH=/tmp/mw-marks/src .venv/bin/python -m bench.cluster --delivery --marks /tmp/mwm
 """
 
 from __future__ import annotations
@@ -137,16 +145,23 @@ def _beside(o: list[float], f: list[float]) -> str:
             f"{pct(o, 0.99) - pct(f, 0.99):+.0f} ms ({len(o)})")
 
 
-async def delivered(sides: list[str], rounds: int, mails: int, chats: int) -> None:
+async def delivered(sides: list[str], rounds: int, mails: int, chats: int,
+                    marks: Path | None) -> None:
     runs: dict[str, list[delivery.Delivered]] = {s: [] for s in sides}
-    for side in schedule(sides, rounds):
+    for n, side in enumerate(schedule(sides, rounds)):
         print(f"--- {time.strftime('%H:%M:%S', time.gmtime())} {side}", flush=True)
         with redis_side(side) as url:
-            runs[side].append(await delivery.run(mails, 1.618, chats, None, redis_url=url))
+            runs[side].append(await delivery.run(
+                mails, 1.618, chats, marks and marks / f"{n}-{side}.log", redis_url=url))
     for side, done in runs.items():
         mail = _beside([x for r in done for x in r.ours], [x for r in done for x in r.floor])
         chat = _beside([x for r in done for x in r.chat], [x for r in done for x in r.chat_floor])
         print(f"summary {side}: delivery → chat {mail}; chat round trip {chat}")
+        path = [x for r in done for x in r.path]
+        if path:
+            print(f"summary {side}: our path, our state event → our sendMessage answered, "
+                  f"p50 {statistics.median(path):.1f} / p99 {pct(path, 0.99):.1f} ms "
+                  f"({len(path)} mails)")
 
 
 def main() -> None:
@@ -159,12 +174,17 @@ def main() -> None:
     parser.add_argument("--delivery", action="store_true",
                         help="time EventSource delivery → chat instead of the throughput")
     parser.add_argument("--mails", type=int, default=30)
+    parser.add_argument("--marks", type=Path, default=None,
+                        help="a directory for each run's marks (the app's tree patched with "
+                        "bench/marks.patch, as in bench.delivery)")
     args = parser.parse_args()
     sides = args.sides.split(",")
     if not sides or any(s not in SIDES for s in sides):
         parser.error(f"--sides takes {', '.join(SIDES)}")
     if args.delivery:
-        asyncio.run(delivered(sides, args.rounds, args.mails, args.chats))
+        if args.marks is not None:
+            args.marks.mkdir(parents=True, exist_ok=True)
+        asyncio.run(delivered(sides, args.rounds, args.mails, args.chats, args.marks))
     else:
         asyncio.run(throughput(sides, args.rounds, args.events, args.chats))
 

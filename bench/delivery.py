@@ -212,15 +212,16 @@ async def stored_after(emulator: TelegramEmulator, token: str, chat: int, count:
 STEPS = ("event", "pass_start", "jmap_done", "enqueued", "read", "send_start", "send_done")
 
 
-def print_marks(marks: Path, delivered: list[float]) -> None:
-    """Per mail: each connection's wait for its `state` event, and our path step by step."""
+def print_marks(marks: Path, delivered: list[float]) -> list[float]:
+    """Per mail: each connection's wait for its `state` event, and our path step by step;
+    our path from our `state` event to our sendMessage answered, per mail, returned (ms)."""
     rows = [line.split(None, 1) for line in marks.read_text().splitlines()]
     at: dict[str, list[float]] = {}
     for t, label in rows:
         at.setdefault(label.split()[0], []).append(float(t))
     if "event" not in at:
         print("marks: the app wrote none (is its tree patched with bench/marks.patch?)")
-        return
+        return []
 
     def first_after(label: str, t: float) -> float | None:
         return min((x for x in at.get(label, []) if x > t), default=None)
@@ -247,6 +248,7 @@ def print_marks(marks: Path, delivered: list[float]) -> None:
     print("marks: our path from our state event, p50 / p99 ms: " + ", ".join(
         f"{step} {statistics.median(v):.1f} / {pct(v, 0.99):.1f}"
         for step, v in steps.items() if v))
+    return steps["send_done"]
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,7 @@ class Delivered:
     floor: list[float]
     chat: list[float]
     chat_floor: list[float]
+    path: list[float]  # with marks: our `state` event → our sendMessage answered
 
 
 async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
@@ -314,8 +317,7 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
             print(f"per mail, ours − floor: p50 {statistics.median(diff):.0f} / min "
                   f"{diff[0]:.0f} / max {diff[-1]:.0f} ms; the state event of ours after the "
                   f"floor's: {sum(1 for d in diff if d > 0)} of {len(diff)}")
-            if marks is not None:
-                print_marks(marks, delivered)
+            path = print_marks(marks, delivered) if marks is not None else []
 
             echo_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
             echo = asyncio.create_task(floor_echo(emulator, echo_token, stop := asyncio.Event()))
@@ -344,7 +346,7 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
                 "p50_ms": round(statistics.median(to_phone)),
                 "p99_ms": round(pct(to_phone, 0.99)),
                 "floor_p99_ms": round(pct(floor_ms, 0.99))}))
-            return Delivered(to_phone, floor_ms, chat, chat_floor)
+            return Delivered(to_phone, floor_ms, chat, chat_floor, path)
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 30)
