@@ -125,8 +125,8 @@ async def throughput(sides: list[str], rounds: int, events: int, chats: int) -> 
         results[side].append(result)
         print(f"{time.strftime('%H:%M:%S', time.gmtime())} {side}: load {load:.2f}, "
               f"{result.delivered}/{events} events {result.rate:.0f}/s, raw Redis "
-              f"{result.raw:.0f} ops/s, p50 {result.p50_ms:.0f} / p99 {result.p99_ms:.0f} ms",
-              flush=True)
+              f"{result.raw:.0f} ops/s, p50 {result.p50_ms:.0f} / p99 {result.p99_ms:.0f} ms, "
+              f"CPU {result.cpu_ms:.2f} ms/event", flush=True)
     base = statistics.median(r.rate for r in results[sides[0]])
     for side, runs in results.items():
         rate = statistics.median(r.rate for r in runs)
@@ -134,7 +134,8 @@ async def throughput(sides: list[str], rounds: int, events: int, chats: int) -> 
               f"{', '.join(f'{r.rate:.0f}' for r in runs)}), ×{rate / base:.2f} of "
               f"{sides[0]}; raw Redis median {statistics.median(r.raw for r in runs):.0f} "
               f"ops/s; p50 {statistics.median(r.p50_ms for r in runs):.0f} / p99 "
-              f"{statistics.median(r.p99_ms for r in runs):.0f} ms")
+              f"{statistics.median(r.p99_ms for r in runs):.0f} ms; CPU median "
+              f"{statistics.median(r.cpu_ms for r in runs):.2f} ms/event")
 
 
 def _beside(o: list[float], f: list[float]) -> str:
