@@ -88,6 +88,25 @@ def _single(base: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def _cluster(base: Path) -> Iterator[str]:
+    """The cluster peer; started again (3 tries) when a node died at its start (a free port
+    taken meanwhile by another process on this shared machine)."""
+    for attempt in range(3):
+        try:
+            started = running_cluster(base / f"try{attempt}")
+            cluster = started.__enter__()
+        except (redis.ConnectionError, TimeoutError) as exc:
+            print(f"the cluster did not start ({exc}): again", flush=True)
+            continue
+        try:
+            yield cluster.url
+        finally:
+            started.__exit__(None, None, None)
+        return
+    raise RuntimeError("the cluster did not start in 3 tries")
+
+
+@contextlib.contextmanager
 def redis_side(side: str) -> Iterator[str]:
     """The URL of a new Redis of the kind `side` names, stopped and removed after."""
     base = Path(tempfile.mkdtemp(prefix=f"mwc-{side}", dir="/tmp"))
@@ -96,8 +115,8 @@ def redis_side(side: str) -> Iterator[str]:
             with _single(base) as url:
                 yield url
         elif side == "cluster":
-            with running_cluster(base) as cluster:
-                yield cluster.url
+            with _cluster(base) as url:
+                yield url
         elif side == "sentinel":
             with running_sentinels(base) as sentinels:
                 yield sentinels.url
