@@ -18,7 +18,7 @@ from messageweave.store.mailbox import announce_catchup, relay_catchup_announcem
 from messageweave.store.redis import open_redis
 from messageweave.store.state import ConfigStore
 from messageweave.store.streams import StreamStore
-from tests.helpers import settings_for
+from tests.helpers import eventually, settings_for
 from tests.peers.redis_cluster import RedisClusterPeer
 from tests.peers.redis_sentinel import RedisSentinelPeer
 
@@ -178,13 +178,15 @@ async def test_an_idle_worker_on_a_cluster_answers_an_entry_of_either_slot_at_on
     client = await open_redis(redis_cluster.url)
     streams = StreamStore(client)
     loop = asyncio.get_running_loop()
+
+    async def waiting_on_a_node() -> bool:
+        return _blocked_clients(redis_cluster) > 0
     try:
         await client.delete(*keys.STREAMS)
         await streams.ensure_groups()
         for n, stream in enumerate(keys.STREAMS):  # the slot waited on first, and the last
             waiting = asyncio.create_task(streams.read_new("w1", 10, 20_000))
-            while _blocked_clients(redis_cluster) == 0:  # the idle read is waiting
-                await asyncio.sleep(0.01)
+            await eventually(waiting_on_a_node, "the idle read blocked on a node")
             added = loop.time()
             await streams.add(stream, {"email_id": f"m{n}"})
             assert [e.stream for e in await waiting] == [stream]
