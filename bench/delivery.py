@@ -62,6 +62,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -86,12 +87,15 @@ def line(name: str, values: list[float], floor: list[float]) -> str:
     return f"{name}: ours {part(values)}; floor {part(floor)} ({len(values)} samples)"
 
 
-async def start_run(data: Path, marks: Path | None
+async def start_run(data: Path, marks: Path | None, redis_url: str | None = None
                     ) -> tuple[asyncio.subprocess.Process, str, str]:
-    """`messageweave run` on a free port; (process, URL, admin key)."""
+    """`messageweave run` on a free port (its embedded Redis, or `redis_url`'s); (process, URL,
+    admin key)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("SSL_CERT_FILE", "REDIS_URL", "CONFIG_ENCRYPTION_KEY")}
+    if redis_url is not None:
+        env["REDIS_URL"] = redis_url
     if marks is not None:
         env["MW_TIMING"] = str(marks)
     proc = await asyncio.create_subprocess_exec(
@@ -208,15 +212,16 @@ async def stored_after(emulator: TelegramEmulator, token: str, chat: int, count:
 STEPS = ("event", "pass_start", "jmap_done", "enqueued", "read", "send_start", "send_done")
 
 
-def print_marks(marks: Path, delivered: list[float]) -> None:
-    """Per mail: each connection's wait for its `state` event, and our path step by step."""
+def print_marks(marks: Path, delivered: list[float]) -> list[float]:
+    """Per mail: each connection's wait for its `state` event, and our path step by step;
+    our path from our `state` event to our sendMessage answered, per mail, returned (ms)."""
     rows = [line.split(None, 1) for line in marks.read_text().splitlines()]
     at: dict[str, list[float]] = {}
     for t, label in rows:
         at.setdefault(label.split()[0], []).append(float(t))
     if "event" not in at:
         print("marks: the app wrote none (is its tree patched with bench/marks.patch?)")
-        return
+        return []
 
     def first_after(label: str, t: float) -> float | None:
         return min((x for x in at.get(label, []) if x > t), default=None)
@@ -243,10 +248,24 @@ def print_marks(marks: Path, delivered: list[float]) -> None:
     print("marks: our path from our state event, p50 / p99 ms: " + ", ".join(
         f"{step} {statistics.median(v):.1f} / {pct(v, 0.99):.1f}"
         for step, v in steps.items() if v))
+    return steps["send_done"]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """Per mail, delivery → our message stored, and the floor's; per `/help`, the chat round
+    trip, ours and the echo floor's; in ms."""
+
+    ours: list[float]
+    floor: list[float]
+    chat: list[float]
+    chat_floor: list[float]
+    path: list[float]  # with marks: our `state` event → our sendMessage answered
 
 
 async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
-              quiet: tuple[float, float] | None = None, seed: int = 0) -> None:
+              quiet: tuple[float, float] | None = None, seed: int = 0,
+              redis_url: str | None = None) -> Delivered:
     # Mail n at start + at[n]; /help k after waits[k] of silence.
     if quiet is None:
         at, waits = [n * spacing_s for n in range(mails)], [spacing_s] * chats
@@ -256,12 +275,12 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
         waits = gaps[mails:]
     load = os.getloadavg()[0]
     print(f"load at the start {load:.2f}")
-    with started_peers("mwd") as peers:
+    with started_peers("mwd", embedded_redis=False) as peers:
         cyrus, emulator = peers.cyrus, peers.emulator
         data = Path(tempfile.mkdtemp(prefix="mwd-run", dir="/tmp"))
         token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
         floor_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
-        proc, url, key = await start_run(data, marks)
+        proc, url, key = await start_run(data, marks, redis_url)
         try:
             await configure(url, key, cyrus, emulator, token)
             stop = asyncio.Event()
@@ -298,8 +317,7 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
             print(f"per mail, ours − floor: p50 {statistics.median(diff):.0f} / min "
                   f"{diff[0]:.0f} / max {diff[-1]:.0f} ms; the state event of ours after the "
                   f"floor's: {sum(1 for d in diff if d > 0)} of {len(diff)}")
-            if marks is not None:
-                print_marks(marks, delivered)
+            path = print_marks(marks, delivered) if marks is not None else []
 
             echo_token = f"{secrets.randbelow(10**9)}:{secrets.token_urlsafe(20)}"
             echo = asyncio.create_task(floor_echo(emulator, echo_token, stop := asyncio.Event()))
@@ -319,15 +337,16 @@ async def run(mails: int, spacing_s: float, chats: int, marks: Path | None,
             echoes = await stored_after(emulator, echo_token, CHAT, chats)
             if FLOOR_FAULTS:
                 print("the floors' connections met: " + ", ".join(FLOOR_FAULTS))
-            print(line("chat round trip (long polling)",
-                       [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)],
-                       [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]))
+            chat = [(s - a) * 1000 for s, a in zip(replies, asked, strict=True)]
+            chat_floor = [(s - a) * 1000 for s, a in zip(echoes, asked_floor, strict=True)]
+            print(line("chat round trip (long polling)", chat, chat_floor))
             print("SUMMARY delivery: " + json.dumps({
                 "mails": mails, "spacing_ms": spacing_s * 1000, "quiet": quiet,
                 "load": round(load, 2),
                 "p50_ms": round(statistics.median(to_phone)),
                 "p99_ms": round(pct(to_phone, 0.99)),
                 "floor_p99_ms": round(pct(floor_ms, 0.99))}))
+            return Delivered(to_phone, floor_ms, chat, chat_floor, path)
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 30)

@@ -25,11 +25,12 @@ class Peers:
 
 
 @contextlib.contextmanager
-def started_peers(prefix: str) -> Iterator[Peers]:
-    """Start the three peers (Cyrus's CA trusted process-wide), stop and remove them after."""
+def started_peers(prefix: str, *, embedded_redis: bool = True) -> Iterator[Peers]:
+    """Start the three peers (Cyrus's CA trusted process-wide), stop and remove them after.
+    Without `embedded_redis` no Redis (`redis_url` is empty): the caller brings its own."""
     data = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    redis_server = EmbeddedRedis(data / "redis")
-    url = redis_server.start()
+    redis_server = EmbeddedRedis(data / "redis") if embedded_redis else None
+    url = redis_server.start() if redis_server is not None else ""
     base = new_base_dir()
     cyrus = CyrusServer(base, users={CYRUS_USER: CYRUS_PASSWORD})
     cyrus.start()
@@ -41,5 +42,6 @@ def started_peers(prefix: str) -> Iterator[Peers]:
         emulator.stop()
         cyrus.stop()
         remove_base_dir(base)
-        redis_server.stop()
+        if redis_server is not None:
+            redis_server.stop()
         shutil.rmtree(data, ignore_errors=True)

@@ -24,12 +24,11 @@ from redis.exceptions import ResponseError
 from messageweave.aio import Batcher
 from messageweave.jsonio import dump_json
 from messageweave.store import keys
+from messageweave.store.cluster_wait import wait_on_every_slot
 from messageweave.store.redis import Redis
 from messageweave.store.redis_url import is_cluster
 from messageweave.store.scripts import Script
 
-# `StreamStore._read_per_slot`: the shortest wait on one slot's streams.
-_MIN_BLOCK_SLICE_MS = 100
 # `/api/delivery`'s `unread` counts at most this many entries (Redis 6.2 has no `lag`).
 UNREAD_COUNT_CAP = 10_000
 # Streams whose entries are deleted by the script that finishes them (terminal record + XACK),
@@ -265,20 +264,17 @@ class StreamStore:
     async def _read_per_slot(self, consumer: str, groups: list[tuple[str, ...]], count: int,
                              block_ms: int | None) -> list[Entry]:
         """A cluster: each slot's streams without waiting, `count` shared, in turn; when none
-        has an entry, a wait of `block_ms` split over the slots in turn (so an idle worker
-        answers an entry of the slot it is not waiting on up to `block_ms`·(n−1)/n later:
-        reference §7.18)."""
+        has an entry, a wait of `block_ms` on every slot at once (`cluster_wait`, reference
+        §7.18)."""
         out: list[Entry] = []
         for group in groups:
             if len(out) < count:
                 out += await self._read(consumer, group, count - len(out), None)
         if out or not block_ms:
             return out
-        share = max(_MIN_BLOCK_SLICE_MS, block_ms // len(groups))
-        for group in groups:
-            out = await self._read(consumer, group, count, share)
-            if out:
-                return out
+        for reply in await wait_on_every_slot(self.redis, consumer, groups, count, block_ms):
+            for stream, rows in reply:
+                out += _entries(stream, rows)
         return out
 
     async def claim(self, stream: str, consumer: str, ids: list[str]) -> list[Entry]:
