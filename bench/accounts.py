@@ -107,7 +107,7 @@ class Neighbours:
             if (await streams.stats(names.stream_jmap))["pending"] > 0:
                 return
             await asyncio.sleep(0.1)
-        raise SystemExit(f"the worker never took {account}'s mail")
+        print(f"  the worker took none of {account}'s mail within 30 s", flush=True)
 
     async def _add_big(self) -> None:
         account = self._new_id(BIG)
