@@ -129,12 +129,16 @@ class Idle:
     redis_clients: int
     redis_keys: int
     top_tasks: dict[str, int]
+    account_keys: list[str]  # the Redis keys of one account (`acc001`), its id as <id>
+    redis_top: dict[str, float]  # Redis's commands per second over the idle time, by command
 
 
-async def _redis_counters(redis: aioredis.Redis) -> tuple[int, float]:
+async def _redis_counters(redis: aioredis.Redis) -> tuple[int, float, dict[str, int]]:
     stats, cpu = await redis.info("stats"), await redis.info("cpu")
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"])
+             for name, v in (await redis.info("commandstats")).items()}
     return (int(stats["total_commands_processed"]),
-            float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))
+            float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), calls)
 
 
 async def until_connected(b: Bench, others: int, limit_s: float = 180) -> int:
@@ -154,12 +158,13 @@ async def until_connected(b: Bench, others: int, limit_s: float = 180) -> int:
 
 async def idle(b: Bench, accounts: int, idle_s: float, tasks_file: Path) -> Idle:
     ticks, switched = _cpu_ticks(b.pid), _switches(b.pid)
-    commands, redis_cpu = await _redis_counters(b.redis)
+    commands, redis_cpu, calls = await _redis_counters(b.redis)
     started = time.monotonic()
     await asyncio.sleep(idle_s)
     took = time.monotonic() - started
     ticks, switched = _cpu_ticks(b.pid) - ticks, _switches(b.pid) - switched
-    commands_after, redis_cpu_after = await _redis_counters(b.redis)
+    commands_after, redis_cpu_after, calls_after = await _redis_counters(b.redis)
+    per_s = {c: (n - calls.get(c, 0)) / took for c, n in calls_after.items()}
     found = await asyncio.to_thread(_tasks, b.pid, tasks_file)
     counted = found.get("tasks", {})
     assert isinstance(counted, dict)
@@ -167,13 +172,16 @@ async def idle(b: Bench, accounts: int, idle_s: float, tasks_file: Path) -> Idle
     return Idle(
         accounts=accounts, rss_kib=_status(b.pid, "VmRSS"),
         cpu_pct=100 * ticks / CLK_TCK / took, switches_per_s=switched / took,
-        redis_cmds_per_s=(commands_after - commands - 3) / took,  # our INFO stats, cpu, stats
+        redis_cmds_per_s=(commands_after - commands - 4) / took,  # our INFOs
         redis_cpu_pct=100 * (redis_cpu_after - redis_cpu) / took,
         threads=_status(b.pid, "Threads"), tasks=sum(counted.values()),
         tcp_to_dovecot=_tcp_to(b.pid, b.peers.port),
         redis_clients=int(clients["connected_clients"]) - 1,  # ours
         redis_keys=int(await b.redis.dbsize()),
-        top_tasks=dict(list(counted.items())[:8]))
+        top_tasks=dict(list(counted.items())[:8]),
+        account_keys=sorted([k.replace("acc001", "<id>")
+                             async for k in b.redis.scan_iter("a:{acc001}:*")]),
+        redis_top={c: round(v, 1) for c, v in sorted(per_s.items(), key=lambda cv: -cv[1])[:8]})
 
 
 def _line(i: Idle, s: Series) -> str:
@@ -181,7 +189,9 @@ def _line(i: Idle, s: Series) -> str:
             f"of a core, {i.switches_per_s:.0f} context switches/s, Redis {i.redis_cmds_per_s:.0f}"
             f" commands/s ({i.redis_cpu_pct:.2f} % CPU), {i.threads} threads, {i.tasks} tasks, "
             f"{i.tcp_to_dovecot} connections to Dovecot, {i.redis_clients} Redis clients, "
-            f"{i.redis_keys} keys\n  tasks: {i.top_tasks}\n  {s.line()}")
+            f"{i.redis_keys} keys\n  tasks: {i.top_tasks}\n  Redis commands/s: {i.redis_top}"
+            f"\n  one account's keys: "
+            f"{', '.join(i.account_keys) or 'none'}\n  {s.line()}")
 
 
 def _growth(a: Idle, z: Idle) -> str:
