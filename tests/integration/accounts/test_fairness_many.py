@@ -10,7 +10,7 @@ from messageweave.pipeline.worker import WorkerOptions
 from messageweave.store.mailbox import enqueue_new_mails
 from messageweave.store.streams import StreamStore
 from tests.helpers import eventually
-from tests.integration.accounts.conftest import add_account
+from tests.integration.accounts.conftest import ServedAccount, add_account
 from tests.integration.accounts.test_fairness import blackhole
 from tests.peers.cyrus import CyrusServer
 from tests.served import ServedApp
@@ -31,30 +31,66 @@ async def test_many_hanging_mail_servers_at_their_share_leave_another_account_ro
                                      jmap_session_url=f"https://127.0.0.1:{port}/")
                    for n in range(HANGING)]
         family = await add_account(served, cyrus, "family")
-        streams = StreamStore(served.redis)
-        # A read already waiting (XREADGROUP BLOCK) when the last accounts came counted fewer
-        # accounts, so larger shares (one account over its share: not this case). Once the
-        # family's first mail is sent, every read counts them all.
-        first = cyrus.append(subject="lunch at noon", user=family.user)
-        await enqueue_new_mails(served.redis, family.user, [first.email_id], names=family.keys)
-        await served.emulator.wait_for_messages(served.token, family.chat, 1, timeout_s=10)
+        await counted_by_the_worker(served, cyrus, family)
         share = WorkerOptions().concurrency // (HANGING + 2)
         for account in hanging:
-            stuck = [f"M{n:024x}" for n in range(STUCK)]
-            assert await enqueue_new_mails(served.redis, account.user, stuck,
-                                           names=account.keys) == STUCK
+            await hang(served, account, STUCK, share)
+        await notified_at_once(served, cyrus, family)
 
-        async def each_at_its_share() -> bool:
-            pending = [(await streams.stats(a.keys.stream_jmap))["pending"] for a in hanging]
-            return all(p >= share for p in pending)
 
-        await eventually(each_at_its_share, "every hanging account's share of the slots taken")
-        subject = "dinner at eight"
-        new = cyrus.append(subject=subject, user=family.user)
-        started = time.monotonic()
-        await enqueue_new_mails(served.redis, family.user, [new.email_id], names=family.keys)
-        sent = await served.emulator.wait_for_messages(served.token, family.chat, 2,
-                                                       timeout_s=2.0)
-        took = time.monotonic() - started
-        assert [m for m in sent if subject in m.text], f"{len(sent)} messages, not the mail's"
-        assert took < 2.0, f"the family's mail took {took:.2f} s"
+async def test_an_account_over_its_share_leaves_another_account_the_free_slots(
+    served: ServedApp, cyrus: CyrusServer
+) -> None:
+    """Catches a worker whose read waited for more free slots than the accounts at their
+    shares leave: an account whose mail server hangs took its share while it had one
+    neighbour (32 of 64 slots) and keeps them while it hangs; two more hanging accounts came,
+    each taking its new share (12), and with 8 slots free another account's new mail waited
+    for a hanging attempt to end (the mail timeout, 10 s here, and longer: each retries)."""
+    async with blackhole() as port:
+        hole = f"https://127.0.0.1:{port}/"
+        first = await add_account(served, cyrus, "dead0", jmap_session_url=hole)
+        await hang(served, first, 32, 32)
+        more = [await add_account(served, cyrus, f"dead{n}", jmap_session_url=hole)
+                for n in (1, 2)]
+        family = await add_account(served, cyrus, "family")
+        await counted_by_the_worker(served, cyrus, family)
+        for account in more:  # five mail streams: a share of 12
+            await hang(served, account, STUCK, 12)
+        await notified_at_once(served, cyrus, family)
+
+
+async def counted_by_the_worker(served: ServedApp, cyrus: CyrusServer,
+                                family: ServedAccount) -> None:
+    """Once the family's first mail is sent, every read of the worker counts every account: a
+    read already waiting (XREADGROUP BLOCK) when the last accounts came counted fewer, so
+    larger shares."""
+    first = cyrus.append(subject="lunch at noon", user=family.user)
+    await enqueue_new_mails(served.redis, family.user, [first.email_id], names=family.keys)
+    await served.emulator.wait_for_messages(served.token, family.chat, 1, timeout_s=10)
+
+
+async def hang(served: ServedApp, account: ServedAccount, mails: int, taken: int) -> None:
+    """Queue `mails` mails of an account whose mail server hangs, until the worker holds
+    `taken` of them (each attempt waiting out the mail timeout)."""
+    stuck = [f"M{n:024x}" for n in range(mails)]
+    assert await enqueue_new_mails(served.redis, account.user, stuck,
+                                   names=account.keys) == mails
+    streams = StreamStore(served.redis)
+
+    async def held() -> bool:
+        return (await streams.stats(account.keys.stream_jmap))["pending"] >= taken
+
+    await eventually(held, f"{taken} of {account.id}'s mails taken")
+
+
+async def notified_at_once(served: ServedApp, cyrus: CyrusServer,
+                           family: ServedAccount) -> None:
+    """The family's new mail is in its chat within 2 s (its second message)."""
+    subject = "dinner at eight"
+    new = cyrus.append(subject=subject, user=family.user)
+    started = time.monotonic()
+    await enqueue_new_mails(served.redis, family.user, [new.email_id], names=family.keys)
+    sent = await served.emulator.wait_for_messages(served.token, family.chat, 2, timeout_s=2.0)
+    took = time.monotonic() - started
+    assert [m for m in sent if subject in m.text], f"{len(sent)} messages, not the mail's"
+    assert took < 2.0, f"the family's mail took {took:.2f} s"
