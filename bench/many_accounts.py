@@ -23,6 +23,11 @@ emulator. For each level N (accounts on the instance, `default` included):
 4. `--mails` new mails of `default` timed to the chat beside the floor (1,618 ms apart).
 
 Prints one line per level, the growth per account between levels, and `SUMMARY many_accounts:`.
+Each level's serve log is kept and its lines of "Too many connections" counted: every account's
+scheduler holds a pub/sub subscription (its catch-up wakes) on the instance's one Redis client,
+whose redis-py pool has 100 connections, so near 100 accounts (and in the burst of a start near
+50) the instance's Redis calls fail. When making an account fails, the level is measured with
+the accounts made and the run ends there.
 The periodic passes are part of idle: with N accounts and a 60 s interval, N / 60 passes a
 second (an account's push is not held yet, reference §7.16: its mail comes by them).
 """
@@ -44,9 +49,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
 import redis.asyncio as aioredis
 from bench.account_series import Bench, Series, add_account, bench, dovecot_user, series
-from bench.imap_delivery import PASSWORD, USER, Security, started_peers
+from bench.imap_delivery import PASSWORD, USER, Peers, Security, started_peers
 from tests.peers.dovecot import DovecotServer, require_dovecot
 
 PROBE = Path(__file__).parent / "probe"
@@ -207,6 +213,34 @@ def _growth(a: Idle, z: Idle) -> str:
             f"{(z.redis_keys - a.redis_keys) / n:+.1f}")
 
 
+def _pool_errors(log: Path) -> int:
+    return sum(1 for line in log.read_text(errors="replace").splitlines()
+               if "Too many connections" in line)
+
+
+async def _make_accounts(peers: Peers, made: int, wanted: int, wire: dict[str, object]
+                         ) -> tuple[int, bool]:
+    """The accounts `acc001`… up to `wanted` in all (`default` included), made over the admin
+    API of a serve process stopped after; (how many other accounts exist, whether making the
+    next one failed: the instance then stops answering, see the module's doc)."""
+    if made >= wanted - 1:
+        return made, False
+    log = Path(tempfile.mkstemp(prefix="mwm-make-", suffix=".log")[1])
+    started = time.monotonic()
+    async with bench(peers, log, **wire) as b:
+        while made < wanted - 1:
+            await asyncio.to_thread(dovecot_user, b, f"acc{made + 1:03d}")
+            try:
+                await add_account(b, f"acc{made + 1:03d}")
+            except SystemExit as exc:
+                print(f"account {made + 1} ({made + 2} in all) failed: {exc}; "
+                      f"{_pool_errors(log)} lines of 'Too many connections' in {log}", flush=True)
+                return made, True
+            made += 1
+    print(f"accounts up to {wanted} made in {time.monotonic() - started:.0f} s", flush=True)
+    return made, False
+
+
 async def run(args: argparse.Namespace) -> None:
     tasks_file = Path(tempfile.mkstemp(prefix="mwm-tasks-", suffix=".jsonl")[1])
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE), os.environ.get("PYTHONPATH")])),
@@ -215,24 +249,24 @@ async def run(args: argparse.Namespace) -> None:
     rows: list[tuple[Idle, Series]] = []
     made = 0
     with started_peers("dovecot", roomy_dovecot()) as peers:
-        for level in args.levels:
+        for wanted in args.levels:
+            made, failed = await _make_accounts(peers, made, wanted, wire)
+            level = made + 1
             log = Path(tempfile.mkstemp(prefix="mwm-serve-", suffix=".log")[1])
-            if made < level - 1:
-                async with bench(peers, log, **wire) as b:
-                    started = time.monotonic()
-                    while made < level - 1:
-                        made += 1
-                        await asyncio.to_thread(dovecot_user, b, f"acc{made:03d}")
-                        await add_account(b, f"acc{made:03d}")
-                    print(f"accounts up to {level} made in {time.monotonic() - started:.0f} s",
-                          flush=True)
-            async with bench(peers, log, env, **wire) as b:
-                connected = await until_connected(b, level - 1)
-                print(f"{level} accounts: {connected} connections to Dovecot", flush=True)
-                await asyncio.sleep(args.settle_s)
-                measured = await idle(b, level, args.idle_s, tasks_file)
-                rows.append((measured, await series(b, f"{level} accounts", args.mails)))
-                print(_line(*rows[-1]), flush=True)
+            try:
+                async with bench(peers, log, env, **wire) as b:
+                    connected = await until_connected(b, level - 1)
+                    print(f"{level} accounts: {connected} connections to Dovecot", flush=True)
+                    await asyncio.sleep(args.settle_s)
+                    measured = await idle(b, level, args.idle_s, tasks_file)
+                    rows.append((measured, await series(b, f"{level} accounts", args.mails)))
+                    print(_line(*rows[-1]), flush=True)
+            except (SystemExit, AssertionError, httpx.HTTPError) as exc:
+                print(f"{level} accounts: the measured instance failed: {exc!r}"[:400])
+            print(f"  its log ({log}): {_pool_errors(log)} lines of 'Too many connections' "
+                  "(redis-py's pool of 100 connections ran dry)", flush=True)
+            if failed:
+                break
     for (a, _), (z, _) in itertools.pairwise(rows):
         print(_growth(a, z))
     if len(rows) > 1:
