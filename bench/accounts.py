@@ -26,6 +26,10 @@ its neighbours are put in place and `--mails` new mails of the measured account 
   backlog lasts the whole run (its chat's first message is awaited before the series starts).
 - `both`: the blackholed and the backlog accounts together (issue #37 item 4's third account).
 
+With `--ghosts 3` the blackholed accounts come one after another, each taking the share it has
+then (32, 21, 16 of the worker's 64 slots) and keeping it while its server hangs: the case of
+reference §7.16 where the shares no longer leave the measured account a slot.
+
 A phase keeps the neighbours of the phases before it (`alone,blackhole` and
 `alone,backlog,both` are two runs): an account deleted while its mail server hangs is no
 neighbour to measure beside, its attempts go on holding the worker's slots after the deletion
