@@ -156,11 +156,12 @@ def imap_wire(peers: Peers, bot_token: str) -> dict[str, object]:
 @contextlib.asynccontextmanager
 async def served(peers: Peers, log: Path, extra_env: dict[str, str] | None = None
                  ) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
-    """`messageweave serve` on the embedded Redis, until `/healthz` answers; (client, pid)."""
+    """`messageweave serve` on the embedded Redis, until `/healthz` answers; (client, pid).
+    `extra_env` comes last (it may name another REDIS_URL)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
-    env.update(extra_env or {})
     env.update(REDIS_URL=peers.redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port))
+    env.update(extra_env or {})
     with log.open("ab") as out:
         proc = await asyncio.create_subprocess_exec(
             console_script("messageweave"), "serve", "--host", "127.0.0.1", env=env,

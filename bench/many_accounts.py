@@ -218,25 +218,28 @@ def _pool_errors(log: Path) -> int:
                if "Too many connections" in line)
 
 
-async def _make_accounts(peers: Peers, made: int, wanted: int, wire: dict[str, object]
-                         ) -> tuple[int, bool]:
+async def _make_accounts(peers: Peers, made: int, wanted: int, env: dict[str, str],
+                         wire: dict[str, object]) -> tuple[int, bool]:
     """The accounts `acc001`… up to `wanted` in all (`default` included), made over the admin
     API of a serve process stopped after; (how many other accounts exist, whether making the
     next one failed: the instance then stops answering, see the module's doc)."""
     if made >= wanted - 1:
         return made, False
     log = Path(tempfile.mkstemp(prefix="mwm-make-", suffix=".log")[1])
-    started = time.monotonic()
-    async with bench(peers, log, **wire) as b:
+    started, failure = time.monotonic(), ""
+    async with bench(peers, log, env, **wire) as b:
         while made < wanted - 1:
             await asyncio.to_thread(dovecot_user, b, f"acc{made + 1:03d}")
             try:
                 await add_account(b, f"acc{made + 1:03d}")
             except SystemExit as exc:
-                print(f"account {made + 1} ({made + 2} in all) failed: {exc}; "
-                      f"{_pool_errors(log)} lines of 'Too many connections' in {log}", flush=True)
-                return made, True
+                failure = str(exc)
+                break
             made += 1
+    if failure:  # the log is read once the process is gone (its stdout is buffered)
+        print(f"account {made + 1} ({made + 2} in all) failed: {failure}; "
+              f"{_pool_errors(log)} lines of 'Too many connections' in {log}", flush=True)
+        return made, True
     print(f"accounts up to {wanted} made in {time.monotonic() - started:.0f} s", flush=True)
     return made, False
 
@@ -249,8 +252,10 @@ async def run(args: argparse.Namespace) -> None:
     rows: list[tuple[Idle, Series]] = []
     made = 0
     with started_peers("dovecot", roomy_dovecot()) as peers:
+        if args.redis_pool:  # redis-py reads it from the URL's query
+            env["REDIS_URL"] = f"{peers.redis_url}&max_connections={args.redis_pool}"
         for wanted in args.levels:
-            made, failed = await _make_accounts(peers, made, wanted, wire)
+            made, failed = await _make_accounts(peers, made, wanted, env, wire)
             level = made + 1
             log = Path(tempfile.mkstemp(prefix="mwm-serve-", suffix=".log")[1])
             try:
@@ -284,6 +289,9 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=10.0)
     parser.add_argument("--reconcile-s", type=int, default=60)
     parser.add_argument("--audit-s", type=int, default=600)
+    parser.add_argument("--redis-pool", type=int, default=0,
+                        help="the serve processes' Redis pool size (REDIS_URL's "
+                             "max_connections; redis-py's default: 100)")
     args = parser.parse_args()
     if args.levels != sorted(args.levels) or args.levels[0] < 1:
         parser.error("--levels must ascend from 1 or more")
