@@ -23,11 +23,11 @@ emulator. For each level N (accounts on the instance, `default` included):
 4. `--mails` new mails of `default` timed to the chat beside the floor (1,618 ms apart).
 
 Prints one line per level, the growth per account between levels, and `SUMMARY many_accounts:`.
-Each level's serve log is kept and its lines of "Too many connections" counted: every account's
-scheduler holds a pub/sub subscription (its catch-up wakes) on the instance's one Redis client,
-whose redis-py pool has 100 connections, so near 100 accounts (and in the burst of a start near
-50) the instance's Redis calls fail. When making an account fails, the level is measured with
-the accounts made and the run ends there.
+Each level's serve log is kept and its lines of "Too many connections" counted: the instance's
+one Redis client has a redis-py pool of 100 connections, which each account's own catch-up
+subscription (before `63c4e27`) and the bursts of every account's passes and audits at once run
+dry near 70 accounts (docs/benchmarks.md); `--redis-pool` raises it. When making an account
+fails, the level is measured with the accounts made and the run ends there.
 The periodic passes are part of idle: with N accounts and a 60 s interval, N / 60 passes a
 second (an account's push is not held yet, reference §7.16: its mail comes by them).
 """
