@@ -168,7 +168,7 @@ async def floor_eventsource(cyrus: CyrusServer, emulator: TelegramEmulator, toke
                         event = parser.feed(raw.rstrip("\r"))
                         if event is not None and event.type == "state":
                             mark(marks, "floor_event")
-                            await _send_retried(http, send, f"floor {n}")
+                            await send_retried(http, send, f"floor {n}")
                             n += 1
                         if stop.is_set():
                             return
@@ -180,7 +180,7 @@ async def floor_eventsource(cyrus: CyrusServer, emulator: TelegramEmulator, toke
 FLOOR_FAULTS: list[str] = []  # what the floor's connections met during the run
 
 
-async def _send_retried(http: httpx.AsyncClient, url: str, text: str,
+async def send_retried(http: httpx.AsyncClient, url: str, text: str,
                         chat: int = FLOOR_CHAT) -> None:
     try:
         await http.post(url, json={"chat_id": chat, "text": text})
@@ -200,7 +200,7 @@ async def floor_echo(emulator: TelegramEmulator, token: str, stop: asyncio.Event
             for update in answer.get("result", []):
                 offset = update["update_id"] + 1
                 chat = update["message"]["chat"]["id"]
-                await _send_retried(http, f"{base}/sendMessage", "echo", chat)
+                await send_retried(http, f"{base}/sendMessage", "echo", chat)
 
 
 async def stored_after(emulator: TelegramEmulator, token: str, chat: int, count: int,

@@ -61,6 +61,7 @@ from typing import cast
 
 import httpx
 import redis.asyncio as aioredis
+from bench.delivery import send_retried
 from bench.pipeline import pct
 from bench.quiet import add_quiet_arguments, quiet_gaps
 from tests.helpers import ADMIN_KEY, configure, console_script, free_port, sample_wire
@@ -106,6 +107,9 @@ class Peers:
                           security=self.security, ssl_context=self.server.ssl_context())
 
 
+ImapServer = contextlib.AbstractContextManager[tuple[DovecotServer | CyrusServer, int, Security]]
+
+
 @contextlib.contextmanager
 def imap_server(name: str) -> Iterator[tuple[DovecotServer | CyrusServer, int, Security]]:
     if name == "dovecot":
@@ -123,15 +127,16 @@ def imap_server(name: str) -> Iterator[tuple[DovecotServer | CyrusServer, int, S
 
 
 @contextlib.contextmanager
-def started_peers(name: str) -> Iterator[Peers]:
-    """The IMAP server, the embedded Redis and the emulator; stopped and removed after."""
+def started_peers(name: str, server: ImapServer | None = None) -> Iterator[Peers]:
+    """The IMAP server (`server`, else `imap_server(name)`), the embedded Redis and the
+    emulator; stopped and removed after."""
     data = Path(tempfile.mkdtemp(prefix="mwi", dir="/tmp"))
     redis_server = EmbeddedRedis(data / "redis")
     url = redis_server.start()
     emulator = TelegramEmulator.start(data / "logs")
     try:
-        with imap_server(name) as (server, port, security):
-            yield Peers(server, port, security, emulator, url)
+        with server or imap_server(name) as (imap, port, security):
+            yield Peers(imap, port, security, emulator, url)
     finally:
         emulator.stop()
         redis_server.stop()
@@ -149,11 +154,14 @@ def imap_wire(peers: Peers, bot_token: str) -> dict[str, object]:
 
 
 @contextlib.asynccontextmanager
-async def served(peers: Peers, log: Path) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
-    """`messageweave serve` on the embedded Redis, until `/healthz` answers; (client, pid)."""
+async def served(peers: Peers, log: Path, extra_env: dict[str, str] | None = None
+                 ) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
+    """`messageweave serve` on the embedded Redis, until `/healthz` answers; (client, pid).
+    `extra_env` comes last (it may name another REDIS_URL)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_ENABLED", "DEBUG_TOKEN")}
     env.update(REDIS_URL=peers.redis_url, CONFIG_ENCRYPTION_KEY=ADMIN_KEY, PORT=str(port))
+    env.update(extra_env or {})
     with log.open("ab") as out:
         proc = await asyncio.create_subprocess_exec(
             console_script("messageweave"), "serve", "--host", "127.0.0.1", env=env,
@@ -207,8 +215,10 @@ class Floor:
                 counts = [d.number for d in news if d.kind == "EXISTS" and d.number is not None]
                 if counts:
                     self.exists.append((max(counts), time.time()))
-                    await http.post(f"{self.base}/sendMessage",
-                                    json={"chat_id": FLOOR_CHAT, "text": f"EXISTS {max(counts)}"})
+                    # once more on a connection the emulator closed meanwhile (Node closes an
+                    # idle one after 5 s: a quiet spell, the pauses of bench.accounts)
+                    await send_retried(http, f"{self.base}/sendMessage",
+                                       f"EXISTS {max(counts)}", FLOOR_CHAT)
 
     def heard(self, n: int) -> float | None:
         """When the floor first heard the EXISTS that counts mail n (0-based)."""

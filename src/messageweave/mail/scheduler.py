@@ -44,7 +44,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from messageweave.aio import cancel, every, raise_if_cancelling
+from messageweave.aio import every, raise_if_cancelling
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.logs import RepeatLog
@@ -64,12 +64,11 @@ from messageweave.mail.passes import (
 from messageweave.store import keys
 from messageweave.store.mailbox import (
     LockLost,
+    catchup_wakes,
     claim_slot,
-    relay_catchup_announcements,
     request_catchup,
     slot_free,
     take_catchup,
-    watch_catchups,
 )
 from messageweave.store.push import current_registration
 
@@ -77,7 +76,6 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 SLOT_CHECK_S = 1.0
-RESUBSCRIBE_S = 1.0
 # The places of the failure lines (`RepeatLog`); a pass's is "<kind> reconcile".
 TICK = "scheduler tick"
 SWEEP = "orphan push subscription sweep"
@@ -113,15 +111,8 @@ async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> N
     timers = _Timers()
     wake = asyncio.Event()
     wake.set()  # the first tick at once
-    watch_catchups(svc.redis, wake)
-    relay = asyncio.create_task(
-        every(RESUBSCRIBE_S, lambda: relay_catchup_announcements(svc.redis, wake), log,
-              "catch-up wake subscription"),
-        name="catch-up-wake")
-    try:
+    async with catchup_wakes(svc.redis, wake):  # one subscription for all the accounts
         await every(0, lambda: _woken_tick(svc, timers, clock, wake), log, "scheduler tick")
-    finally:
-        await cancel(relay)  # closes the subscription's connection
 
 
 async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,

@@ -5,7 +5,7 @@ Every instance runs one continuously (`run_worker`, started by the app lifespan)
 XREADGROUP BLOCK over the mail stream of each account served (`services.AccountRegistry`) and
 the chat stream, under a consumer name unique to the process, bounded concurrency, and per-chat
 lanes so messages to one chat leave in stream order. Each account's mail may hold only its share
-of the slots (`Worker._share`, issue #35, SPEC G.5): a backlog of one account, whose entries
+of the slots (`pipeline.shares`, issue #35, SPEC G.5): a backlog of one account, whose entries
 wait in its chat's lane, never keeps another account's new mail from being read and run.
 `POST /worker` and `messageweave drain` call `Worker.drain_once` for cron-driven deployments.
 
@@ -48,6 +48,7 @@ from redis.exceptions import RedisError
 from messageweave.aio import cancel, raise_if_cancelling
 from messageweave.logs import RepeatLog
 from messageweave.ops.sendlog import Outcome
+from messageweave.pipeline import shares
 from messageweave.pipeline.attempt import BACKOFF_BASE_S, BACKOFF_CAP_S, Deliverer
 from messageweave.pipeline.events import MailPrefetch, lane_of
 from messageweave.pipeline.governor import Governor
@@ -55,7 +56,7 @@ from messageweave.pipeline.ledger import Ledger
 from messageweave.pipeline.replyless import finish_replyless
 from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.streams import Entry, StreamStore, is_mail_stream
+from messageweave.store.streams import Entry, StreamStore
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,6 @@ HEARTBEAT_INTERVAL_S = 2.0
 OWN_IDLE_MS = 10_000
 TRIM_EVERY = 15  # maintenance passes
 MAX_BATCH = 10
-READ_BATCH_DIVISOR = 4  # the continuous worker reads once concurrency / 4 slots are free
 # The places of the failure lines (`RepeatLog`).
 READ = "worker read"
 MAINTENANCE = "worker maintenance"
@@ -137,7 +137,7 @@ class Worker:
         self.process = self.deliverer.process
         self._slots = asyncio.Semaphore(self.options.concurrency)
         self._running = 0
-        self._held: dict[str, int] = {}  # stream → its entries running (`_share`)
+        self._held: dict[str, int] = {}  # stream → its entries running (`shares`)
         self._grouped: set[str] = set()  # streams whose consumer group this worker made
         self._beaten: set[str] = set()  # streams this worker has written a heartbeat on
         self._freed = asyncio.Event()  # set each time an entry's task ends
@@ -214,28 +214,16 @@ class Worker:
             await self.streams.ensure_groups(missing)
             self._grouped.update(missing)
 
-    def _share(self, stream: str, mail_streams: int) -> int:
-        """The slots one account's mail may hold (SPEC G.5): all of them while it is the only
-        one, else an equal part, so a backlog of one account (whose entries wait in its chat's
-        lane, each holding a slot) leaves the other accounts' new mail slots to run in."""
-        if not is_mail_stream(stream) or mail_streams <= 1:
-            return self.options.concurrency
-        return max(1, self.options.concurrency // mail_streams)
-
     def _readable(self, streams: list[str]) -> tuple[list[str], int]:
         """The streams with room for another entry, and how many to read from each: no mail
-        stream is read past its account's share (`_share`)."""
-        mail_streams = sum(1 for s in streams if is_mail_stream(s))
-        room = {s: self._share(s, mail_streams) - self._held.get(s, 0) for s in streams}
-        readable = [s for s in streams if room[s] > 0]
-        count = min([max(1, self._free_slots()), *(room[s] for s in readable)])
-        return readable, count
+        stream is read past its account's share (`shares.readable`)."""
+        return shares.readable(streams, self._held, self.options.concurrency,
+                               self._free_slots())
 
     async def _room_for_a_batch(self) -> None:
-        """Wait until a quarter of the slots are free: a busy worker reads (and fetches the
-        mail of, `MailPrefetch`) several entries at once rather than one per finished task."""
-        wanted = max(1, self.options.concurrency // READ_BATCH_DIVISOR)
-        while self._free_slots() < wanted:
+        """Wait until `shares.batch` slots are free (a quarter, or what the accounts leave)."""
+        while self._free_slots() < shares.batch(self._streams(), self._held,
+                                                self.options.concurrency):
             self._freed.clear()
             await self._freed.wait()
 

@@ -12,15 +12,20 @@ Lua script (`messageweave.store.scripts.Script`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from messageweave.aio import LocalWakes, raise_if_cancelling
+from messageweave.aio import LocalWakes, cancel, every, raise_if_cancelling
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.redis_url import initialized
 from messageweave.store.scripts import Script
+
+log = logging.getLogger(__name__)
 
 STREAM_JMAP_MAXLEN = 100_000
 NOT_NOTIFIED = "not_notified"
@@ -371,6 +376,7 @@ _CATCHUP_WAKES = LocalWakes()
 # Reads end this often: the client's health-check PING still goes out, and a stop that redis-py
 # swallowed inside a read is seen within this time (`raise_if_cancelling` after each read).
 CATCHUP_LISTEN_S = 1.0
+RESUBSCRIBE_S = 1.0  # after the subscription failed (Redis away)
 
 
 def watch_catchups(redis: Redis, wake: asyncio.Event) -> None:
@@ -393,17 +399,51 @@ async def announce_catchup(redis: Redis, account_id: str) -> None:
     await redis.publish(keys.CATCHUP_WAKE_CHANNEL, account_id)
 
 
-async def relay_catchup_announcements(redis: Redis, wake: asyncio.Event) -> None:
-    """Set `wake` on every `announce_catchup` of any instance, until cancelled or a RedisError.
-    The subscription holds its own connection, closed on the way out. `wake` is also set once
-    subscribed: whatever was announced before that never reached us."""
+async def relay_catchup_announcements(redis: Redis, wake: asyncio.Event | None = None) -> None:
+    """Set `wake` (without one: wake every scheduler watching this client, `watch_catchups`)
+    on every `announce_catchup` of any instance, until cancelled or a RedisError. The
+    subscription holds its own connection, closed on the way out. Also once subscribed:
+    whatever was announced before that never reached us."""
     await initialized(redis)  # a cluster client's pub/sub needs its slot table
+    woken = wake.set if wake is not None else lambda: _CATCHUP_WAKES.wake(redis)
     async with redis.pubsub(ignore_subscribe_messages=True) as sub:
         await sub.subscribe(keys.CATCHUP_WAKE_CHANNEL)
-        wake.set()
+        woken()
         while True:
             message = await sub.get_message(ignore_subscribe_messages=True,
                                             timeout=CATCHUP_LISTEN_S)
             raise_if_cancelling()
             if message is not None:
-                wake.set()
+                woken()
+
+
+@dataclass
+class _Relay:
+    task: asyncio.Task[None]
+    users: int = 0
+
+
+_RELAYS: dict[int, _Relay] = {}  # id(the Redis client) → its one relay
+
+
+@contextlib.asynccontextmanager
+async def catchup_wakes(redis: Redis, wake: asyncio.Event) -> AsyncIterator[None]:
+    """While inside, `wake` is set on every catch-up announcement: this instance's at once
+    (`watch_catchups`), every instance's through one subscription for all the schedulers of
+    this client (`relay_catchup_announcements`, started by the first, stopped with the last).
+    One per account's scheduler held a connection each of the client's pool of 100, which
+    ran dry near 75 accounts: every Redis call of the instance failed (issue #37)."""
+    watch_catchups(redis, wake)
+    relay = _RELAYS.get(id(redis))
+    if relay is None:
+        relay = _RELAYS[id(redis)] = _Relay(asyncio.create_task(
+            every(RESUBSCRIBE_S, lambda: relay_catchup_announcements(redis), log,
+                  "catch-up wake subscription"), name="catch-up-wake"))
+    relay.users += 1
+    try:
+        yield
+    finally:
+        relay.users -= 1
+        if relay.users == 0:
+            del _RELAYS[id(redis)]
+            await cancel(relay.task)  # closes the subscription's connection

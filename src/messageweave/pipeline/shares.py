@@ -1,0 +1,47 @@
+"""How the worker's slots are shared between the accounts (issue #35, SPEC G.5; issue #37).
+
+Each account's mail stream may hold only its share of the slots (`share`), so a backlog of one
+account, whose entries wait in its chat's lane each holding a slot, never keeps another
+account's new mail from being read and run (`readable`); and the read's wait for a batch never
+asks for more free slots than the other accounts leave (`batch`). An account that took more
+than its share while its share was larger (fewer accounts then) keeps those slots as long as
+its attempts run: while its mail server hangs, for as long as it is waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from messageweave.store.streams import is_mail_stream
+
+READ_BATCH_DIVISOR = 4  # the continuous worker reads once concurrency / 4 slots are free
+
+
+def share(concurrency: int, stream: str, mail_streams: int) -> int:
+    """The slots one stream may hold: all of them for the chat stream and for the only mail
+    stream, else an equal part for each mail stream (at least one)."""
+    if not is_mail_stream(stream) or mail_streams <= 1:
+        return concurrency
+    return max(1, concurrency // mail_streams)
+
+
+def readable(streams: Sequence[str], held: Mapping[str, int], concurrency: int,
+             free: int) -> tuple[list[str], int]:
+    """The streams with room for another entry, and how many to read from each: no stream is
+    read past its share."""
+    mail_streams = sum(1 for s in streams if is_mail_stream(s))
+    room = {s: share(concurrency, s, mail_streams) - held.get(s, 0) for s in streams}
+    found = [s for s in streams if room[s] > 0]
+    return found, min([max(1, free), *(room[s] for s in found)])
+
+
+def batch(streams: Sequence[str], held: Mapping[str, int], concurrency: int) -> int:
+    """The free slots the read waits for: a quarter of them (a busy worker reads, and fetches
+    the mail of, several entries at once rather than one per finished task), but no more than
+    the other accounts leave one account, each holding its share or what it took above it.
+    Waiting for more would hold another account's new mail until one of their attempts ended:
+    five hanging mail servers at their shares, or one that kept 32 slots beside two more."""
+    mail = [s for s in streams if is_mail_stream(s)]
+    each = share(concurrency, mail[0], len(mail)) if mail else concurrency
+    left = concurrency - sum(max(held.get(s, 0), each) for s in mail) + each
+    return max(1, min(concurrency // READ_BATCH_DIVISOR, left))
