@@ -45,7 +45,23 @@ const ROUTE_TABLE = [
   ["/api/trace", "GET"],
   // The rules card's dry run: reads the mailbox, sends and writes nothing.
   ["/api/rules/dry-run", "POST"],
+  // Several mailboxes (issue #35): the accounts card, and an owner's sign-in and sign-out.
+  ["/api/accounts", "GET POST"],
+  ["/api/owner/session", "POST"],
+  ["/api/owner/session/revoke", "POST"],
 ];
+
+// One account's routes, `/api/accounts/<id>[/<what>]`: <id> as the backend accepts one
+// (`^[a-z0-9][a-z0-9_-]{0,31}$`, SPEC G.1), so a path can name nothing else. A pattern, not a
+// line per account: an account added on the page needs no gateway release.
+const ACCOUNT_ID = "[a-z0-9][a-z0-9_-]{0,31}";
+const ACCOUNT_TABLE = [
+  ["", "GET PUT DELETE"],
+  ["/status", "GET"],
+  ["/enabled", "PUT"],
+  ["/owner-key", "POST"],
+];
+const ACCOUNT_PATH = new RegExp(`^/api/accounts/${ACCOUNT_ID}(/[a-z-]+)?$`);
 
 // Answered by the gateway itself, never forwarded.
 const LOCAL_TABLE = [["/healthz-worker", "GET"]];
@@ -73,6 +89,13 @@ function compile(table, local) {
 export const ROUTES = compile(ROUTE_TABLE, false);
 export const LOCAL_ROUTES = compile(LOCAL_TABLE, true);
 export const ASSET_ROUTE = route("/assets/<name>.js", "GET", null, false);
+export const ACCOUNT_ROUTES = new Map(ACCOUNT_TABLE.map(
+  ([tail, methods]) => [tail, route(`/api/accounts/<id>${tail}`, methods, null, false)]));
+
+function accountRoute(path) {
+  const m = ACCOUNT_PATH.exec(path);
+  return m ? ACCOUNT_ROUTES.get(m[1] ?? "") : undefined;
+}
 
 // Paths that must never reach a backend, whatever the table says: the one-time bootstrap
 // (it takes the master key) and the debug surface.
@@ -84,7 +107,7 @@ export function neverForwarded(path) {
 export function matchRoute(method, path) {
   if (neverForwarded(path)) return { status: 404 };
   const found = LOCAL_ROUTES.get(path) ?? ROUTES.get(path) ??
-    (ASSET_MODULE.test(path) ? ASSET_ROUTE : undefined);
+    (ASSET_MODULE.test(path) ? ASSET_ROUTE : undefined) ?? accountRoute(path);
   if (!found) return { status: 404 };
   if (!found.methods.has(method)) return { status: 405, allow: found.allow };
   return { status: "ok", route: found };

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
 import { test } from "node:test";
-import { ASSET_MODULE, ASSET_ROUTE, LOCAL_ROUTES, matchRoute, neverForwarded, ROUTES } from "../src/routes.js";
+import { ACCOUNT_ROUTES, ASSET_MODULE, ASSET_ROUTE, LOCAL_ROUTES, matchRoute, neverForwarded, ROUTES } from "../src/routes.js";
 
 const EXPECTED = {
   "/": "GET",
@@ -34,10 +34,13 @@ const EXPECTED = {
   "/api/telegram/discover-chats": "POST",
   "/api/trace": "GET",
   "/api/rules/dry-run": "POST",
+  "/api/accounts": "GET, POST",
+  "/api/owner/session": "POST",
+  "/api/owner/session/revoke": "POST",
 };
 
-test("the table forwards the 18 exact contract routes and the 12 operator routes, nothing else", () => {
-  assert.equal(ROUTES.size, 30);
+test("the table forwards the 18 exact contract routes, the 12 operator routes and the 3 of the accounts, nothing else", () => {
+  assert.equal(ROUTES.size, 33);
   const actual = Object.fromEntries([...ROUTES].map(([path, r]) => [path, r.allow]));
   assert.deepEqual(actual, EXPECTED);
 });
@@ -131,4 +134,49 @@ test("the module pattern names no other directory, file type or encoded path", (
     assert.deepEqual(matchRoute("GET", path), { status: 404 }, path);
   }
   assert.ok(!ASSET_MODULE.test("/debug/x.js") && !ASSET_MODULE.test("/api/bootstrap"));
+});
+
+// Catches: the accounts card, an owner's sign-in and every `/api/accounts/<id>…` route answered
+// 404 by the gateway (issue #35 added them to the service only), so a deployment behind the
+// gateway could not add, pause or remove an account, and no owner could sign in.
+test("one account's routes are forwarded for any valid id, with the service's methods only", () => {
+  const cases = [
+    ["", ["GET", "PUT", "DELETE"]], ["/status", ["GET"]], ["/enabled", ["PUT"]],
+    ["/owner-key", ["POST"]],
+  ];
+  for (const id of ["default", "mum", "work-2", "a_b", "0", "a".repeat(32)]) {
+    for (const [tail, methods] of cases) {
+      const path = `/api/accounts/${id}${tail}`;
+      for (const method of methods) {
+        const m = matchRoute(method, path);
+        assert.equal(m.status, "ok", `${method} ${path}`);
+        assert.equal(m.route, ACCOUNT_ROUTES.get(tail));
+        assert.equal(m.route.timeoutVar, null);
+      }
+      for (const method of ["HEAD", "GET", "POST", "PUT", "DELETE", "PATCH"]) {
+        if (methods.includes(method)) continue;
+        assert.deepEqual(matchRoute(method, path),
+          { status: 405, allow: methods.join(", ") }, `${method} ${path}`);
+      }
+    }
+  }
+  for (const [path, methods] of [["/api/accounts", "GET POST"], ["/api/owner/session", "POST"],
+    ["/api/owner/session/revoke", "POST"]]) {
+    for (const method of methods.split(" ")) {
+      assert.equal(matchRoute(method, path).status, "ok", `${method} ${path}`);
+    }
+  }
+});
+
+test("the account pattern names no other path", () => {
+  for (const path of [
+    "/api/accounts/", "/api/accounts//status", "/api/accounts/Mum", "/api/accounts/-a",
+    "/api/accounts/_a", `/api/accounts/${"a".repeat(33)}`, "/api/accounts/a/b",
+    "/api/accounts/a/status/", "/api/accounts/a/other", "/api/accounts/a/../status",
+    "/api/accounts/%61", "/api/accounts/a%2fstatus", "/api/accounts/a.b", "/api/accounts/a/",
+    "/api/accountsx/a", "/x/api/accounts/a", "/api/accounts/a/owner-key/x",
+  ]) {
+    assert.deepEqual(matchRoute("GET", path), { status: 404 }, path);
+    assert.deepEqual(matchRoute("POST", path), { status: 404 }, path);
+  }
 });
