@@ -720,8 +720,15 @@ async def press(served: ServedApp, message: SentMessage, data: str,
                 from_id: int | None = None) -> dict[str, Any]:
     """Press a button under `message` (as the user `from_id`, default the chat's); the bot's
     answer to that press (answerCallbackQuery)."""
-    pressed = await served.emulator.press_button(served.token, message.chat_id,
-                                                 message.message_id, data, from_id=from_id)
+    return await press_in(served, message.chat_id, message.message_id, data, from_id)
+
+
+async def press_in(served: ServedApp, chat_id: int, message_id: int | None, data: str,
+                   from_id: int | None = None) -> dict[str, Any]:
+    """`press` by the chat and message id (None: a press whose message the test has not
+    kept)."""
+    pressed = await served.emulator.press_button(served.token, chat_id, message_id, data,
+                                                 from_id=from_id)
     assert pressed.status == 204, pressed
     mine: list[dict[str, Any]] = []
 

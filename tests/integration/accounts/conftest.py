@@ -61,3 +61,18 @@ async def add_account(app: ServedApp, cyrus: CyrusServer, account_id: str, *,
 
     await eventually(served, f"account {account_id} served")
     return ServedAccount(account_id, user, chat, imap=dovecot is not None)
+
+
+async def set_enabled(app: ServedApp, account_id: str, enabled: bool) -> None:
+    """Pause or resume an account (`PUT /api/accounts/{id}/enabled`), once the served app's
+    registry has seen it."""
+    answer = await app.client.put(f"/api/accounts/{account_id}/enabled", headers=app.admin,
+                                  json={"enabled": enabled})
+    assert answer.status_code == 200, answer.text
+    svc = app.services
+
+    async def seen() -> bool:
+        served = svc.accounts.get(account_id)
+        return served is not None and served.enabled is enabled
+
+    await eventually(seen, f"account {account_id} enabled={enabled} seen by the app")

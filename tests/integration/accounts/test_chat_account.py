@@ -10,7 +10,7 @@ from typing import Any
 from messageweave.store import keys
 from messageweave.store.oplog import send_log
 from tests.helpers import eventually
-from tests.integration.accounts.conftest import add_account
+from tests.integration.accounts.conftest import add_account, set_enabled
 from tests.peers.cyrus import CyrusServer
 from tests.served import ServedApp
 
@@ -57,16 +57,7 @@ async def test_a_paused_accounts_chat_is_told_it_is_paused(served: ServedApp,
     """Catches a paused account whose chat is answered from its mailbox as if it ran, or whose
     owner gets nothing at all (as if a stranger wrote)."""
     family = await add_account(served, cyrus, "family")
-    paused = await served.client.put("/api/accounts/family/enabled", headers=served.admin,
-                                     json={"enabled": False})
-    assert paused.status_code == 200, paused.text
-    svc = served.services
-
-    async def seen() -> bool:
-        account = svc.accounts.get("family")
-        return account is not None and not account.enabled
-
-    await eventually(seen, "the pause seen by the app")
+    await set_enabled(served, family.id, False)
     assert await _answer(served, family.chat, "/help") == "这个邮箱已暂停"
     assert "这个邮箱已暂停" not in await _answer(served, served.chat, "/help")
 

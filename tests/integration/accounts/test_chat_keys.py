@@ -13,7 +13,7 @@ from messageweave.chat import replies
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
 from messageweave.store.keys import DEFAULT_ACCOUNT
-from tests.helpers import CYRUS_USER, WAIT_S, eventually
+from tests.helpers import CYRUS_USER, press_in
 from tests.integration.accounts.conftest import ServedAccount, add_account
 from tests.peers.cyrus import Appended, CyrusServer, make_message
 from tests.served import ServedApp
@@ -38,17 +38,7 @@ async def press_signed(app: ServedApp, account_id: str, chat: int, action: str,
     assert account is not None
     data = buttons.callback_data(account.config, action, email_id)
     assert data is not None
-    pressed = await app.emulator.press_button(app.token, chat, None, data)
-    assert pressed.status == 204, pressed
-    mine: list[dict[str, Any]] = []
-
-    async def answered() -> bool:
-        mine[:] = [a for a in await app.emulator.callback_answers(app.token)
-                   if a["callback_query_id"] == pressed.callback_id]
-        return bool(mine)
-
-    await eventually(answered, "the answer to the press", WAIT_S)
-    return mine[0]
+    return await press_in(app, chat, None, data)
 
 
 async def _say(app: ServedApp, chat: int, text: str) -> str:

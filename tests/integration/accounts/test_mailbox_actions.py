@@ -13,7 +13,7 @@ import httpx
 
 from messageweave.store import keys
 from tests.helpers import assert_envelope, eventually
-from tests.integration.accounts.conftest import ServedAccount, add_account
+from tests.integration.accounts.conftest import ServedAccount, add_account, set_enabled
 from tests.integration.test_cli_accounts import run_cli
 from tests.peers.cyrus import CyrusServer
 from tests.served import ServedApp
@@ -180,16 +180,7 @@ async def test_a_paused_account_answers_reads_and_refuses_its_mail_server(
     last audit are still there to read), or one whose reconcile, audit, trace or dry run
     connects to its mail server although a paused account opens no connection."""
     b = await _with_b(served, cyrus)
-    paused = await served.client.put("/api/accounts/b/enabled", headers=served.admin,
-                                     json={"enabled": False})
-    assert paused.status_code == 200, paused.text
-    svc = served.services
-
-    async def seen() -> bool:
-        account = svc.accounts.get(b.id)
-        return account is not None and not account.enabled
-
-    await eventually(seen, "b paused")
+    await set_enabled(served, b.id, False)
     for path in ("/api/dlq?account=b", "/api/audit?account=b", "/api/delivery?account=b"):
         await _get(served, path)
     for method, path in [("POST", "/api/audit?account=b"), ("GET", "/api/trace?account=b&q=x"),
@@ -208,19 +199,7 @@ async def test_a_paused_default_refuses_its_mail_server_like_any_account(
     its mail server: its pause stops its loops now (issue #35), as any account's, so the
     operator's actions must not open the connection the pause closed. Its reads still answer;
     resumed, the actions work again."""
-    async def set_enabled(enabled: bool) -> None:
-        answer = await served.client.put("/api/accounts/default/enabled", headers=served.admin,
-                                         json={"enabled": enabled})
-        assert answer.status_code == 200, answer.text
-        svc = served.services
-
-        async def seen() -> bool:
-            account = svc.accounts.get("default")
-            return account is not None and account.enabled is enabled
-
-        await eventually(seen, f"default enabled={enabled}")
-
-    await set_enabled(False)
+    await set_enabled(served, "default", False)
     for path in ("/api/dlq", "/api/audit", "/api/delivery"):
         await _get(served, path)
     for method, path in [("POST", "/api/audit"), ("GET", "/api/trace?q=x"),
@@ -229,7 +208,7 @@ async def test_a_paused_default_refuses_its_mail_server_like_any_account(
                         409, "conflict")
     assert_envelope(await served.client.post("/reconcile", headers=_reconcile_headers(served)),
                     409, "conflict")
-    await set_enabled(True)
+    await set_enabled(served, "default", True)
     done = await served.client.post("/reconcile", headers=_reconcile_headers(served))
     assert done.status_code == 204, done.text
 

@@ -9,7 +9,7 @@ import time
 from messageweave.store import keys
 from messageweave.store.mailbox import announce_catchup, request_catchup
 from tests.helpers import eventually
-from tests.integration.accounts.conftest import ServedAccount, add_account
+from tests.integration.accounts.conftest import ServedAccount, add_account, set_enabled
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.peers.dovecot import DovecotServer
 from tests.served import CYRUS_USER, ServedApp
@@ -76,19 +76,6 @@ async def test_every_accounts_mail_goes_once_to_its_own_owner(
         assert status.json()["waiting"] == 0 and status.json()["mail"] == "ok", status.text
 
 
-async def _set_enabled(app: ServedApp, account: ServedAccount, enabled: bool) -> None:
-    answer = await app.client.put(f"/api/accounts/{account.id}/enabled", headers=app.admin,
-                                  json={"enabled": enabled})
-    assert answer.status_code == 200, answer.text
-    svc = app.services
-
-    async def seen() -> bool:
-        served = svc.accounts.get(account.id)
-        return served is not None and served.enabled is enabled
-
-    await eventually(seen, f"account {account.id} enabled={enabled} seen by the app")
-
-
 async def _catch_up(app: ServedApp, account: ServedAccount) -> str:
     """Ask for a catch-up pass of the account the way a push does (the flag, then the wake);
     the flag's key."""
@@ -114,7 +101,7 @@ async def test_a_paused_account_is_not_notified_and_catches_up_on_resume(
     for account in (default, family):  # the first passes: where each mailbox stands
         await _taken(served, await _catch_up(served, account))
         await _first_pass_done(served, account)
-    await _set_enabled(served, family, False)
+    await set_enabled(served, family.id, False)
 
     word = f"paused-{secrets.token_hex(4)}"
     cyrus.append(subject=f"note {word}", user=family.user)
@@ -131,7 +118,7 @@ async def test_a_paused_account_is_not_notified_and_catches_up_on_resume(
     assert await served.redis.exists(family_flag)  # no scheduler of family's took it
     assert await served.emulator.sent_messages(served.token, family.chat) == []
 
-    await _set_enabled(served, family, True)
+    await set_enabled(served, family.id, True)
     await _taken(served, family_flag)
     await served.emulator.wait_for_messages(served.token, family.chat, 1, timeout_s=15)
     await _finished(served, family)

@@ -7,7 +7,7 @@ import secrets
 
 from messageweave.store import keys
 from tests.helpers import eventually
-from tests.integration.accounts.conftest import ServedAccount, add_account
+from tests.integration.accounts.conftest import ServedAccount, add_account, set_enabled
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.peers.dovecot import DovecotServer
 from tests.served import CYRUS_USER, ServedApp
@@ -106,12 +106,6 @@ async def test_another_accounts_subscription_mode_is_warned_and_pushed_by_events
     await _notified_once(served, family, word)
 
 
-async def _set_default_enabled(app: ServedApp, enabled: bool) -> None:
-    answer = await app.client.put("/api/accounts/default/enabled", headers=app.admin,
-                                  json={"enabled": enabled})
-    assert answer.status_code == 200, answer.text
-
-
 async def test_pausing_default_stops_its_mail_loops_and_resuming_starts_them(
     served: ServedApp, cyrus: CyrusServer
 ) -> None:
@@ -127,12 +121,12 @@ async def test_pausing_default_stops_its_mail_loops_and_resuming_starts_them(
     async def held(expected: bool) -> bool:
         return bool(await served.redis.exists(keys.EVENTSOURCE_LOCK)) is expected
 
-    await _set_default_enabled(served, False)
+    await set_enabled(served, "default", False)
     await eventually(lambda: held(False), "default's EventSource let go", timeout_s=5)
     assert await _push_label(served, "default") == "off"
     word = f"resumed-{secrets.token_hex(4)}"
     cyrus.append(subject=f"note {word}", user=default.user)
 
-    await _set_default_enabled(served, True)
+    await set_enabled(served, "default", True)
     await eventually(lambda: held(True), "default's EventSource held again", timeout_s=5)
     await _notified_once(served, default, word)
