@@ -15,6 +15,7 @@ from fastapi import Request
 
 from messageweave.api.credentials import services
 from messageweave.config.accounts import Account, chats_of
+from messageweave.config.model import BusinessConfig
 from messageweave.mail.eventsource import read_in_force
 from messageweave.ops.sendlog import Outcome
 from messageweave.probes import ProbeFailure, Shared, guarded, mail_probe, probe_ttl
@@ -36,23 +37,27 @@ def _probe_of(request: Request, account_id: str) -> Shared[ProbeFailure | None]:
     return probes.setdefault(account_id, Shared(probe_ttl))
 
 
+async def _mail_failure(request: Request, account_id: str, revision: int,
+                        config: BusinessConfig) -> ProbeFailure | None:
+    """The account's mail check (`/ready`'s), shared and cached per account and revision: what
+    its status and `/ready`'s failing accounts both read."""
+    _check, probe = mail_probe(config)
+    return await _probe_of(request, account_id).get(revision, partial(guarded, probe, config))
+
+
 async def _mail(request: Request, account: Account) -> str:
     if not account.enabled:  # a paused account opens no connection to its mail server
         return PAUSED
-    _check, probe = mail_probe(account.config)
-    failure = await _probe_of(request, account.id).get(
-        account.revision, lambda: guarded(probe, account.config))
+    failure = await _mail_failure(request, account.id, account.revision, account.config)
     return "ok" if failure is None else f"fail: {failure.kind}"  # the class (`probes.KINDS`)
 
 
 async def failing_accounts(request: Request, accounts: list[AccountRuntime]) -> list[str]:
     """The served accounts whose mail server fails its check (`/ready` with several accounts,
-    SPEC G.3), each probed as its status does (shared and cached per account and revision)."""
+    SPEC G.3), each probed as its status does (`_mail_failure`)."""
     served = [a for a in accounts if a.enabled]
     failures = await asyncio.gather(*(
-        _probe_of(request, a.id).get(a.revision,
-                                     partial(guarded, mail_probe(a.config)[1], a.config))
-        for a in served))
+        _mail_failure(request, a.id, a.revision, a.config) for a in served))
     return [a.id for a, failure in zip(served, failures, strict=True) if failure is not None]
 
 
