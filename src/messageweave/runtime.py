@@ -34,6 +34,7 @@ from messageweave.pipeline.polling import run_poller
 from messageweave.pipeline.worker import Worker, run_worker
 from messageweave.services import AccountRuntime, Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
+from messageweave.store.account_sweep import run_account_sweep
 from messageweave.store.keys import DEFAULT_ACCOUNT
 from messageweave.store.redis import connect_detected, embedded_url
 from messageweave.store.state import ConfigStore
@@ -92,7 +93,7 @@ def background(svc: Services, worker: Worker,
         ("config-reload", svc.run_reload_loop), ("worker", partial(run_worker, worker)),
         ("draft-expiry", partial(run_draft_expiry, svc)),
         ("telegram-poller", partial(run_poller, svc)), ("accounts", partial(run_accounts, svc)),
-        ("account-sweep", svc.accounts.run_sweep),
+        ("account-sweep", partial(run_account_sweep, svc.redis)),
     ]
     return [*opening, *([upgrading] if upgrading is not None else []),
             *(asyncio.create_task(_after(upgrading, loop), name=name) for name, loop in loops)]

@@ -25,7 +25,6 @@ from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.source import MailSource
 from messageweave.services.peers import Peers
 from messageweave.store import keys
-from messageweave.store.account_sweep import run_account_sweep
 from messageweave.store.accounts import AccountStore
 from messageweave.store.keys import DEFAULT_ACCOUNT, AccountKeys
 from messageweave.store.redis import Redis
@@ -204,11 +203,6 @@ class AccountRegistry:
         self._reindex()
         if account is not None and account.peers is not None:
             await account.peers.aclose()
-
-    async def run_sweep(self) -> None:
-        """The deleted accounts' sweep (`store.account_sweep`): one of the serving instance's
-        loops (`runtime.background`), so a deleted account's keys are gone within 60 s."""
-        await run_account_sweep(self._redis)
 
     async def aclose(self) -> None:
         for account_id in list(self._others):
