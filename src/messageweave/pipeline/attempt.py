@@ -198,6 +198,7 @@ class Deliverer:
             raise
         finally:
             alive.set()
+            self.ledger.ended(attempt.lease)
 
     async def release_orphans(self, only: list[tuple[str, str]] | None = None) -> None:
         for key in list(self._orphans) if only is None else only:

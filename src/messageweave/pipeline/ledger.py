@@ -6,7 +6,8 @@ The state machine is `docs/reference.md` §1.3.1. For each stream entry:
    outcome unknown, or skipped): `BEGIN` acks it and the attempt stops.
 2. Otherwise `BEGIN` takes the lease `delivery:inflight:{stream}:{id}` for this attempt: a random
    token plus the consumer name. A lease held by a live consumer (heartbeat present) is never
-   taken over, not even when the consumer name is ours (another attempt of this process).
+   taken over, not even when the consumer name is ours and another attempt of ours holds it;
+   a lease of ours that none of our attempts holds (its release lost in a failover) is.
 3. Before every Telegram call, `Ledger.gate` charges the rate governor's lanes
    (`governor.ACQUIRE`, in the governor's slot) and then `MARK` checks that the lease still
    holds this attempt's token and marks the intent `sending` with the progress (the fence: a
@@ -42,11 +43,14 @@ from messageweave.store.streams import forgotten_when_finished
 
 # KEYS: committed, inflight, intent, retry_due, stream
 # ARGV: lease, lease_ttl, entry_id, heartbeat_prefix, group, busy_due (ms: a busy entry is due
-#       again then), forget (0/1)
+#       again then), forget (0/1), consumer (ours), live (` tok1 tok2 `: the tokens of our
+#       attempts on this entry that are under way)
 # → {'terminal', record} (acked, and deleted when forgotten, here) | {'busy'} (due again later)
 #   | {'go', intent pairs...}
 # A lease is `{token} {consumer}`; one whose consumer has no heartbeat any more (a killed
-# process) is taken over. A bare consumer name (a lease from before tokens) reads the same.
+# process) is taken over, and so is one of ours that none of our attempts holds (its release
+# was lost: a commit acknowledged by a primary that died before its replica had it). A bare
+# consumer name (a lease from before tokens) reads the same.
 BEGIN = Script("""
 local record = redis.call('GET', KEYS[1])
 if record then
@@ -58,8 +62,11 @@ end
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then
   local held = redis.call('GET', KEYS[2])
   if held then
-    local holder = string.match(held, '^%x+ (.+)$') or held
-    if redis.call('EXISTS', ARGV[4] .. holder) == 1 then
+    local token, holder = string.match(held, '^(%x+) (.+)$')
+    holder = holder or held
+    local ended = holder == ARGV[8]
+      and not (token and string.find(ARGV[9], ' ' .. token .. ' ', 1, true))
+    if not ended and redis.call('EXISTS', ARGV[4] .. holder) == 1 then
       redis.call('ZADD', KEYS[4], ARGV[6], ARGV[3])
       return {'busy'}
     end
@@ -71,7 +78,8 @@ local out = {'go'}
 for _, v in ipairs(redis.call('HGETALL', KEYS[3])) do out[#out + 1] = v end
 return out
 """, keys=("committed", "inflight", "intent", "retry_due", "stream"),
-    args=("lease", "lease_ttl", "entry_id", "heartbeat_prefix", "group", "busy_due", "forget"))
+    args=("lease", "lease_ttl", "entry_id", "heartbeat_prefix", "group", "busy_due", "forget",
+          "consumer", "live"))
 
 # KEYS: inflight, intent
 # ARGV: lease, lease_ttl, consumer, state (sending/failed), reply, chunk, now, intent_ttl
@@ -267,14 +275,19 @@ class Ledger:
         self.redis = redis
         self.consumer = consumer
         self.lease_ttl_s = lease_ttl_s
+        # (stream, entry id) → the tokens of this consumer's attempts under way on it: a lease
+        # of ours with any other token is stale and `begin` takes it over.
+        self._live: dict[tuple[str, str], set[str]] = {}
 
     @property
     def renew_every_s(self) -> float:
         return self.lease_ttl_s / 3
 
     async def begin(self, stream: str, entry_id: str) -> Begin:
-        lease = Lease(stream, entry_id, f"{secrets.token_hex(16)} {self.consumer}")
+        token = secrets.token_hex(16)
+        lease = Lease(stream, entry_id, f"{token} {self.consumer}")
         busy_due = int((time.time() + self.lease_ttl_s) * 1000)
+        live = self._live.get((stream, entry_id), set())
         reply = await BEGIN(self.redis, keys={
             "committed": keys.delivery_committed(stream, entry_id),
             "inflight": lease.inflight_key, "intent": keys.delivery_intent(stream, entry_id),
@@ -283,14 +296,24 @@ class Ledger:
             "lease": lease.value, "lease_ttl": self.lease_ttl_s, "entry_id": entry_id,
             "heartbeat_prefix": keys.worker_heartbeat_prefix(stream),
             "group": keys.CONSUMER_GROUP, "busy_due": busy_due, "forget": _forget(stream),
+            "consumer": self.consumer, "live": f" {' '.join(live)} ",
         })
         state = str(reply[0])
         if state != "go":  # terminal (its record is not read) or busy
             return Begin(state)
+        self._live.setdefault((stream, entry_id), set()).add(token)
         intent = {str(reply[i]): str(reply[i + 1]) for i in range(1, len(reply) - 1, 2)}
         progress = SendProgress(int(intent.get("reply", 0)), int(intent.get("chunk", 0)))
         unknown = intent.get("state") == "sending" and "resolution" not in intent
         return Begin("go", lease, progress, unknown)
+
+    def ended(self, lease: Lease) -> None:
+        """The attempt that began `lease` is over (whatever became of the lease in Redis)."""
+        key = (lease.stream, lease.entry_id)
+        tokens = self._live.get(key, set())
+        tokens.discard(lease.value.split(" ", 1)[0])
+        if not tokens:
+            self._live.pop(key, None)
 
     def _intent_args(self, lease: Lease, progress: SendProgress,
                      state: str) -> dict[str, str | int]:

@@ -77,6 +77,36 @@ async def test_a_lease_that_is_not_ours_blocks_the_telegram_call_after_the_lane_
         assert await cron_only.redis.get(inflight) == other  # left to its holder
 
 
+async def test_a_lease_left_by_an_ended_attempt_of_the_same_worker_is_taken_over(
+    cron_only: ServedApp, embedded_redis_url: str,
+) -> None:
+    """Catches: an entry that waited out the whole lease (60 s) after a Redis failover. The
+    primary acknowledged the worker's commit (terminal record, lease deleted, XACK) and died
+    before its replica had it, so the promoted replica still held the entry pending with the
+    worker's own lease and a `sending` intent. The worker's next attempt found a lease under
+    its own, live consumer name and answered `busy` until it expired: the Sentinel failover
+    burst failed "every queued mail finished" in CI. A lease of this worker's that none of its
+    attempts holds is stale, and the next attempt takes it over (and resolves the unknown
+    send by the policy: `resent`). The state is written here as the promoted replica holds it
+    (a failover that loses exactly the commit cannot be timed for real in a test)."""
+    async with worker_services(embedded_redis_url) as svc:
+        worker = Worker(svc)
+        await worker.beat()
+        entry = await _read(worker, cron_only, "commit lost")
+        inflight = keys.delivery_inflight(keys.STREAM_JMAP, entry.id)
+        await cron_only.redis.set(inflight, f"{secrets.token_hex(16)} {worker.consumer}",
+                                  ex=keys.INFLIGHT_TTL_S)
+        await cron_only.redis.hset(keys.delivery_intent(keys.STREAM_JMAP, entry.id),
+                                   mapping={"state": "sending", "reply": 0, "chunk": 0})
+
+        assert await worker.process(entry) == "delivered"
+        assert await unknown_records(worker.ledger.redis) == [
+            f"{keys.STREAM_JMAP}/{entry.id}/resent"]
+        assert await _pending(cron_only) == 0
+        record = await _terminal(cron_only, entry.id)
+        assert record is not None and record["state"] == "delivered"
+
+
 async def test_a_dead_lettered_entry_in_a_stale_batch_is_acked_and_not_sent(
     cron_only: ServedApp, embedded_redis_url: str,
 ) -> None:
