@@ -100,11 +100,16 @@ class MailPrefetch:
     `start` fetches the mails of a batch in the background; each entry's first attempt then
     takes its own mail from that answer (`take`). An entry whose batch call failed, or that
     was not in a batch, or a later attempt (a retry fetches again), gets None and does its own
-    Email/get, so a mail that is gone or unreadable ends its entry exactly as before."""
+    Email/get, so a mail that is gone or unreadable ends its entry exactly as before. A batch
+    call every entry of which is forgotten (each finished or cancelled without its mail) is
+    cancelled: its mail server may hang, and the call would hold a connection to it until the
+    timeout (an account deleted meanwhile)."""
 
     def __init__(self, svc: Services) -> None:
         self.svc = svc
         self._held: dict[tuple[str, str], tuple[str, asyncio.Task[dict[str, EmailMeta]]]] = {}
+        # batch call → its entries not done with it (held, or taking its answer)
+        self._users: dict[asyncio.Task[dict[str, EmailMeta]], int] = {}
 
     def start(self, entries: Iterable[Entry]) -> None:
         """One call per account (each mail stream is one account's mailbox)."""
@@ -126,6 +131,7 @@ class MailPrefetch:
         task.add_done_callback(_retrieved)
         for key, email_id in wanted.items():
             self._held[key] = (email_id, task)
+        self._users[task] = len(wanted)
 
     async def _fetch(self, account: AccountRuntime, ids: list[str]) -> dict[str, EmailMeta]:
         source = await account.mail(self.svc.config.outbound)
@@ -138,19 +144,34 @@ class MailPrefetch:
         if held is None:
             return None
         email_id, task = held
-        await asyncio.wait([task])  # a cancelled waiter leaves the shared call running
+        try:
+            await asyncio.wait([task])  # a cancelled waiter leaves the call to the others
+        finally:
+            self._done_with(task)
         if task.cancelled() or task.exception() is not None:
             return None
         found = task.result().get(email_id)
         return [] if found is None else [found]
 
     def forget(self, entry: Entry) -> None:
-        self._held.pop((entry.stream, entry.id), None)
+        held = self._held.pop((entry.stream, entry.id), None)
+        if held is not None:
+            self._done_with(held[1])
+
+    def _done_with(self, task: asyncio.Task[dict[str, EmailMeta]]) -> None:
+        """One entry is done with `task`; the last one cancels it if it still runs."""
+        left = self._users.get(task, 1) - 1
+        if left > 0:
+            self._users[task] = left
+            return
+        self._users.pop(task, None)
+        task.cancel()
 
     def close(self) -> None:
         for _, task in self._held.values():
             task.cancel()
         self._held.clear()
+        self._users.clear()
 
 
 def _retrieved(task: asyncio.Task[dict[str, EmailMeta]]) -> None:

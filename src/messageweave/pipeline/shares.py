@@ -3,9 +3,12 @@
 Each account's mail stream may hold only its share of the slots (`share`), so a backlog of one
 account, whose entries wait in its chat's lane each holding a slot, never keeps another
 account's new mail from being read and run (`readable`); and the read's wait for a batch never
-asks for more free slots than the other accounts leave (`batch`). An account that took more
-than its share while its share was larger (fewer accounts then) keeps those slots as long as
-its attempts run: while its mail server hangs, for as long as it is waited for.
+asks for more free slots than the other accounts leave (`batch`). The slots a stream holds
+count against the others only up to its share of now (`taken`): what an account took while its
+share was larger (fewer accounts then), and what a stream no longer read holds (a paused or
+deleted account), is given back to the others at once, although those attempts run on (their
+mail server hangs, each waits out its timeout and its retries, holding its chat's lane) until
+they end.
 """
 
 from __future__ import annotations
@@ -35,13 +38,27 @@ def readable(streams: Sequence[str], held: Mapping[str, int], concurrency: int,
     return found, min([max(1, free), *(room[s] for s in found)])
 
 
-def batch(streams: Sequence[str], held: Mapping[str, int], concurrency: int) -> int:
+def capacity(streams: Sequence[str], concurrency: int) -> int:
+    """The slots there are: `concurrency`, or one per mail stream when there are more (each
+    account's share is at least one slot, so accounts past `concurrency` whose mail servers
+    hang, each at its one slot, never fill them all)."""
+    return max(concurrency, sum(1 for s in streams if is_mail_stream(s)))
+
+
+def taken(streams: Sequence[str], held: Mapping[str, int], concurrency: int) -> int:
+    """The slots taken as the other streams see them: each of `streams`' entries running, up to
+    its share; a stream not in `streams` (an account paused or deleted) counts for nothing."""
+    mail_streams = sum(1 for s in streams if is_mail_stream(s))
+    return sum(min(held.get(s, 0), share(concurrency, s, mail_streams)) for s in streams)
+
+
+def batch(streams: Sequence[str], concurrency: int) -> int:
     """The free slots the read waits for: a quarter of them (a busy worker reads, and fetches
     the mail of, several entries at once rather than one per finished task), but no more than
-    the other accounts leave one account, each holding its share or what it took above it.
+    the other accounts leave one account, each at its share (`taken` counts none above it).
     Waiting for more would hold another account's new mail until one of their attempts ended:
     five hanging mail servers at their shares, or one that kept 32 slots beside two more."""
     mail = [s for s in streams if is_mail_stream(s)]
     each = share(concurrency, mail[0], len(mail)) if mail else concurrency
-    left = concurrency - sum(max(held.get(s, 0), each) for s in mail) + each
+    left = capacity(streams, concurrency) - each * (len(mail) - 1) if mail else concurrency
     return max(1, min(concurrency // READ_BATCH_DIVISOR, left))

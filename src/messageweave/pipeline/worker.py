@@ -56,7 +56,7 @@ from messageweave.pipeline.ledger import Ledger
 from messageweave.pipeline.replyless import finish_replyless
 from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.streams import Entry, StreamStore
+from messageweave.store.streams import Entry, StreamStore, is_mail_stream
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class Worker:
         # Entries this process works on or has taken to work on (read, claimed, in a batch):
         # the maintenance pass never reclaims them as stalled.
         self._active: set[tuple[str, str]] = set()
-        self._tasks: set[asyncio.Task[Outcome]] = set()
+        self._tasks: dict[asyncio.Task[Outcome], Entry] = {}  # each running entry's task
         # The mail of entries taken together, fetched in one Email/get: started for each
         # batch taken (`_take`), dropped when an entry is finished; attempts take from it.
         self.mail = MailPrefetch(svc)
@@ -135,8 +135,6 @@ class Worker:
         self._not_before: dict[tuple[str, str], float] = {}
         self._first_pass = asyncio.Event()  # the maintenance loop's first pass is over
         self.process = self.deliverer.process
-        self._slots = asyncio.Semaphore(self.options.concurrency)
-        self._running = 0
         self._held: dict[str, int] = {}  # stream → its entries running (`shares`)
         self._grouped: set[str] = set()  # streams whose consumer group this worker made
         self._beaten: set[str] = set()  # streams this worker has written a heartbeat on
@@ -186,17 +184,15 @@ class Worker:
                 raise_if_cancelling()
                 self.failures.failed(READ, exc)
                 continue
-            taken = self._take(entries)
-            try:
-                while taken:
-                    await self._start(taken[0])
-                    taken.pop(0)
-            finally:
-                for entry in taken:  # not started (cancelled while waiting for a slot)
-                    self._release(entry)
+            for entry in self._take(entries):
+                self._start(entry)
 
     def _free_slots(self) -> int:
-        return self.options.concurrency - self._running
+        """The slots not taken, each stream's counted up to its share of now (`shares.taken`):
+        what an account took above it, or holds while paused or deleted, is free for others."""
+        streams, concurrency = self._streams(), self.options.concurrency
+        return (shares.capacity(streams, concurrency)
+                - shares.taken(streams, self._held, concurrency))
 
     def _streams(self) -> list[str]:
         """What the worker consumes: the mail stream of every account served (a paused
@@ -221,11 +217,13 @@ class Worker:
                                self._free_slots())
 
     async def _room_for_a_batch(self) -> None:
-        """Wait until `shares.batch` slots are free (a quarter, or what the accounts leave)."""
-        while self._free_slots() < shares.batch(self._streams(), self._held,
-                                                self.options.concurrency):
+        """Wait until `shares.batch` slots are free (a quarter, or what the accounts leave):
+        woken when an entry ends, and at least every `block_ms`, as the read's own wait, for
+        an account added or gone (each changes the shares)."""
+        while self._free_slots() < shares.batch(self._streams(), self.options.concurrency):
             self._freed.clear()
-            await self._freed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), self.options.block_ms / 1000)
 
     def _take(self, entries: list[Entry]) -> list[Entry]:
         """Mark `entries` as ours to work on (leaving out those already taken), at once: no
@@ -240,24 +238,22 @@ class Worker:
         self.mail.start(taken)
         return taken
 
-    async def spawn(self, entry: Entry) -> None:
-        """Start processing `entry` in the background (waits for a free slot)."""
+    def spawn(self, entry: Entry) -> None:
+        """Start processing `entry` in the background. Its stream's room is the caller's to
+        mind (`readable` for a read, `_room_of` for the maintenance pass's)."""
         if self._take([entry]):
-            await self._start(entry)
+            self._start(entry)
 
-    async def _start(self, entry: Entry) -> None:
-        """Run a taken entry in the background once a slot is free."""
-        try:
-            await self._slots.acquire()
-        except BaseException:
-            self._release(entry)
-            raise
+    def _start(self, entry: Entry) -> None:
+        """Run a taken entry in the background, holding a slot of its stream (`_held`)."""
         prev, mine = self._ticket(entry)
-        self._running += 1
         self._held[entry.stream] = self._held.get(entry.stream, 0) + 1
         task = asyncio.create_task(self._run_one(entry, prev, mine))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = entry
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[Outcome]) -> None:
+        self._tasks.pop(task, None)
 
     async def _run_one(self, entry: Entry, prev: asyncio.Future[None] | None,
                        mine: asyncio.Future[None]) -> Outcome:
@@ -268,10 +264,8 @@ class Worker:
                 await self.deliverer.pause(not_before - time.time())
             return await self.process(entry, prev, mine)
         finally:
-            self._running -= 1
             self._held[entry.stream] -= 1
             self._freed.set()
-            self._slots.release()
             self._finish(entry, mine)
 
     def _finish(self, entry: Entry, mine: asyncio.Future[None]) -> None:
@@ -391,8 +385,9 @@ class Worker:
             streams = self._streams()
             await self._ensure_groups(streams)  # not made by the read loop yet
             await self.deliverer.release_orphans()
-            for entry in await self._recoverable(50, hold=True):
-                await self.spawn(entry)
+            await self._drop_gone(streams)
+            for entry in await self._recoverable(50, hold=True, room=self._room_of):
+                self.spawn(entry)
             self._passes += 1
             if self._passes % TRIM_EVERY == 1:
                 for stream in streams:
@@ -400,22 +395,48 @@ class Worker:
         finally:
             self._first_pass.set()
 
-    async def _recoverable(self, limit: int, *, hold: bool = False) -> list[Entry]:
+    def _room_of(self, stream: str) -> int:
+        """How many more entries `stream` may run: its share of now less those it runs."""
+        streams = self._streams()
+        mail_streams = sum(1 for s in streams if is_mail_stream(s))
+        return (shares.share(self.options.concurrency, stream, mail_streams)
+                - self._held.get(stream, 0))
+
+    async def _drop_gone(self, streams: list[str]) -> None:
+        """Cancel the attempts of an account deleted meanwhile (its stream is in no account of
+        the registry any more): they would wait on for its mail server, and write its keys
+        after its sweep. A paused account's run on: its entries are still to be delivered."""
+        if self.svc.config.config is None:
+            return
+        kept = {*streams, *(a.keys.stream_jmap for a in self.svc.accounts.every())}
+        gone = [task for task, entry in self._tasks.items() if entry.stream not in kept]
+        for task in gone:
+            task.cancel()
+        if gone:
+            log.info("stopped %d attempts of deleted accounts", len(gone))
+            await asyncio.wait(gone, timeout=self.options.shutdown_grace_s)
+
+    async def _recoverable(self, limit: int, *, hold: bool = False,
+                           room: Callable[[str], int] | None = None) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,
         oldest first in each stream (a chat's lane takes them in that order). With `hold`
         (the continuous worker), a dead consumer's entries whose backoff is not over are
-        taken too, to wait for it in their lanes (`_not_before`)."""
+        taken too, to wait for it in their lanes (`_not_before`). With `room`, no more of a
+        stream than it has room for (its share: a stream at its share is left for later)."""
         unique: list[Entry] = []
         seen: set[tuple[str, str]] = set()
         for stream in self._streams():
-            out = await self._claim_dead(stream, limit, hold)
-            due = [i for i in await self.ledger.due(stream, limit)
+            n = limit if room is None else min(limit, room(stream))
+            if n <= 0:
+                continue
+            out = await self._claim_dead(stream, n, hold)
+            due = [i for i in await self.ledger.due(stream, n)
                    if (stream, i) not in self._active]
             claimed = await self.streams.claim(stream, self.consumer, due)
             for gone in set(due) - {e.id for e in claimed}:
                 await self.ledger.forget_due(stream, gone)  # acked or trimmed meanwhile
             out += claimed
-            out += await self._stalled(stream, limit)
+            out += await self._stalled(stream, n)
             for entry in sorted(out, key=_stream_order):
                 key = (entry.stream, entry.id)
                 if key not in seen and key not in self._active:
