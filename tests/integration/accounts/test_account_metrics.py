@@ -1,0 +1,36 @@
+"""`/metrics` with several accounts (issue #35): each account's stream gauges are its own."""
+
+from __future__ import annotations
+
+import httpx
+import redis.asyncio as aioredis
+
+from messageweave.store import keys
+from messageweave.store.keys import AccountKeys
+from messageweave.store.mailbox import enqueue_new_mails
+from tests.helpers import metric
+from tests.integration.test_accounts import family_wire, with_family
+
+MAIL = 'stream="stalwart:jmap"'  # `default`'s series: the label set it had before accounts
+
+
+async def test_each_accounts_stream_gauges_count_its_own_mail(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis,
+) -> None:
+    """Catches: `/metrics`' stream gauges reading `default`'s streams alone, so mail queued in
+    (or dead-lettered by) another account showed nowhere, or showed under another account's
+    series or `default`'s."""
+    admin = await with_family(client)
+    work = family_wire(id="work", name="Work", telegram_chat_id=6161, chat_allowlist=[6161])
+    assert (await client.post("/api/accounts", headers=admin, json=work)).status_code == 201
+    # The stream's length counts an entry until the trim, read by the app's worker or not.
+    assert await enqueue_new_mails(redis_client, "carol", ["M1", "M2", "M3"],
+                                   names=AccountKeys("work")) == 3
+    await redis_client.xadd(keys.dlq(AccountKeys("work").stream_jmap), {"email_id": "D1"})
+
+    text = (await client.get("/metrics", headers=admin)).text
+    for name, work_value in (("messageweave_stream_length", 3), ("messageweave_dlq_size", 1)):
+        assert metric(text, name, f'account="work",{MAIL}') == work_value, text
+        assert metric(text, name, f'account="family",{MAIL}') == 0, text
+        assert metric(text, name, MAIL) == 0, text
+        assert metric(text, name, 'stream="stalwart:telegram"') == 0, text
