@@ -16,11 +16,11 @@ from fastapi import Request
 from messageweave.api.credentials import services
 from messageweave.config.accounts import Account, chats_of
 from messageweave.config.model import BusinessConfig
-from messageweave.mail.eventsource import read_in_force
+from messageweave.mail.eventsource import PushInForce, read_in_force
 from messageweave.ops.sendlog import Outcome
 from messageweave.probes import ProbeFailure, Shared, guarded, mail_probe, probe_ttl
 from messageweave.services import AccountRuntime, Services
-from messageweave.store.keys import AccountKeys
+from messageweave.store.keys import DEFAULT_ACCOUNT, AccountKeys
 from messageweave.store.oplog import iso_time, send_log
 from messageweave.store.streams import STREAM_NAMES, StreamStore
 
@@ -59,6 +59,18 @@ async def failing_accounts(request: Request, accounts: list[AccountRuntime]) -> 
     failures = await asyncio.gather(*(
         _mail_failure(request, a.id, a.revision, a.config) for a in served))
     return [a.id for a, failure in zip(served, failures, strict=True) if failure is not None]
+
+
+async def default_push(svc: Services, now: float) -> PushInForce:
+    """`default`'s push in force as `/ready`, `/metrics` and `/api/push/status` report it:
+    `off` while processing is switched off or `default` is paused, as this instance's registry
+    last read it (a pause is seen within one refresh, `RELOAD_INTERVAL_S`). A paused account's
+    holders do not run, so its push is `off` at once, as its status says, not what its holder
+    last wrote (kept up to the status's TTL, then read as `degraded`). `RedisError` passes."""
+    default = svc.accounts.get(DEFAULT_ACCOUNT)
+    served = default is None or default.enabled
+    return await read_in_force(svc.redis, svc.config.config, now,
+                               enabled=served and await svc.store.enabled())
 
 
 async def _last_notified_at(svc: Services, account: Account) -> str | None:

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
+from messageweave.api.account_status import default_push
 from messageweave.api.accounts import acting_account
 from messageweave.api.credentials import (
     require_admin,
@@ -27,7 +28,6 @@ from messageweave.errors import ApiError, conflict, service_unavailable
 from messageweave.jsonio import json_object
 from messageweave.mail import push
 from messageweave.mail.errors import MailError
-from messageweave.mail.eventsource import read_in_force
 from messageweave.mail.jmap import JmapClient, JmapError
 from messageweave.mail.passes import ReconcileBusy, ReconcileError
 from messageweave.mail.scheduler import run_pass
@@ -168,8 +168,7 @@ async def push_status(request: Request) -> JSONResponse:
     svc = services(request)
     now = time.time()
     try:
-        force = await read_in_force(svc.redis, svc.config.config, now,
-                                    enabled=await svc.store.enabled())
+        force = await default_push(svc, now)
         updates = await read_label(svc)
     except RedisError as exc:
         raise service_unavailable() from exc

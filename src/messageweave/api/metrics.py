@@ -13,12 +13,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from redis.exceptions import RedisError
 
+from messageweave.api.account_status import default_push
 from messageweave.api.credentials import require_worker_or_admin, services
 from messageweave.mail import push
-from messageweave.mail.eventsource import PushInForce, read_in_force
+from messageweave.mail.eventsource import PushInForce
 from messageweave.ops import metrics
 from messageweave.pipeline.polling import read_label
-from messageweave.store.opstats import stream_stats, unknown_after_send
+from messageweave.store.opstats import stream_gauges, unknown_after_send
 
 router = APIRouter()
 
@@ -39,11 +40,10 @@ async def get_metrics(request: Request) -> Response:
     force: PushInForce | None = None
     updates: str | None = None
     try:
-        streams = await stream_stats(svc.redis)
+        streams = await stream_gauges(svc.redis)
         unknown = await unknown_after_send(svc.redis)
         stored: int | None = await svc.store.business_revision()
-        force = await read_in_force(svc.redis, svc.config.config, now,
-                                    enabled=await svc.store.enabled())
+        force = await default_push(svc, now)
         health = force.subscription
         updates = await read_label(svc)
         redis_up = True

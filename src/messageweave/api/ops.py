@@ -10,10 +10,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
-from messageweave.api.account_status import failing_accounts
+from messageweave.api.account_status import default_push, failing_accounts
 from messageweave.api.credentials import services, shows_admin
 from messageweave.errors import REQUEST_ID_HEADER, RETRY_AFTER, ApiError, request_id_of
-from messageweave.mail.eventsource import read_in_force
 from messageweave.pipeline.polling import read_label
 from messageweave.probes import (
     ProbeFailure,
@@ -103,8 +102,7 @@ async def _local_check(svc: Services) -> _Local:
     """Reload a newer configuration, then read what Redis says of the receivers."""
     await svc.config.refresh()
     try:
-        enabled = await svc.store.enabled()
-        force = await read_in_force(svc.redis, svc.config.config, time.time(), enabled=enabled)
+        force = await default_push(svc, time.time())
         return _Local(True, force.label, await read_label(svc))
     except RedisError:
         return _Local(False)

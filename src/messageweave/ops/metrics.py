@@ -5,7 +5,7 @@ functions (the pipeline, the ingress, the mail loops and the clients call them; 
 since `ops/` sits below it). Stream length, pending entries, DLQ size, `unknown_after_send`,
 the configuration revision and the push lifecycle (degraded, last StateChange age,
 subscription expiry) are read from Redis on each scrape, so every instance reports the shared
-state the same way.
+state the same way; the stream gauges cover every account's mail stream (issue #35).
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-from messageweave.store.opstats import StreamStats
+from messageweave.store.account_keys import DEFAULT_ACCOUNT
+from messageweave.store.opstats import StreamGauges
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -106,11 +109,38 @@ def observe_reconcile(ok: bool, lag_s: float | None = None) -> None:
         RECONCILE_LAG.set(lag_s)
 
 
+_STREAM_GAUGES = (
+    ("messageweave_stream_length", "Entries in the stream."),
+    ("messageweave_stream_pending", "Entries read but not acknowledged."),
+    ("messageweave_dlq_size", "Entries in the stream's dead-letter queue."),
+)
+
+
+class _StreamSeries(Collector):
+    """The stream gauges of one scrape, one series per stream. `default`'s mail stream and the
+    chat stream keep the series they had before accounts (`stream` alone), so a one-mailbox
+    deployment's scrape is unchanged; another account's mail stream adds `account` (reference
+    §8)."""
+
+    def __init__(self, streams: list[StreamGauges]) -> None:
+        self._streams = streams
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        families = [GaugeMetricFamily(name, help_text) for name, help_text in _STREAM_GAUGES]
+        for s in self._streams:
+            labels = {"stream": s.stream}
+            if s.account is not None and s.account != DEFAULT_ACCOUNT:
+                labels["account"] = s.account
+            for family, value in zip(families, (s.length, s.pending, s.dlq), strict=True):
+                family.add_sample(family.name, labels, value)
+        return families
+
+
 def render(
     *,
     revision: int,
     stored_revision: int | None,
-    streams: list[StreamStats],
+    streams: list[StreamGauges],
     unknown_after_send: int | None,
     redis_up: bool = True,
     push_degraded: bool | None = None,
@@ -131,16 +161,7 @@ def render(
     if stored_revision is not None:
         Gauge("messageweave_config_stored_revision", "Configuration revision stored in Redis.",
               registry=scrape).set(stored_revision)
-    length = Gauge("messageweave_stream_length", "Entries in the stream.", ["stream"],
-                   registry=scrape)
-    pending = Gauge("messageweave_stream_pending", "Entries read but not acknowledged.",
-                    ["stream"], registry=scrape)
-    dlq = Gauge("messageweave_dlq_size", "Entries in the stream's dead-letter queue.",
-                ["stream"], registry=scrape)
-    for s in streams:
-        length.labels(stream=s.stream).set(s.length)
-        pending.labels(stream=s.stream).set(s.pending)
-        dlq.labels(stream=s.stream).set(s.dlq)
+    scrape.register(_StreamSeries(streams))
     if unknown_after_send is not None:
         Gauge("messageweave_unknown_after_send", "Sends whose outcome is unknown.",
               registry=scrape).set(unknown_after_send)

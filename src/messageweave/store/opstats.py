@@ -4,10 +4,14 @@ lifecycle's numbers come from `messageweave.mail.push.health`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
+
+from redis.exceptions import ResponseError
 
 from messageweave.store import keys
 from messageweave.store.redis import Redis
-from messageweave.store.streams import StreamStore, stream_name
+from messageweave.store.streams import StreamStore, stream_account, stream_name
+from messageweave.store.waiting import every_stream
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,53 @@ async def stream_stats(redis: Redis) -> list[StreamStats]:
         out.append(StreamStats(stream_name(stream), s["length"], s["unread"], s["pending"],
                                s["dlq"]))
     return out
+
+
+@dataclass(frozen=True)
+class StreamGauges:
+    """One stream's `/metrics` gauges (reference §8)."""
+
+    stream: str  # the contract's name (`stalwart:jmap`)
+    account: str | None  # the account of a mail stream; None for the chat's stream
+    length: int
+    pending: int
+    dlq: int
+
+
+async def stream_gauges(redis: Redis) -> list[StreamGauges]:
+    """Every account's mail stream (`store.waiting.every_stream`: paused accounts' included,
+    their entries wait for the resume) and the chat stream, each its `XLEN`, its group's
+    `XPENDING` count and its dead letters' `XLEN`: the accounts' index, then one pipelined
+    round trip of three O(1) reads per stream, however many accounts there are."""
+    streams = await every_stream(redis)
+    async with redis.pipeline(transaction=False) as pipe:
+        for stream in streams:
+            pipe.xlen(stream)
+            pipe.xpending(stream, keys.CONSUMER_GROUP)
+            pipe.xlen(keys.dlq(stream))
+        replies = await pipe.execute(raise_on_error=False)
+    out = []
+    for n, stream in enumerate(streams):
+        length, summary, dlq = replies[3 * n:3 * n + 3]
+        out.append(StreamGauges(stream_name(stream), stream_account(stream), _count(length),
+                                _pending(summary), _count(dlq)))
+    return out
+
+
+def _count(reply: object) -> int:
+    if isinstance(reply, Exception):
+        raise reply
+    return int(cast(int, reply))
+
+
+def _pending(summary: object) -> int:
+    """`XPENDING`'s count; 0 while the stream has no group (nothing was read), as
+    `StreamStore.stats` counts it."""
+    if isinstance(summary, ResponseError):
+        return 0
+    if isinstance(summary, Exception):
+        raise summary
+    return int(cast(dict[str, int], summary)["pending"] or 0)
 
 
 async def reconcile_cursor(redis: Redis) -> str | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from messageweave.store.mailbox import enqueue_new_mails
-from tests.helpers import closed_port, eventually
-from tests.integration.accounts.conftest import add_account
+from tests.helpers import closed_port, eventually, metric, until_label
+from tests.integration.accounts.conftest import add_account, set_enabled
 from tests.peers.cyrus import CyrusServer
 from tests.served import ServedApp
 
@@ -44,3 +44,24 @@ async def test_ready_counts_the_entries_of_any_account_waiting_for_its_mail_serv
 
     await eventually(counted, lambda: f"the waiting entry in /ready: {answers[-1]}")
     assert answers[-1]["waiting"]["jmap"]["entries"] == 1
+
+
+async def test_ready_and_metrics_say_push_off_as_soon_as_default_is_paused(
+    served: ServedApp,
+) -> None:
+    """Catches: a paused `default` whose push `/ready` (and `/metrics`, `/api/push/status`)
+    still reported as its holder last wrote it (`ok (eventsource)`, for up to the status's
+    120 s, then `degraded`) while its holder had stopped and the account's status said `off`."""
+    await served.configure(push_mode="eventsource")
+    await until_label(served.client, "push", "ok (eventsource)")
+
+    await set_enabled(served, "default", False)  # once the app's registry has read it
+    ready = await served.client.get("/ready")
+    assert ready.status_code == 200, ready.text
+    status = await served.client.get("/api/accounts/default/status", headers=served.admin)
+    assert (ready.json()["push"], status.json()["push"]) == ("off", "off")
+    card = await served.client.get("/api/push/status", headers=served.admin)
+    assert card.json()["in_force"] == "off", card.text
+    text = (await served.client.get("/metrics", headers=served.admin)).text
+    assert metric(text, "messageweave_push_in_force", 'way="off"') == 1, text
+    assert metric(text, "messageweave_push_degraded") == 0, text
