@@ -29,6 +29,8 @@ from messageweave.pipeline.polling import updates_label
 from messageweave.probes import mail_server_failure, telegram_get_me_failure
 from messageweave.settings import Settings
 from messageweave.store import keys
+from messageweave.store.account_keys import DEFAULT_ACCOUNT
+from messageweave.store.accounts import AccountStore
 from messageweave.store.opstats import stream_stats
 from messageweave.store.receivers import read_status
 from messageweave.store.redis import Redis, open_redis
@@ -81,7 +83,9 @@ async def _with_redis(settings: Settings, redis: Redis, place: Place) -> list[Ch
     checks.append(await _enabled(store))
     checks.extend(await _peers(cfg))
     checks.append(await _updates(redis, cfg, await store.enabled(), place))
-    checks.append(await _push(redis, cfg, time.time(), await store.enabled()))
+    # a paused `default` runs no holder: its push is off, whatever the holder last wrote
+    served = (await AccountStore(redis).read(DEFAULT_ACCOUNT)).enabled
+    checks.append(await _push(redis, cfg, time.time(), served and await store.enabled()))
     checks.extend(await _queues(redis))
     checks.extend(await _waiting(redis, cfg, time.time()))
     return checks
@@ -230,11 +234,14 @@ async def _queues(redis: Redis) -> list[Check]:
     for s in await stream_stats(redis):
         detail = (f"{s.unread} waiting, {s.pending} being sent or retried, {s.history} done "
                   f"and kept in history, {s.dlq} in the DLQ")
+        other = s.account not in (None, DEFAULT_ACCOUNT)
+        name = f"queue {s.stream}" + (f" (account {s.account})" if other else "")
         if s.dlq:
-            checks.append(Check(f"queue {s.stream}", "warn", detail,
-                                "inspect and replay the dead letters (`messageweave dlq`)"))
+            replay = f"messageweave dlq --account {s.account}" if other else "messageweave dlq"
+            checks.append(Check(name, "warn", detail,
+                                f"inspect and replay the dead letters (`{replay}`)"))
         else:
-            checks.append(_ok(f"queue {s.stream}", detail))
+            checks.append(_ok(name, detail))
     return checks
 
 

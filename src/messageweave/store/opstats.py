@@ -21,6 +21,7 @@ class StreamStats:
     unread: int  # waiting for a worker
     pending: int  # read, not finished: being sent or waiting for its retry
     dlq: int
+    account: str | None = None  # a mail stream's account; None for the chat's stream
 
     @property
     def history(self) -> int:
@@ -30,13 +31,14 @@ class StreamStats:
 
 
 async def stream_stats(redis: Redis) -> list[StreamStats]:
-    """Each stream's numbers, as `GET /api/delivery` counts them (`StreamStore.stats`)."""
+    """Each stream's numbers, as `GET /api/delivery` counts them (`StreamStore.stats`): every
+    account's mail stream (`every_stream`, paused accounts' included) and the chat stream."""
     store = StreamStore(redis)
     out = []
-    for stream in keys.STREAMS:
+    for stream in await every_stream(redis):
         s = await store.stats(stream)
         out.append(StreamStats(stream_name(stream), s["length"], s["unread"], s["pending"],
-                               s["dlq"]))
+                               s["dlq"], stream_account(stream)))
     return out
 
 

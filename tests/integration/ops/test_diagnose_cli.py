@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
+from messageweave.store.account_keys import AccountKeys
 from tests.helpers import (
     ADMIN_KEY,
     closed_port,
@@ -28,6 +29,7 @@ from tests.helpers import (
     run_cli,
 )
 from tests.integration.mailbox.push_server import PushServer, callback_path
+from tests.integration.test_accounts import family_wire
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import TelegramEmulator
 from tests.served import peer_wire, peer_wire_for
@@ -280,3 +282,36 @@ async def test_diagnose_with_no_arguments_is_all_ok_next_to_the_instance_run_sta
     assert done.returncode == 0, out
     assert "all checks passed" in out, out
     assert not [line for line in out.splitlines() if line.startswith(("warn", "fail"))], out
+
+
+async def test_diagnose_counts_every_accounts_queue_and_a_paused_defaults_push_as_off(
+    client: httpx.AsyncClient, redis_client: aioredis.Redis, embedded_redis_url: str,
+    cyrus: CyrusServer, telegram_emulator: TelegramEmulator, trust_cyrus: None,
+) -> None:
+    """Catches `diagnose` reading `default`'s mail stream alone and a paused `default`'s push
+    as its stopped holder last wrote it (issue #35): another account's waiting and
+    dead-lettered mail showed nowhere, and a paused `default` said "ok (eventsource)" while
+    nothing listened, as `/ready` did before it said "off"."""
+    await _configure(client, peer_wire(cyrus, telegram_emulator, push_mode="eventsource"))
+    admin = await login(client)
+
+    async def listening() -> bool:
+        status = await client.get("/api/push/status", headers=admin)
+        return str(status.json().get("in_force")).startswith("ok")
+    await eventually(listening, "default's EventSource connected")
+    created = await client.post("/api/accounts", headers=admin, json=family_wire())
+    assert created.status_code == 201, created.text
+    paused = await client.put("/api/accounts/default/enabled", headers=admin,
+                              json={"enabled": False})
+    assert paused.status_code == 200, paused.text
+    stream = AccountKeys("family").stream_jmap
+    for n in range(2):
+        await redis_client.xadd(stream, {"email_id": f"M{n:024x}"})
+    await redis_client.xadd(keys.dlq(stream), {"payload": "{}"})
+
+    _, out = await run_cli("diagnose", COLUMNS="200", **_env(embedded_redis_url, cyrus))
+    assert re.search(r"warn queue stalwart:jmap \(account family\): 2 waiting, 0 being sent "
+                     r"or retried, 0 done and kept in history, 1 in the DLQ", out), out
+    assert "messageweave dlq --account family" in out, out
+    assert "ok   queue stalwart:jmap: " in out, out  # default's, named as before
+    assert "warn jmap push: off" in out, out
