@@ -310,8 +310,11 @@ async def test_diagnose_counts_every_accounts_queue_and_a_paused_defaults_push_a
     await redis_client.xadd(keys.dlq(stream), {"payload": "{}"})
 
     _, out = await run_cli("diagnose", COLUMNS="200", **_env(embedded_redis_url, cyrus))
-    assert re.search(r"warn queue stalwart:jmap \(account family\): 2 waiting, 0 being sent "
-                     r"or retried, 0 done and kept in history, 1 in the DLQ", out), out
+    line = re.search(r"warn queue stalwart:jmap \(account family\): (\d+) waiting, (\d+) "
+                     r"being sent or retried, 0 done and kept in history, 1 in the DLQ", out)
+    assert line is not None, out
+    # the app's worker may have read them already (family's mail server is a closed port)
+    assert int(line[1]) + int(line[2]) == 2, out
     assert "messageweave dlq --account family" in out, out
     assert "ok   queue stalwart:jmap: " in out, out  # default's, named as before
     assert "warn jmap push: off" in out, out
