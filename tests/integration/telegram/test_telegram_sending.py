@@ -13,7 +13,6 @@ from messageweave.chat.telegram import (
     FailureClass,
     TelegramClient,
     TelegramSendError,
-    split_text,
     utf16_len,
 )
 from tests.helpers import BotChat
@@ -206,27 +205,6 @@ async def test_a_call_slower_than_the_timeout_is_transient_and_bounded(
 
     assert caught.value.failure_class is FailureClass.TRANSIENT
     assert elapsed < 2.0
-
-
-async def test_a_failure_after_the_first_chunk_reports_what_was_sent_and_can_resume(
-    tg_client: TelegramClient, telegram_emulator: TelegramEmulator, bot: BotChat
-) -> None:
-    text = "\n".join(f"row {n:03d} " + "y" * 60 for n in range(150))  # 3 chunks
-    chunks = split_text(text)
-    assert len(chunks) == 3
-    await telegram_emulator.fail(
-        token=bot.token, method="sendMessage", error_code=500, skip=1, times=1
-    )
-
-    with pytest.raises(TelegramSendError) as caught:
-        await tg_client.send_text(bot.chat_id, text)
-    first = caught.value.sent_message_ids
-    rest = await tg_client.send_text(bot.chat_id, text, start_chunk=len(first))
-
-    sent = await telegram_emulator.sent_messages(bot.token, bot.chat_id)
-    assert len(first) == 1 and len(rest) == 2
-    assert [m.message_id for m in sent] == [*first, *rest]
-    assert [m.text for m in sent] == chunks
 
 
 async def test_an_empty_text_is_refused_without_calling_telegram(
