@@ -23,6 +23,7 @@ import pytest
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons, reading
+from messageweave.pipeline.governor import Governor, bot_id
 from messageweave.store import keys
 from tests.helpers import WAIT_S, keyboard, press, redis_text
 from tests.peers.telegram import SentFile, SentMessage
@@ -206,6 +207,25 @@ async def test_an_attachment_pressed_twice_is_sent_once(served: ServedApp) -> No
     assert again["text"] == "已经发送过了"
     await asyncio.sleep(0.5)
     assert len(await served.emulator.sent_files(served.token)) == 1
+
+
+async def test_an_attachment_pressed_under_a_429_pause_is_uploaded_after_it(
+    served: ServedApp,
+) -> None:
+    """Catches (issue #38) an upload that went around the rate governor: a file is a message
+    in the chat, so while a 429 holds the chat's lane (`Governor.pause`) the upload waits for
+    the pause to end instead of meeting Telegram's flood wait."""
+    _, message = await notified(served, multipart("Paused file", "A file under a 429."))
+    await press(served, message, read_data(served, message))
+    [reply] = await messages_after(served, message.message_id, 1)
+    pause_s = 3.0
+    paused_at_ms = time.time() * 1000
+    await Governor(served.redis).pause(bot_id(served.token), served.chat, pause_s)
+    await press(served, reply, keyboard(reply)[0][1])
+    [pdf] = await files(served, 1)
+    assert pdf.filename == "quarterly report.pdf"
+    [upload_ms] = (await served.emulator.api_calls(served.token, "sendDocument")).times_ms
+    assert upload_ms >= paused_at_ms + pause_s * 1000
 
 
 async def test_an_oversized_attachment_is_refused_without_downloading(
