@@ -12,7 +12,6 @@ signum  # cli/serving.py: a signal handler's arguments (`signal.signal`)
 frame  # cli/serving.py: the same
 
 # Read by a library, not by our code.
-_.mimetype  # chat/telegram/ptb.py: PTB's `InputFile` sends it as the part's Content-Type
 _._srcfile  # logs.py: the logging module's switches (the logging HOWTO's "Optimization")
 _.logThreads  # logs.py: the same
 _.logProcesses  # logs.py: the same

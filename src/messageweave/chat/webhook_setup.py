@@ -46,4 +46,4 @@ async def register_webhook(
     """
     await telegram.set_webhook(url, secret_token=secret, allowed_updates=ALLOWED_UPDATES)
     await telegram.set_my_commands(commands(language))
-    return await telegram.get_webhook_info()
+    return await telegram.webhook_url()

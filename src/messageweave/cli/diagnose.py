@@ -134,7 +134,7 @@ async def _webhook(cfg: BusinessConfig) -> Check:
     try:
         async with TelegramClient(cfg.bot_token, api_base_url=cfg.telegram_api_base_url,
                                   timeout_s=5) as bot:
-            url = await bot.get_webhook_info()
+            url = await bot.webhook_url()
     except TelegramSendError as exc:
         return Check("telegram webhook", "fail", f"getWebhookInfo failed ({exc.failure_class})",
                      "retry; check the Telegram API base URL")

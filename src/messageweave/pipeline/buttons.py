@@ -41,6 +41,7 @@ from messageweave.config.model import BusinessConfig
 from messageweave.mail.errors import MailError, MailRefused, MailTooLarge
 from messageweave.mail.source import MailActions, MailReader
 from messageweave.pipeline import owners, reading, reply, summarize
+from messageweave.pipeline.governor import ChatLanes, bot_id
 from messageweave.services import AccountServices
 from messageweave.store import callbacks, drafts
 
@@ -298,7 +299,7 @@ async def _file(press: Press, button: Button, svc: AccountServices, cfg: Busines
         return []
     await _answer(telegram, press, None)  # the spinner stops while the file is fetched
     try:
-        await reading.send_attachment(source, telegram, press.chat_id, press.thread_id,
+        await reading.send_attachment(source, telegram, _lanes(svc, press), press.thread_id,
                                       attachment)
     except MailTooLarge:
         await callbacks.release(svc.redis, svc.keys, FILE, button.email_id, owner, part=part)
@@ -333,7 +334,7 @@ async def _draft(press: Press, button: Button, svc: AccountServices, cfg: Busine
     if record.outcome is not None:
         await _answer(telegram, press, table["notice_sent" if record.outcome == "sent"
                                              else "notice_draft_gone"])
-        await _drop_keyboard(telegram, press)
+        await _drop_keyboard(telegram, press, svc)
         return []
     claim = await callbacks.claim(svc.redis, svc.keys, reply.CLAIM, button.email_id, press.entry_id)
     if claim != "claimed":
@@ -349,18 +350,20 @@ async def _draft(press: Press, button: Button, svc: AccountServices, cfg: Busine
         await callbacks.release(svc.redis, svc.keys, reply.CLAIM, button.email_id, press.entry_id)
     await _answer(telegram, press, done.notice)
     if done.settled:
-        await _drop_keyboard(telegram, press)
+        await _drop_keyboard(telegram, press, svc)
     if done.message is None:
         return []
     return [ButtonReply(press.chat_id, done.message, SendOptions(thread_id=press.thread_id))]
 
 
-async def _drop_keyboard(telegram: TelegramClient, press: Press) -> None:
+async def _drop_keyboard(telegram: TelegramClient, press: Press, svc: AccountServices) -> None:
     """The settled draft's preview loses its buttons (best effort, like `_show`)."""
     if press.message_id is None:
         return
+    message_id = press.message_id
     try:
-        await telegram.edit_message_reply_markup(press.chat_id, press.message_id, None)
+        await _lanes(svc, press).call(
+            lambda: telegram.edit_message_reply_markup(press.chat_id, message_id, None))
     except TelegramSendError as exc:
         if _NOT_MODIFIED not in exc.description:
             log.info("editMessageReplyMarkup failed: %s", exc.failure_class)
@@ -406,7 +409,9 @@ async def _act(source: MailActions, button: Button) -> bool:
 
 async def _answer(telegram: TelegramClient, press: Press, text: str | None) -> None:
     """answerCallbackQuery. Best effort: a press already answered (a retried entry) or too old
-    is refused by Telegram, and the work is not undone for it."""
+    is refused by Telegram, and the work is not undone for it. Not behind the governor: it is
+    no message in the chat, and the press's spinner (and the query's short life) waits on it
+    (reference §7.6)."""
     try:
         await telegram.answer_callback_query(press.callback_id, text)
     except TelegramSendError as exc:
@@ -419,9 +424,18 @@ async def _show(telegram: TelegramClient, press: Press, svc: AccountServices, cf
     if press.message_id is None:
         return
     done = await callbacks.done_actions(svc.redis, svc.keys, LASTING, email_id)
+    message_id, shown = press.message_id, notification_keyboard(cfg, email_id, done)
     try:
-        await telegram.edit_message_reply_markup(
-            press.chat_id, press.message_id, notification_keyboard(cfg, email_id, done))
+        await _lanes(svc, press).call(
+            lambda: telegram.edit_message_reply_markup(press.chat_id, message_id, shown))
     except TelegramSendError as exc:
         if _NOT_MODIFIED not in exc.description:
             log.info("editMessageReplyMarkup failed: %s", exc.failure_class)
+
+
+def _lanes(svc: AccountServices, press: Press) -> ChatLanes:
+    """The rate governor's lanes of the pressed chat (a keyboard edit or an upload counts
+    against its rate like a reply)."""
+    runtime = svc.runtime
+    token = runtime.config.bot_token if runtime is not None else ""
+    return ChatLanes(svc.redis, bot_id(token), press.chat_id)

@@ -8,21 +8,27 @@ The limits can be changed (e.g. lifted for the benchmark) in the hash `governor:
 (`bot_per_s`, `chat_per_s`, `group_per_min`; 0 = unlimited); absent fields use Telegram's.
 
 The worker charges the lanes right before the ledger's fence (`Ledger.gate`: `ACQUIRE`, then
-`MARK`); `Governor.acquire` is the same check on its own. Every lane key carries the `{gov}`
-hash tag, so `ACQUIRE` runs in one cluster slot (issue #35).
+`MARK`); `Governor.acquire` is the same check on its own, and `ChatLanes.call` runs a Telegram
+call outside the fence behind it (a button press's keyboard edit, an attachment upload; issue
+#38). Every lane key carries the `{gov}` hash tag, so `ACQUIRE` runs in one cluster slot (issue
+#35).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+from messageweave.chat.telegram import FailureClass, TelegramSendError
 from messageweave.store import keys
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
 
 MAX_WAIT_S = 5.0
+T = TypeVar("T")
 
 # The GCRA as a Lua function. A script using it must call `redis.replicate_commands()` first (it
 # reads TIME before writing).
@@ -129,3 +135,27 @@ class Governor:
         """A 429 for this chat: every instance holds the lane for `seconds`."""
         await self.redis.set(keys.governor_pause(bot, chat_id), "1",
                              px=max(1, int(seconds * 1000)))
+
+
+@dataclass(frozen=True)
+class ChatLanes:
+    """One chat's lanes of one bot, for a Telegram call outside a delivery's fence: a button
+    press's `editMessageReplyMarkup` and an attachment's upload count against the chat's rate
+    like a reply's chunk (`Ledger.gate`), but are not chunks the ledger resumes (their once-ness
+    is the press's claim, `store.callbacks`)."""
+
+    redis: Redis
+    bot: str
+    chat_id: int
+
+    async def call(self, send: Callable[[], Awaitable[T]]) -> T:
+        """`send()` once the lanes allow it (a 429's pause included); a 429 it meets pauses the
+        chat's lane on every instance, as a chunk's does (`Deliverer._telegram_failed`)."""
+        governor = Governor(self.redis)
+        await governor.acquire(self.bot, self.chat_id)
+        try:
+            return await send()
+        except TelegramSendError as exc:
+            if exc.failure_class is FailureClass.RATE_LIMIT and exc.retry_after:
+                await governor.pause(self.bot, self.chat_id, exc.retry_after)
+            raise

@@ -18,6 +18,7 @@ never written to disk or Redis.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import mimetypes
 import re
 import unicodedata
@@ -35,6 +36,7 @@ from messageweave.chat.telegram import (
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.records import Address, Attachment, MailText
 from messageweave.mail.source import MailReader
+from messageweave.pipeline.governor import ChatLanes
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean
 
 MAX_MESSAGES = 3
@@ -168,20 +170,23 @@ def as_photo(attachment: Attachment) -> bool:
     return attachment.type in PHOTO_TYPES and 0 < attachment.size <= MAX_PHOTO_BYTES
 
 
-async def send_attachment(source: MailReader, telegram: TelegramClient, chat_id: int,
+async def send_attachment(source: MailReader, telegram: TelegramClient, lanes: ChatLanes,
                           thread_id: int | None, attachment: Attachment) -> int:
-    """Download the attachment (into memory, bounded) and upload it; the message id. Raises
-    `MailTooLarge` (the server's bytes passed the limit its size claimed to be under),
-    `MailError`, `TelegramSendError`."""
+    """Download the attachment (into memory, bounded) and upload it to the chat of `lanes`,
+    once they allow it (a file is a message: it counts against the chat's rate); the message
+    id. Raises `MailTooLarge` (the server's bytes passed the limit its size claimed to be
+    under), `MailError`, `TelegramSendError`."""
     name = safe_filename(attachment)
     content = await source.download(attachment, name, max_bytes=MAX_UPLOAD_BYTES)
+    upload = functools.partial(
+        telegram.send_file, lanes.chat_id, content, name, attachment.type,
+        photo=as_photo(attachment) and len(content) <= MAX_PHOTO_BYTES, thread_id=thread_id,
+        timeout_s=UPLOAD_TIMEOUT_S)
+    del content  # `upload` holds the one reference, dropped below, failure or not
     try:
-        return await telegram.send_file(chat_id, content, name, attachment.type,
-                                        photo=as_photo(attachment) and len(content) <=
-                                        MAX_PHOTO_BYTES, thread_id=thread_id,
-                                        timeout_s=UPLOAD_TIMEOUT_S)
+        return await lanes.call(upload)
     finally:
-        del content
+        del upload
 
 
 def _names(addresses: tuple[Address, ...]) -> str:

@@ -14,6 +14,7 @@ import pytest
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
+from messageweave.pipeline.governor import Governor, bot_id
 from messageweave.store import keys
 from tests.helpers import WAIT_S, FreshUser, eventually, keyboard, press
 from tests.peers.telegram import SentMessage
@@ -322,3 +323,41 @@ async def test_a_press_while_the_mailbox_refuses_us_is_answered_and_done_on_retr
     async with JmapClient(served.wire["jmap_session_url"], user, password, timeout=10) as own:
         [mail] = await own.get_emails([email_id])
     assert "$seen" in mail.keywords
+
+
+async def test_under_a_429_pause_a_press_is_answered_at_once_and_its_keyboard_edit_waits(
+    served: ServedApp,
+) -> None:
+    """Catches (issue #38) a button press whose keyboard edit went around the rate governor:
+    while a 429 holds the chat's lane (`Governor.pause`, which a sendMessage's 429 sets),
+    Telegram would refuse the edit again and prolong the flood wait; the edit must wait for the
+    pause to end. The press's answer (answerCallbackQuery: no message in the chat, and the
+    user's spinner waits on it) is not held."""
+    _, message = await notified(served, "Pressed under a 429")
+    pause_s = 8.0
+    paused_at_ms = time.time() * 1000
+    await Governor(served.redis).pause(bot_id(served.token), message.chat_id, pause_s)
+    answer = await press(served, message, data_of(message, buttons.READ))
+    assert answer["text"] == "已标为已读"
+    assert await served.redis.pttl(keys.governor_pause(bot_id(served.token),
+                                                       message.chat_id)) > 0  # answered
+    await edited(served, message, ["摘要", "✓ 已读", "归档", "阅读全文"])
+    [edit_ms] = (await served.emulator.api_calls(served.token, "editMessageReplyMarkup")).times_ms
+    assert edit_ms >= paused_at_ms + pause_s * 1000
+
+
+async def test_a_429_answered_to_a_keyboard_edit_pauses_the_chats_lane(
+    served: ServedApp,
+) -> None:
+    """Catches (issue #38) a keyboard edit whose 429 was only logged: the chat's lane must
+    pause for `retry_after` on every instance, as after a message's 429, so the next message
+    to the chat waits instead of meeting Telegram's flood wait."""
+    _, message = await notified(served, "Edit meets a 429")
+    await served.emulator.fail(token=served.token, method="editMessageReplyMarkup",
+                               error_code=429, retry_after=5, times=1)
+    await press(served, message, data_of(message, buttons.READ))
+    pause = keys.governor_pause(bot_id(served.token), message.chat_id)
+
+    async def paused() -> bool:
+        return bool(await served.redis.exists(pause))
+    await eventually(paused, "the chat's lane paused by the edit's 429", WAIT_S)

@@ -23,6 +23,7 @@ import pytest
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons, reading
+from messageweave.pipeline.governor import Governor, bot_id
 from messageweave.store import keys
 from tests.helpers import WAIT_S, keyboard, press, redis_text
 from tests.peers.telegram import SentFile, SentMessage
@@ -160,6 +161,30 @@ async def test_a_long_mail_is_three_messages_and_says_how_much_is_left(
     assert abs(left - (len(words) - words.index(f"word{last_word}") - 9)) <= 3
 
 
+async def test_a_long_mail_whose_second_message_failed_resumes_from_the_second(
+    served: ServedApp,
+) -> None:
+    """Catches a retry that sends a long mail's Read again from its first message: the second
+    sendMessage fails (500), and the entry's retry must resume where the ledger's
+    `SendProgress` says it stopped, so each of the three messages reaches the chat once, in
+    order. (This replaces a client-level test of `send_text(start_chunk=)`, a second resume
+    mechanism production never used.)"""
+    words = " ".join(f"word{n:05d}" for n in range(3000))  # 30,000 characters: 3 messages
+    _, message = await notified(served, multipart("Resumed", words, attachments=False))
+    before = (await served.emulator.api_calls(served.token, "sendMessage")).count
+    await served.emulator.fail(token=served.token, method="sendMessage", error_code=500,
+                               skip=1, times=1)
+    await press(served, message, read_data(served, message))
+    sent = await messages_after(served, message.message_id, 3)
+    texts = [m.text for m in sent]
+    assert len(texts) == 3 and "主题：Resumed" in texts[0], texts
+    assert all("主题：Resumed" not in text for text in texts[1:]), texts
+    first_words = [int(text.split("word", 1)[1][:5]) for text in texts]
+    assert first_words == sorted(set(first_words)), first_words  # in order, none twice
+    # Four calls: page 1, page 2 refused, then page 2 and page 3 (not page 1 again).
+    assert (await served.emulator.api_calls(served.token, "sendMessage")).count == before + 4
+
+
 async def test_read_command_gives_the_same_reply(served: ServedApp) -> None:
     """Catches `/read <id>` answering nothing, or without the attachment buttons."""
     email_id, message = await notified(served, multipart("By command", "Command body."))
@@ -182,6 +207,25 @@ async def test_an_attachment_pressed_twice_is_sent_once(served: ServedApp) -> No
     assert again["text"] == "已经发送过了"
     await asyncio.sleep(0.5)
     assert len(await served.emulator.sent_files(served.token)) == 1
+
+
+async def test_an_attachment_pressed_under_a_429_pause_is_uploaded_after_it(
+    served: ServedApp,
+) -> None:
+    """Catches (issue #38) an upload that went around the rate governor: a file is a message
+    in the chat, so while a 429 holds the chat's lane (`Governor.pause`) the upload waits for
+    the pause to end instead of meeting Telegram's flood wait."""
+    _, message = await notified(served, multipart("Paused file", "A file under a 429."))
+    await press(served, message, read_data(served, message))
+    [reply] = await messages_after(served, message.message_id, 1)
+    pause_s = 3.0
+    paused_at_ms = time.time() * 1000
+    await Governor(served.redis).pause(bot_id(served.token), served.chat, pause_s)
+    await press(served, reply, keyboard(reply)[0][1])
+    [pdf] = await files(served, 1)
+    assert pdf.filename == "quarterly report.pdf"
+    [upload_ms] = (await served.emulator.api_calls(served.token, "sendDocument")).times_ms
+    assert upload_ms >= paused_at_ms + pause_s * 1000
 
 
 async def test_an_oversized_attachment_is_refused_without_downloading(

@@ -61,17 +61,17 @@ async def test_get_me_answers_with_the_bot_identity(tg_client: TelegramClient) -
     )
 
 
-async def test_set_webhook_then_get_webhook_info_returns_the_url(
+async def test_set_webhook_then_webhook_url_returns_the_url(
     tg_client: TelegramClient,
     telegram_emulator: TelegramEmulator,
     bot: BotChat,
     receiver: Receiver,
 ) -> None:
-    assert await tg_client.get_webhook_info() == ""
+    assert await tg_client.webhook_url() == ""
 
     await tg_client.set_webhook(receiver.url, SECRET)
 
-    assert await tg_client.get_webhook_info() == receiver.url
+    assert await tg_client.webhook_url() == receiver.url
     async with httpx.AsyncClient(base_url=telegram_emulator.base_url, trust_env=False) as http:
         info = (await http.post(f"/bot{bot.token}/getWebhookInfo")).json()["result"]
     assert info["allowed_updates"] == ["message"]

@@ -1,24 +1,22 @@
 """Outbound Telegram: plain-text sends split to Telegram's limit, failures sorted into classes.
 
-`TelegramClient` wraps python-telegram-bot's `Bot` (pointed at `{api_base_url}/bot`, so a local
-Bot API server or the test emulator works). It does not retry: every failure surfaces as a
-`TelegramSendError` whose `failure_class` tells the pipeline whether to back off and retry
-(`transient`, `rate_limit`) or give up (everything else), and whose `maybe_sent` tells it whether
-the message may have been delivered all the same.
+`TelegramClient` calls the Bot API (at `{api_base_url}/bot{token}/{method}`, so a local Bot API
+server or the test emulator works) through one method, `TelegramClient.call`, on httpx: every
+Bot API method the service uses goes down that path and through its one map of failures. It
+does not retry: every failure surfaces as a `TelegramSendError` whose `failure_class` tells the
+pipeline whether to back off and retry (`transient`, `rate_limit`) or give up (everything else),
+and whose `maybe_sent` tells it whether the message may have been delivered all the same.
 
-What a send did is read from the wire, not from PTB's models (`transport`): an answer PTB cannot
-turn into a `Message` is still a delivery with its id, and a failure is `maybe_sent` exactly when
-the request was written and no readable answer came back.
-
-python-telegram-bot is imported by `ptb` alone, and `ptb` only by a client's first call: building
-a `TelegramClient` (every configuration does) costs no PTB memory until the bot is used.
+What a call did is read from the wire (`transport`): an `ok: true` answer is a delivery whatever
+its `result` holds, and a failure is `maybe_sent` exactly when the request was written and no
+readable answer came back.
 
 The bot token is a credential. It never appears in our exceptions or reprs, and the loggers that
 would print it get a filter that redacts it (`redaction`).
 
-Where things are: `client` (the calls), `errors` (`TelegramSendError`, `classify`), `split`
-(`split_text`), `transport` (`Exchange`), `ptb` (`Bot`, the request class, PTB's exceptions),
-`redaction`. Import from here, not from the submodules.
+Where things are: `client` (`call` and the methods on it), `errors` (`TelegramSendError`,
+`classify`), `split` (`split_text`), `transport` (`Exchange`, reading an answer), `redaction`.
+Import from here, not from the submodules.
 """
 
 from messageweave.chat.telegram.client import (

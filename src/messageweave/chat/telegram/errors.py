@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
 from http import HTTPStatus
 
 
@@ -26,9 +25,6 @@ class FailureClass(enum.StrEnum):
 
 class TelegramSendError(Exception):
     """A failed Bot API call. `description` is Telegram's own text with the token removed.
-
-    `sent_message_ids` lists the chunks of a long text that were delivered before the failure,
-    so a retry can resume with `send_text(..., start_chunk=len(sent_message_ids))`.
 
     `maybe_sent` is True when the failed call may still have reached Telegram (the request was
     written, then the answer was lost: a read timeout, a connection dropped mid-answer). Only
@@ -51,7 +47,6 @@ class TelegramSendError(Exception):
         description: str = "",
         *,
         status_code: int | None = None,
-        sent_message_ids: Sequence[int] = (),
         maybe_sent: bool = False,
     ) -> None:
         detail = f"telegram {failure_class}: {description}" if description else failure_class
@@ -62,7 +57,6 @@ class TelegramSendError(Exception):
         self.retry_after = retry_after
         self.description = description
         self.status_code = status_code
-        self.sent_message_ids: tuple[int, ...] = tuple(sent_message_ids)
         self.maybe_sent = maybe_sent
 
     @property

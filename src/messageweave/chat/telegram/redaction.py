@@ -1,15 +1,14 @@
 """Keeping the bot token out of logs.
 
-The loggers that would print it (httpx logs each request URL at INFO, PTB logs the API URL at
-DEBUG) get a filter that redacts every registered token. PTB's DEBUG call log also carries
-message text, so it is dropped.
+The loggers that would print it (httpx logs each request URL at INFO, httpcore's DEBUG lines
+name the connection) get a filter that redacts every registered token.
 """
 
 from __future__ import annotations
 
 import logging
 
-# Loggers that see request URLs (httpx, httpcore) or the API URL and call data (PTB).
+# Loggers that see request URLs (httpx, httpcore).
 _GUARDED_LOGGERS = (
     "httpx",
     "httpcore.connection",
@@ -17,17 +16,12 @@ _GUARDED_LOGGERS = (
     "httpcore.http2",
     "httpcore.proxy",
     "httpcore.socks",
-    "telegram",
-    "telegram.Bot",
-    "telegram.request.BaseRequest",
-    "telegram.request.HTTPXRequest",
 )
-_PTB_CALL_LOGGER = "telegram.Bot"
 _REDACTED = "<redacted>"
 
 
 class TokenRedactor(logging.Filter):
-    """Removes registered bot tokens from log records; drops PTB's DEBUG call log."""
+    """Removes registered bot tokens from log records."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,9 +44,6 @@ class TokenRedactor(logging.Filter):
         return text
 
     def filter(self, record: logging.LogRecord) -> bool:
-        # PTB's DEBUG lines print the API URL (with the token) and every call's text and result.
-        if record.name == _PTB_CALL_LOGGER and record.levelno <= logging.DEBUG:
-            return False
         try:
             message = record.getMessage()
         except Exception:  # a broken format string is the handler's problem, not ours

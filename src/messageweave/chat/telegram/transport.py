@@ -1,13 +1,9 @@
-"""What the wire said of one Bot API call, whatever python-telegram-bot makes of it.
-
-The transport (`ptb.BotApiRequest`) records per call, in the `Exchange` that `EXCHANGE` holds
-for it, whether the whole request was written (httpcore's `trace` extension) and the raw
-`result` of an `ok: true` answer. Nothing here imports python-telegram-bot.
-"""
+"""What the wire said of one Bot API call: whether the whole request was written (`Exchange`,
+fed by httpcore's `trace` extension) and what the answer holds (`error_fields`, `ok_result`,
+`message_id_of`). `TelegramClient.call` reads every answer through these, for every method."""
 
 from __future__ import annotations
 
-import contextvars
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,13 +31,19 @@ UNKNOWN_MESSAGE_ID = 0
 `message_id` in its answer. Telegram numbers messages from 1, so no real message has id 0."""
 
 
+def markup(keyboard: Keyboard | None) -> dict[str, object] | None:
+    """The Bot API's `reply_markup` for `keyboard`; None removes a keyboard (or sends none)."""
+    if not keyboard:
+        return None
+    return {"inline_keyboard": [[{"text": text, "callback_data": data} for text, data in row]
+                                for row in keyboard]}
+
+
 @dataclass
 class Exchange:
-    """What the transport saw of one Bot API call (`EXCHANGE` holds the current call's)."""
+    """What the transport saw of one Bot API call being written."""
 
     written: bool = False  # the whole request went into the socket
-    answered: bool = False  # a 2xx `ok: true` answer came back
-    result: object = None  # its raw `result`
     _writing: bool = field(default=False, repr=False)
 
     async def trace(self, event: str, info: Mapping[str, Any]) -> None:
@@ -55,25 +57,17 @@ class Exchange:
         elif stage == "complete" and self._writing:
             self.written = True
 
-    @property
-    def message_id(self) -> int:
-        """`result.message_id` of the raw answer, or `UNKNOWN_MESSAGE_ID`."""
-        raw = self.result.get("message_id") if isinstance(self.result, dict) else None
-        if isinstance(raw, str) and raw.isascii() and raw.isdigit():
-            raw = int(raw)
-        if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
-            return raw
-        return UNKNOWN_MESSAGE_ID
 
+def message_id_of(result: object) -> int:
+    """`result.message_id` of an ok answer, or `UNKNOWN_MESSAGE_ID`: an `ok: true` answer is a
+    delivery whatever its `result` holds."""
+    raw = result.get("message_id") if isinstance(result, dict) else None
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+        raw = int(raw)
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+        return raw
+    return UNKNOWN_MESSAGE_ID
 
-# One per Bot API call, set by `TelegramClient._call`; each task has its own context, so
-# concurrent calls on the shared request object never see each other's exchange.
-EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
-    "messageweave_telegram_exchange", default=None
-)
-
-
-# --- reading an answer (shared by the PTB transport and the bare calls of `client`) ---------
 
 # A proxy's "the upstream failed / did not answer in time" page: it may have forwarded the call.
 MAYBE_FORWARDED = (HTTPStatus.BAD_GATEWAY, HTTPStatus.GATEWAY_TIMEOUT)
