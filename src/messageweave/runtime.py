@@ -84,8 +84,8 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
 def background(svc: Services, worker: Worker,
                upgrading: asyncio.Task[None] | None = None) -> list[asyncio.Task[None]]:
     """Start the loops of a serving instance; `stop` them in reverse order. A configured
-    instance also opens its Telegram connection now (`TelegramClient.connect`, no
-    python-telegram-bot), so the first message after the start does not wait for it. While
+    instance also opens its Telegram connection now (`TelegramClient.connect`), so the first
+    message after the start does not wait for it. While
     `upgrading` (the data upgrade, Redis unreachable at the start) runs, the loops wait for it."""
     opening = [] if svc.runtime is None else [
         asyncio.create_task(svc.runtime.telegram.connect(), name="telegram-connect")]
