@@ -5,6 +5,7 @@ through httpx, its lifespan included. What these fixtures are built from is in t
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -16,6 +17,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from messageweave.logs import RedactionFilter
 from messageweave.mail.jmap import JmapClient
 from messageweave.store.redis import EmbeddedRedis
 from tests.helpers import (
@@ -42,6 +44,28 @@ from tests.peers.telegram import telegram_emulator
 
 T = TypeVar("T")
 __all__ = ["telegram_emulator"]  # the session-wide Bot API emulator, for every test package
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Each test leaves the root logger as it found it. `configure_logging` (what a test of the
+    service's log lines calls) replaces the root's handlers with a JSON handler whose redaction
+    filter rewrites each record in place; left behind, it rewrote the records of every later
+    test of the process before pytest's capture saw them (the token test then found the
+    scrub's `/bot<token>` instead of the client's `<redacted>`, after `test_redis_url`)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    uvicorn = {name: (list(logging.getLogger(name).handlers), logging.getLogger(name).propagate)
+               for name in ("uvicorn", "uvicorn.error", "uvicorn.access")}
+    yield
+    for handler in list(root.handlers):  # pytest's own come and go with each phase: kept
+        if handler not in handlers and any(isinstance(f, RedactionFilter)
+                                           for f in handler.filters):
+            root.removeHandler(handler)
+    root.setLevel(level)
+    for name, (kept, propagate) in uvicorn.items():
+        logging.getLogger(name).handlers[:] = kept
+        logging.getLogger(name).propagate = propagate
 
 
 @pytest.fixture(scope="session")
