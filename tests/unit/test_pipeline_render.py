@@ -5,7 +5,7 @@ import pytest
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import EmailMeta
 from messageweave.pipeline.attempt import backoff_s
-from messageweave.pipeline.ingress import ChatNotAllowed, InvalidUpdate, parse_update
+from messageweave.pipeline.ingress import ChatNotAllowed, UpdateInvalid, parse_update
 from messageweave.pipeline.notify import render_notification
 from tests.helpers import sample_wire
 
@@ -67,7 +67,7 @@ def test_update_keeps_only_what_the_worker_needs() -> None:
                                   {"update_id": -1}, {"update_id": 1, "message": {}},
                                   {"update_id": 1, "message": {"chat": {"id": "x"}}}])
 def test_a_body_that_is_not_an_update_is_refused(body: object) -> None:
-    with pytest.raises(InvalidUpdate):
+    with pytest.raises(UpdateInvalid):
         parse_update(body, CFG)
 
 

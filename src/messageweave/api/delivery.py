@@ -24,10 +24,10 @@ from messageweave.api.credentials import (
 from messageweave.errors import ApiError, invalid_request, service_unavailable, unauthorized
 from messageweave.jsonio import parse_json
 from messageweave.ops import audit, metrics
-from messageweave.pipeline import ingress
+from messageweave.pipeline import dlq, ingress
 from messageweave.pipeline.worker import MAX_BATCH, Worker
 from messageweave.services import Services
-from messageweave.store import keys
+from messageweave.store import keys, opstats
 from messageweave.store.keys import AccountKeys
 from messageweave.store.oplog import valid_stream_id
 from messageweave.store.streams import stream_key, stream_name
@@ -69,7 +69,7 @@ class TelegramWebhook:
         except ApiError:  # the body itself: not JSON (400), too large (413)
             await ensure_enabled(svc)  # switched off: 503, as if the body had not been read
             raise
-        except ingress.InvalidUpdate as exc:
+        except ingress.UpdateInvalid as exc:
             await ensure_enabled(svc)
             raise invalid_request() from exc
         except ingress.ChatNotAllowed as exc:
@@ -160,7 +160,7 @@ async def delivery_status(request: Request) -> JSONResponse:
     await require_admin(request)
     mailbox = await acting_account(request, mailbox=False)
     try:
-        return JSONResponse(await ingress.delivery_status(mailbox.redis,
+        return JSONResponse(await opstats.delivery_status(mailbox.redis,
                                                           _streams(mailbox.keys)))
     except RedisError as exc:
         raise service_unavailable() from exc
@@ -199,10 +199,10 @@ async def list_dlq(request: Request) -> JSONResponse:
         limit = int(request.query_params.get("limit", DEFAULT_DLQ_LIMIT))
     except ValueError as exc:
         raise invalid_request() from exc
-    if not 1 <= limit <= ingress.MAX_DLQ_LIMIT:
+    if not 1 <= limit <= dlq.MAX_DLQ_LIMIT:
         raise invalid_request()
     try:
-        entries = await ingress.dlq_entries(mailbox.redis, streams, limit)
+        entries = await dlq.dlq_entries(mailbox.redis, streams, limit)
     except RedisError as exc:
         raise service_unavailable() from exc
     return JSONResponse({"entries": [e.to_json() for e in entries]})
@@ -222,7 +222,7 @@ async def replay_dlq(request: Request) -> JSONResponse:
         raise invalid_request()
     svc = services(request)
     try:
-        replayed = await ingress.replay(svc.redis, stream, ids)
+        replayed = await dlq.replay(svc.redis, stream, ids)
     except RedisError as exc:
         raise service_unavailable() from exc
     await audit.record_audit(svc, audit.DLQ_REPLAYED, stream=stream_name(stream),

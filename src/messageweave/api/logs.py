@@ -21,7 +21,7 @@ from messageweave.config.accounts import chats_of
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.mail.context import MailContext
 from messageweave.store.keys import DEFAULT_ACCOUNT
-from messageweave.store.oplog import InvalidCursor, OpLog, Page, audit_log, send_log
+from messageweave.store.oplog import CursorInvalid, OpLog, Page, audit_log, send_log
 from messageweave.store.streams import STREAM_NAMES
 
 Keep = Callable[[dict[str, Any]], bool]
@@ -70,7 +70,7 @@ async def _page(request: Request, log: OpLog, keeps: list[Keep] | None = None) -
 
     try:
         page: Page = await log.page(before, limit, keep if tests else None)
-    except InvalidCursor as exc:
+    except CursorInvalid as exc:
         raise invalid_request() from exc
     except RedisError as exc:
         raise service_unavailable() from exc

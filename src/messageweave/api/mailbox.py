@@ -43,7 +43,7 @@ router = APIRouter()
 
 # The status of each `mail.push` error; 429 and 503 also carry `Retry-After` (reference §2).
 _PUSH_STATUS: dict[type[push.PushError], int] = {
-    push.InvalidPush: 400,
+    push.PushInvalid: 400,
     push.UnknownCallback: 401,
     push.SubscriptionNotFound: 404,
     push.RegistrationBusy: 409,

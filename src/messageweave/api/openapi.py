@@ -21,7 +21,7 @@ from messageweave.config.outbound import (
     TIMEOUT_MAX_MS,
     TIMEOUT_MIN_MS,
 )
-from messageweave.pipeline.ingress import MAX_DLQ_LIMIT
+from messageweave.pipeline.dlq import MAX_DLQ_LIMIT
 from messageweave.pipeline.trace import MAX_QUERY
 from messageweave.store.streams import STREAM_NAMES
 

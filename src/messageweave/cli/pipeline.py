@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from messageweave import runtime
 from messageweave.aio import cancel
 from messageweave.cli.common import AccountOption, DataDirOption, check_account, load_settings
-from messageweave.pipeline import ingress
+from messageweave.pipeline import dlq
 from messageweave.pipeline.worker import Worker
 from messageweave.services import Services
 from messageweave.store import keys
@@ -110,7 +110,7 @@ def _stream(name: str, account: str) -> str:
 def dlq_list(
     stream: Annotated[str | None, typer.Option(help="stalwart:jmap or stalwart:telegram")]
     = None,
-    limit: Annotated[int, typer.Option(min=1, max=ingress.MAX_DLQ_LIMIT)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=dlq.MAX_DLQ_LIMIT)] = 50,
     data_dir: DataDirOption = None,
     account: AccountOption = "default",
 ) -> None:
@@ -125,7 +125,7 @@ def dlq_list(
 
     async def main() -> None:
         async with _services(data_dir) as svc:
-            for entry in await ingress.dlq_entries(svc.redis, streams, limit):
+            for entry in await dlq.dlq_entries(svc.redis, streams, limit):
                 typer.echo(json.dumps(entry.to_json(), ensure_ascii=False))
 
     asyncio.run(main())
@@ -148,7 +148,7 @@ def dlq_replay(
 
     async def main() -> None:
         async with _services(data_dir) as svc:
-            replayed = await ingress.replay(svc.redis, name, ids or None)
+            replayed = await dlq.replay(svc.redis, name, ids or None)
             typer.echo(json.dumps({"replayed": replayed}))
 
     asyncio.run(main())

@@ -70,10 +70,10 @@ __all__ = [
     "TOKEN_PARAM",
     "Clock",
     "Connect",
-    "InvalidPush",
     "MaintenanceOutcome",
     "PushError",
     "PushHealth",
+    "PushInvalid",
     "PushNotSupported",
     "PushState",
     "PushUnavailable",
@@ -134,7 +134,7 @@ class PushError(Exception):
             self.code = code
 
 
-class InvalidPush(PushError):
+class PushInvalid(PushError):
     """A body or callback URL that is not what the route takes (400)."""
 
     code = "invalid_request"
@@ -192,7 +192,7 @@ class StateChange:
 
 
 def parse_push(body: dict[str, Any]) -> Verification | StateChange:
-    """An RFC 8620 §7.1/§7.2 push object, else `InvalidPush` (also a StateChange naming more
+    """An RFC 8620 §7.1/§7.2 push object, else `PushInvalid` (also a StateChange naming more
     than `MAX_PUSH_ACCOUNTS` accounts)."""
     kind = body.get("@type")
     if kind == "PushVerification":
@@ -207,14 +207,14 @@ def parse_push(body: dict[str, Any]) -> Verification | StateChange:
             for account, types in changed.items()
         ):
             return StateChange(changed)
-    raise InvalidPush
+    raise PushInvalid
 
 
 def callback_url_of(body: dict[str, Any], *, strict: bool) -> str:
     """`callback_url`; with `strict`, it must be https with a host and no credentials."""
     url = body.get("callback_url")
     if not isinstance(url, str) or not url.strip():
-        raise InvalidPush
+        raise PushInvalid
     if strict:
         try:
             parts = urlsplit(url)
@@ -223,7 +223,7 @@ def callback_url_of(body: dict[str, Any], *, strict: bool) -> str:
         except ValueError:
             valid = False
         if not valid:
-            raise InvalidPush
+            raise PushInvalid
     return url
 
 

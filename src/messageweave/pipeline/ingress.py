@@ -1,25 +1,23 @@
-"""The delivery queue's doors, for the delivery routes and the CLI: an update parsed and
-enqueued (ingress), the chats refused, the queue's stats, and the DLQ listed and replayed."""
+"""The chat's door to the delivery queue: an update parsed and enqueued (ingress), and the
+chats refused. The DLQ's listing and replay are `pipeline.dlq`; the queue's counts
+`store.opstats.delivery_status`."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from messageweave.config.model import BusinessConfig
 from messageweave.jsonio import is_int
-from messageweave.store import keys, refused
-from messageweave.store.opstats import unknown_after_send
+from messageweave.store import refused
 from messageweave.store.redis import Redis
 from messageweave.store.refused import RefusedChat
-from messageweave.store.streams import DlqEntry, StreamStore, UpdateIngress, stream_name
 from messageweave.store.streams import SwitchedOff as SwitchedOff  # for the webhook to catch
+from messageweave.store.streams import UpdateIngress
 
-MAX_DLQ_LIMIT = 500
 
-
-class InvalidUpdate(ValueError):
+class UpdateInvalid(ValueError):
     """The body is not a Telegram Update."""
 
 
@@ -50,10 +48,10 @@ def parse_update(body: object, cfg: BusinessConfig,
     its id, data, chat, presser's user id, message and topic. The user id decides who may
     read and send (`pipeline.owners`)."""
     if not isinstance(body, dict) or not is_int(body.get("update_id")):
-        raise InvalidUpdate
+        raise UpdateInvalid
     update_id = int(body["update_id"])
     if update_id < 0:
-        raise InvalidUpdate
+        raise UpdateInvalid
     allowlist = cfg.chat_allowlist if accounts is None else accounts
     fields = {"update_id": str(update_id)}
     if body.get("message") is None and body.get("callback_query") is not None:
@@ -64,7 +62,7 @@ def parse_update(body: object, cfg: BusinessConfig,
         return Update(update_id, fields)
     chat = message.get("chat") if isinstance(message, dict) else None
     if not isinstance(chat, dict) or not is_int(chat.get("id")):
-        raise InvalidUpdate
+        raise UpdateInvalid
     chat_id = int(chat["id"])
     if allowlist and chat_id not in allowlist:
         raise ChatNotAllowed(chat_id, _chat_name(chat, message.get("from")), update_id)
@@ -104,7 +102,7 @@ def _callback_fields(query: object, allowlist: Collection[int],
     private chat), checked against the allowlist like a message's. A press we cannot place in
     a chat, or whose `id` or `data` is not a string, is acknowledged and left alone ({})."""
     if not isinstance(query, dict):
-        raise InvalidUpdate
+        raise UpdateInvalid
     message, sender = query.get("message"), query.get("from")
     chat = message.get("chat") if isinstance(message, dict) else sender
     callback_id, data = query.get("id"), query.get("data")
@@ -209,36 +207,3 @@ async def enqueue_update_if_enabled(ingress: UpdateIngress, update: Update) -> b
     the other requests of the moment (False: Telegram redelivered an update already queued);
     else `SwitchedOff`, with nothing written."""
     return await ingress.enqueue_if_enabled(update.update_id, update.fields) is not None
-
-
-async def delivery_status(redis: Redis,
-                          streams: Sequence[str] = keys.STREAMS) -> dict[str, Any]:
-    """The counts of `streams` (an account's mail stream and the chat stream), by their
-    contract's names; the unknown-after-send count is the deployment's."""
-    store = StreamStore(redis)
-    return {
-        "streams": {stream_name(stream): await store.stats(stream) for stream in streams},
-        "unknown_after_send": await unknown_after_send(redis),
-    }
-
-
-async def dlq_entries(redis: Redis, streams: list[str], limit: int) -> list[DlqEntry]:
-    store = StreamStore(redis)
-    out: list[DlqEntry] = []
-    for stream in streams:
-        out += await store.dlq_list(stream, limit - len(out))
-        if len(out) >= limit:
-            break
-    return out
-
-
-async def replay(redis: Redis, stream: str, ids: list[str] | None) -> int:
-    """Put DLQ entries back on their stream (all of them when `ids` is None): each becomes a
-    new entry (new id, its own ledger) whose `replay_of` names the dead-lettered entry."""
-    store = StreamStore(redis)
-    targets = ids if ids is not None else await store.dlq_ids(stream)
-    replayed = 0
-    for dlq_id in targets:
-        if await store.replay(stream, dlq_id):
-            replayed += 1
-    return replayed

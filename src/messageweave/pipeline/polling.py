@@ -39,8 +39,8 @@ from messageweave.logs import RepeatLog
 from messageweave.ops import metrics
 from messageweave.pipeline.ingress import (
     ChatNotAllowed,
-    InvalidUpdate,
     Update,
+    UpdateInvalid,
     parse_update,
     remember_refused,
 )
@@ -259,7 +259,7 @@ class Poller:
             next_offset = max(next_offset or 0, update_id + 1)
             try:
                 updates.append(parse_update(raw, cfg, self.svc.accounts.allowlist()))
-            except InvalidUpdate:
+            except UpdateInvalid:
                 log.warning("telegram update %d is not one we read: skipped", update_id)
             except ChatNotAllowed as exc:
                 refused.append(exc)

@@ -29,7 +29,7 @@ _SCAN_BATCH = 200
 _SCAN_LIMIT = 5000  # entries a filtered page may look through before it stops
 
 
-class InvalidCursor(ValueError):
+class CursorInvalid(ValueError):
     """A `before` value that is not a stream id."""
 
 
@@ -80,7 +80,7 @@ class OpLog:
         """Newest first, strictly older than `before`; `keep` filters (scanning a bounded
         number of entries, so a rare match cannot make one request read the whole stream)."""
         if before is not None and not valid_stream_id(before):
-            raise InvalidCursor(before)
+            raise CursorInvalid(before)
         limit = max(1, min(limit, MAX_PAGE))
         out: list[dict[str, Any]] = []
         cursor = before

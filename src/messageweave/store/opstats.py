@@ -3,8 +3,9 @@ lifecycle's numbers come from `messageweave.mail.push.health`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
@@ -98,3 +99,14 @@ async def unknown_after_send(redis: Redis) -> int:
     """The sends whose outcome is unknown (`keys.DELIVERY_UNKNOWN`, the ledger's sorted set of
     `<stream>/<entry>/<resolution>`, kept `UNKNOWN_RETENTION_S`)."""
     return int(await redis.zcard(keys.DELIVERY_UNKNOWN))
+
+
+async def delivery_status(redis: Redis,
+                          streams: Sequence[str] = keys.STREAMS) -> dict[str, Any]:
+    """The counts of `streams` (an account's mail stream and the chat stream), by their
+    contract's names; the unknown-after-send count is the deployment's."""
+    store = StreamStore(redis)
+    return {
+        "streams": {stream_name(stream): await store.stats(stream) for stream in streams},
+        "unknown_after_send": await unknown_after_send(redis),
+    }
