@@ -313,6 +313,34 @@ def is_certificate_failure(exc: BaseException) -> bool:
     return _CERTIFICATE_FAILURE in str(exc).lower()
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and what caused it (httpx wraps httpcore, which wraps the OSError), at most 8."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(seen) < 8 and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def transport_kind(exc: BaseException) -> str:
+    """The one classifier of a failure to reach a peer (every probe, and the Telegram client's
+    failures): `timeout`, `tls`, `refused` or `unreachable`. By class names, like `remedy`:
+    httpx's `TimeoutException`, `ssl.SSLError` and its subclasses."""
+    chain = _chain(exc)
+
+    def named(e: BaseException, *names: str) -> bool:
+        return any(cls.__name__ in names for cls in type(e).__mro__)
+
+    if any(isinstance(e, TimeoutError) or named(e, "TimeoutException") for e in chain):
+        return "timeout"
+    if any(named(e, "SSLError") or is_certificate_failure(e) for e in chain):
+        return "tls"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "refused"
+    return "unreachable"
+
+
 def remedy(exc: BaseException) -> str | None:
     """What to check for `exc` (None when there is nothing better than its reason)."""
     names = [cls.__name__ for cls in type(exc).__mro__]

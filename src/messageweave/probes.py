@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,9 +25,10 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
+from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.logs import CERTIFICATE_REMEDY, is_certificate_failure
+from messageweave.logs import CERTIFICATE_REMEDY, transport_kind
 from messageweave.mail.imap.errors import (
     ImapAuthError,
     ImapError,
@@ -80,29 +80,6 @@ HTTP status, a redirect); nothing to probe with; anything else."""
 _KIND_WORDS = {"refused": "connection refused", "timeout": "timed out",
                "tls": "TLS failed: the certificate is not trusted or the handshake failed",
                "unreachable": "could not connect"}
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    """`exc` and what caused it (httpx wraps httpcore, which wraps the OSError), at most 8."""
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and len(seen) < 8 and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
-
-
-def transport_kind(exc: BaseException) -> str:
-    """The one classifier of a failure to reach a peer (every probe uses it): `timeout`,
-    `tls`, `refused` or `unreachable`."""
-    chain = _chain(exc)
-    if any(isinstance(e, TimeoutError | httpx.TimeoutException) for e in chain):
-        return "timeout"
-    if any(isinstance(e, ssl.SSLError) or is_certificate_failure(e) for e in chain):
-        return "tls"
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return "refused"
-    return "unreachable"
 
 
 def answer_kind(status: int) -> str:
@@ -285,25 +262,31 @@ async def telegram_get_me_failure(cfg: BusinessConfig, timeout_s: float = PROBE_
                             "set bot_token", "not_configured")
     base = cfg.telegram_api_base_url.rstrip("/")
     where = _where(base)
-    try:
-        async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client:
-            response = await asyncio.wait_for(client.get(f"{base}/bot{cfg.bot_token}/getMe"),
-                                              timeout_s)
-    except httpx.InvalidURL:  # a token no URL can hold; its text would hold the token
+    try:  # the bot's own client (`TelegramClient.call`): what the probe passes, a send reaches
+        async with TelegramClient(cfg.bot_token, base, timeout_s=timeout_s) as telegram:
+            await telegram.get_me(timeout_s)
+    except TelegramSendError as exc:
+        return _telegram_failure(exc, where, timeout_s)
+    return None
+
+
+def _telegram_failure(exc: TelegramSendError, where: str, timeout_s: float) -> ProbeFailure:
+    kind = exc.unreached
+    if kind == "bad_url":
         return ProbeFailure(_TG_FAILED, "the bot token cannot be sent in a URL",
                             _TG_REMEDIES["unauthorized"], "unauthorized")
-    except (TimeoutError, httpx.HTTPError) as exc:
-        kind = transport_kind(exc)
+    if kind is not None:
         detail = "telegram get_me probe timed out" if kind == "timeout" else _TG_FAILED
         cause = (f"no answer from {where} within {timeout_s:g} s" if kind == "timeout"
                  else f"{_KIND_WORDS[kind]} ({where})")
         return ProbeFailure(detail, cause, _TG_REMEDIES[kind], kind)
-    if response.is_success:
-        return None
-    kind = "unauthorized" if response.status_code == 404 else answer_kind(response.status_code)
+    status = exc.status_code
+    if status is None or 200 <= status < 300:  # an answer that is not the Bot API's
+        return ProbeFailure(_TG_FAILED, f"getMe answered {exc.description or 'no user'}",
+                            _TG_REMEDIES["answer"], "answer")
+    kind = "unauthorized" if status == 404 else answer_kind(status)
     cause = ("Telegram refused the bot token" if kind == "unauthorized" else "getMe answered")
-    return ProbeFailure(_TG_FAILED, f"{cause} (HTTP {response.status_code})",
-                        _TG_REMEDIES[kind], kind)
+    return ProbeFailure(_TG_FAILED, f"{cause} (HTTP {status})", _TG_REMEDIES[kind], kind)
 
 
 async def guarded(probe: Probe, cfg: BusinessConfig) -> ProbeFailure | None:

@@ -29,6 +29,7 @@ from messageweave.chat.telegram.transport import (
     message_id_of,
     ok_result,
 )
+from messageweave.logs import transport_kind
 
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
 DEFAULT_TIMEOUT_S = 10.0
@@ -276,14 +277,21 @@ def _form(params: Mapping[str, object]) -> dict[str, str]:
 
 
 def _failure(method: str, exc: Exception, written: bool) -> TelegramSendError:
-    """A call that got no answer: `transient`, `maybe_sent` when the request had been written."""
+    """A call that got no answer: `transient`, `maybe_sent` when the request had been written,
+    and why it got none (`unreached`)."""
+    if isinstance(exc, httpx.InvalidURL):  # its text would hold the token
+        return TelegramSendError(FailureClass.TRANSIENT, None,
+                                 f"{method}: the bot token cannot be sent in a URL",
+                                 unreached="bad_url")
+    unreached = transport_kind(exc)
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
         when = "after" if written else "before"
         return TelegramSendError(FailureClass.TRANSIENT, None,
                                  f"{method} timed out {when} the request was sent",
-                                 maybe_sent=written)
+                                 maybe_sent=written, unreached=unreached)
     description = REDACTOR.redact(f"{type(exc).__name__}: {exc}")[:_MAX_DESCRIPTION]
-    return TelegramSendError(FailureClass.TRANSIENT, None, description, maybe_sent=written)
+    return TelegramSendError(FailureClass.TRANSIENT, None, description, maybe_sent=written,
+                             unreached=unreached)
 
 
 def _answer(response: httpx.Response) -> object:

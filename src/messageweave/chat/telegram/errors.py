@@ -48,6 +48,7 @@ class TelegramSendError(Exception):
         *,
         status_code: int | None = None,
         maybe_sent: bool = False,
+        unreached: str | None = None,
     ) -> None:
         detail = f"telegram {failure_class}: {description}" if description else failure_class
         if retry_after is not None:
@@ -58,6 +59,9 @@ class TelegramSendError(Exception):
         self.description = description
         self.status_code = status_code
         self.maybe_sent = maybe_sent
+        # A call that got no answer: why (`logs.transport_kind`: `timeout`, `tls`, `refused`,
+        # `unreachable`; `bad_url` for a token no URL can hold). None when Telegram answered.
+        self.unreached = unreached
 
     @property
     def retryable(self) -> bool:
