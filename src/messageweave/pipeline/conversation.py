@@ -181,7 +181,7 @@ async def _reply(intent: intents.ReplyMail, message: IncomingMessage,
     request = reply.ReplyRequest(intent.email_id, intent.text, message.chat_id,
                                  message.entry_id)
     shown = await reply.draft_reply(await ctx.mail(), ctx.redis, ctx.keys, ctx.config, request,
-                                    now=ctx.now(), sign=buttons.draft_signer(ctx.config))
+                                    now=ctx.now())
     return [Reply(message.chat_id, shown.text, SendOptions(keyboard=shown.keyboard))]
 
 
