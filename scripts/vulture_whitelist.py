@@ -37,3 +37,8 @@ _.enable  # mail/imap/client.py: ImapClient.enable (CONDSTORE / QRESYNC); no cal
 _.noop  # mail/imap/client.py: ImapClient.noop; no caller and no test yet: the IDLE holder re-issues IDLE instead
 _.special_use  # mail/imap/mailbox.py: MailboxCommands.special_use; only tests call it (the source and the replies read the LIST's attributes once for every role)
 _.content_id  # mail/imap/responses.py: BodyPart.content_id, BODYSTRUCTURE's body-fld-id kept as sent; nothing reads it yet (inline images)
+
+# A trace step's fields, read by `Step.json()` (`dataclasses.fields`) and `Step.text()` (the
+# kind's template), not by name.
+_.new_entry_id  # pipeline/trace_steps.py: Replayed, in the JSON and the CLI's line
+_.deliveries  # pipeline/trace_steps.py: Queued, in the JSON

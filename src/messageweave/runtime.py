@@ -29,7 +29,7 @@ from messageweave.mail.context import MailContext
 from messageweave.mail.eventsource import run_eventsource
 from messageweave.mail.imap.idle import run_idle
 from messageweave.mail.scheduler import run_scheduler
-from messageweave.pipeline.draft_expiry import run_draft_expiry
+from messageweave.pipeline.draft import run_draft_expiry
 from messageweave.pipeline.polling import run_poller
 from messageweave.pipeline.worker import Worker, run_worker
 from messageweave.services import AccountRuntime, Peers, Services

@@ -10,6 +10,7 @@ from messageweave.chat.intents import MissingEmailId, ReplyMail, Summary, parse_
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import Address, Identity, MailText
 from messageweave.pipeline import buttons, reply
+from messageweave.pipeline.draft import SEND
 from messageweave.pipeline.ingress import parse_update
 from tests.helpers import sample_wire
 
@@ -98,7 +99,7 @@ def test_a_telegram_reply_names_the_mail_of_the_replied_to_notification() -> Non
     data = parse_update(update, cfg).fields["reply_to_data"]
     assert buttons.replied_mail(cfg, data) == "M1abc"
     assert buttons.replied_mail(cfg, "s" + "A" * 16 + "M1abc") is None
-    draft = buttons.callback_data(cfg, reply.SEND, "Mdraft")
+    draft = buttons.callback_data(cfg, SEND, "Mdraft")
     assert buttons.replied_mail(cfg, draft) is None
     assert "reply_to_data" not in parse_update(
         {"update_id": 10, "message": {"chat": {"id": 5}, "text": "ok"}}, cfg).fields

@@ -42,4 +42,4 @@ async def get_trace(request: Request) -> JSONResponse:
     except (RedisError, MailError, NotConfigured) as exc:
         log.warning("trace failed: %s", type(exc).__name__)
         raise service_unavailable() from exc
-    return JSONResponse(answer)
+    return JSONResponse(answer.json())

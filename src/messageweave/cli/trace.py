@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from redis.exceptions import RedisError
@@ -27,6 +27,7 @@ from messageweave.cli.common import (
 from messageweave.config.live import NotConfigured, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.errors import MailError
 from messageweave.pipeline.trace import MAX_QUERY, InvalidQuery, trace
+from messageweave.pipeline.trace_steps import Trace, iso
 from messageweave.services.acting import AccountNotLoaded, AccountPaused, acting_mailbox
 from messageweave.settings import Settings
 
@@ -48,78 +49,25 @@ _STATUS = {
 }
 
 
-def _step_text(step: dict[str, Any]) -> str:
-    name = step["step"]
-    if name == "received":
-        return "received by the mailbox"
-    if name == "seen":
-        via = {"gap_audit": "the gap audit", "push": "the reconcile, after a push"}.get(
-            str(step.get("via")), "the reconcile")
-        return f"seen by {via}" + ("" if step.get("notified") else " (not to notify)")
-    if name == "audit_missing":
-        return f"found missing by the gap audit ({step.get('trigger')})"
-    if name == "enqueued":
-        return f"enqueued on {step['stream']} as {step['entry_id']}"
-    if name == "attempt":
-        parts = [str(step.get("outcome"))]
-        if step.get("failure_class"):
-            parts.append(str(step["failure_class"]))
-        parts.append(f"{step.get('latency_ms')} ms")
-        ids = step.get("message_ids") or []
-        tail = f", Telegram message {' '.join(map(str, ids))}" if ids else ""
-        return f"attempt: {', '.join(parts)}{tail}"
-    if name == "delivered":
-        ids = " ".join(map(str, step.get("message_ids") or [])) or "—"
-        digest = step.get("digest")
-        if isinstance(digest, dict):  # a backlog digest entry (issue #16)
-            what = (f"a digest of {digest['mails']} mails" if digest.get("summary")
-                    else "its own notification")
-            return (f"delivered in digest entry {step['entry_id']}, message "
-                    f"{digest['message']} of {digest['of']} ({what}): Telegram message {ids}")
-        return f"delivered: Telegram message {ids}"
-    if name == "dead_letter":
-        where = f"in the DLQ as {step['dlq_id']}" if step.get("in_dlq") else "no longer in the DLQ"
-        reason = f": {step['reason']}" if step.get("reason") else ""
-        return (f"dead letter after {step.get('attempts')} attempt(s), "
-                f"{step.get('failure_class')}, {where}{reason}")
-    if name == "replayed":
-        return f"replayed from the DLQ as {step['new_entry_id']}"
-    if name == "unknown_after_send":
-        return f"flagged unknown after send ({step.get('resolution')})"
-    if name == "retry_due":
-        return f"next attempt due (after {step.get('attempts')} attempt(s))"
-    if name == "in_flight":
-        return f"being sent by {step.get('consumer')}"
-    if name == "queued":
-        return "queued, read by a worker" if step.get("read") else "queued, not read yet"
-    if name == "skipped" and step.get("rule"):
-        return f"muted by rule {step['rule']}"
-    if name == "left_out":
-        return f"left out of digest entry {step['entry_id']}: no longer in the mailbox"
-    others = {"unknown": "outcome unknown: not resent", "skipped": "muted by a rule",
-              "lost": "entry gone without a terminal record"}
-    return others.get(str(name), str(name))
-
-
-def _print(answer: dict[str, Any]) -> None:
-    if not answer["mails"]:
-        console.print(f"[yellow]not found[/] no mail with the subject {answer['query']!r}",
+def _print(answer: Trace) -> None:
+    if not answer.mails:
+        console.print(f"[yellow]not found[/] no mail with the subject {answer.query!r}",
                       highlight=False)
-    if answer["jmap"] != "ok":
-        console.print(f"[yellow]warn[/] the mailbox did not answer ({answer['jmap']}): "
+    if answer.mailbox != "ok":
+        console.print(f"[yellow]warn[/] the mailbox did not answer ({answer.mailbox}): "
                       "from Redis only", highlight=False)
-    for mail in answer["mails"]:
-        subject = f" {mail['subject']!r}" if mail.get("subject") is not None else ""
-        console.print(f"[bold]{mail['email_id']}[/]{subject}: "
-                      f"{_STATUS.get(mail['status'], mail['status'])}", highlight=False)
-        for step in mail["steps"]:
-            at = (step["at"] or "").replace("T", " ").removesuffix("Z") or "now"
-            console.print(f"  {at:<23}  {_step_text(step)}", highlight=False)
-        if mail.get("reason") in _REASONS:
-            console.print(f"  {_REASONS[mail['reason']]}", highlight=False)
+    for mail in answer.mails:
+        subject = f" {mail.subject!r}" if mail.subject is not None else ""
+        console.print(f"[bold]{mail.email_id}[/]{subject}: "
+                      f"{_STATUS.get(mail.status, mail.status)}", highlight=False)
+        for step in mail.steps:
+            at = "now" if step.at_ms is None else iso(step.at_ms).replace("T", " ")[:-1]
+            console.print(f"  {at:<23}  {step.text()}", highlight=False)
+        if mail.reason in _REASONS:
+            console.print(f"  {_REASONS[mail.reason]}", highlight=False)
 
 
-async def _trace(settings: Settings, account: str, query: str) -> dict[str, Any]:
+async def _trace(settings: Settings, account: str, query: str) -> Trace:
     async with stored_services(settings) as svc:
         return await trace(await acting_mailbox(svc, account, mailbox=True), query)
 
@@ -146,10 +94,10 @@ def trace_command(
             StoredConfigInvalid, OSError, AccountPaused, AccountNotLoaded) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     if as_json:
-        typer.echo(json.dumps(answer, ensure_ascii=False))
+        typer.echo(json.dumps(answer.json(), ensure_ascii=False))
     else:
         _print(answer)
-    if not answer["found"]:
+    if not answer.found:
         raise typer.Exit(EXIT_NOT_FOUND)
 
 

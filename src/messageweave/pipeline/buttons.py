@@ -11,10 +11,11 @@ cannot forge a button; changing the secret makes the buttons already sent answer
 valid". Telegram allows 64 bytes, so a mail whose id is longer than `MAX_EMAIL_ID_BYTES` gets no
 buttons (Cyrus's ids are 25 characters; a 36-character UUID still fits).
 
-A reply draft's Send (`d`) and Cancel (`x`) buttons (issue #25, `pipeline.reply`) name the
-draft's email id instead of the original's. A Telegram reply to a notification carries the
-notification's keyboard (`reply_to_message.reply_markup`): `replied_mail` reads the mail's id
-from its signed data.
+A reply draft's Send (`d`) and Cancel (`x`) buttons (issue #25, `draft_keyboard`) are signed
+the same way but name the draft's email id instead of the original's: `verify` reads them as a
+`DraftButton`, and a press of one is the draft's business (`pipeline.draft.press`). A Telegram
+reply to a notification carries the notification's keyboard (`reply_to_message.reply_markup`):
+`replied_mail` reads the mail's id from its signed data.
 
 An attachment button (`f`) also names the attachment: `f`, the MAC over `f:{index}:{email_id}`,
 one character of the base64url alphabet for the index in the mail's `attachments` (0-63), then
@@ -40,17 +41,17 @@ from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.errors import MailError, MailRefused, MailTooLarge
 from messageweave.mail.source import MailActions, MailReader
-from messageweave.pipeline import owners, reading, reply, summarize
+from messageweave.pipeline import draft, owners, reading, summarize
 from messageweave.pipeline.governor import ChatLanes, bot_id
 from messageweave.services import AccountServices
-from messageweave.store import callbacks, drafts
+from messageweave.store import callbacks
 
 log = logging.getLogger(__name__)
 
 SUMMARY, READ, ARCHIVE = "s", "r", "a"
 ACTIONS = (SUMMARY, READ, ARCHIVE)  # the notification's first row
 READ_MAIL, FILE = "v", "f"  # issue #25: Read (its own row), an attachment of a Read reply
-DRAFT_ACTIONS = (reply.SEND, reply.CANCEL)  # a reply draft's buttons: they name the draft
+DRAFT_ACTIONS = (draft.SEND, draft.CANCEL)  # a reply draft's buttons: they name the draft
 SIGNED = (*ACTIONS, READ_MAIL, FILE, *DRAFT_ACTIONS)
 # What reads the mailbox or sends from it: an owner's press only (`pipeline.owners`, issue #32).
 # Mark read and Archive stay with whoever was shown the notification.
@@ -107,12 +108,22 @@ def callback_data(cfg: BusinessConfig, action: str, email_id: str,
 
 @dataclass(frozen=True)
 class Button:
+    """A button about a mail: a notification's, Read's, an attachment's."""
+
     action: str
     email_id: str
     part: int | None = None  # an attachment button's index in the mail's attachments
 
 
-def verify(cfg: BusinessConfig, data: str) -> Button | None:
+@dataclass(frozen=True)
+class DraftButton:
+    """Send (`draft.SEND`) or Cancel (`draft.CANCEL`) under a reply draft's preview."""
+
+    action: str
+    draft_id: str  # the draft's email id
+
+
+def verify(cfg: BusinessConfig, data: str) -> Button | DraftButton | None:
     """The button `data` names, if we signed it; None for anything else."""
     action, mac, rest = data[:1], data[1:1 + MAC_CHARS], data[1 + MAC_CHARS:]
     part: int | None = None
@@ -125,18 +136,23 @@ def verify(cfg: BusinessConfig, data: str) -> Button | None:
     # bytes: compare_digest raises on a `str` with non-ASCII characters (a forged press)
     if not hmac.compare_digest(mac.encode(), _mac(cfg, action, rest, part).encode()):
         return None
-    return Button(action, rest, part)
+    return DraftButton(action, rest) if action in DRAFT_ACTIONS else Button(action, rest, part)
 
 
 def replied_mail(cfg: BusinessConfig, data: str | None) -> str | None:
     """The mail a message's button `data` names, if we signed it: a notification's or a Read
     reply's button, not a draft's (whose id is the draft's)."""
     button = verify(cfg, data) if data else None
-    return None if button is None or button.action in DRAFT_ACTIONS else button.email_id
+    return button.email_id if isinstance(button, Button) else None
 
 
-def draft_signer(cfg: BusinessConfig) -> reply.SignDraftButton:
-    return lambda action, draft_id: callback_data(cfg, action, draft_id)
+def draft_keyboard(cfg: BusinessConfig, draft_id: str) -> Keyboard | None:
+    """Send and Cancel under a reply draft's preview (None: the id is too long)."""
+    table = texts(cfg.bot_language)
+    send, cancel = (callback_data(cfg, action, draft_id) for action in DRAFT_ACTIONS)
+    if send is None or cancel is None:
+        return None
+    return (((table["button_send"], send), (table["button_cancel"], cancel)),)
 
 
 def notification_keyboard(cfg: BusinessConfig, email_id: str,
@@ -216,6 +232,8 @@ async def handle_press(press: Press, svc: AccountServices,
         await _answer(telegram, press, table["not_owner"])
         return []
     try:
+        if isinstance(button, DraftButton):
+            return await _draft(press, button, svc, cfg, telegram)
         if button.action == SUMMARY:
             return await _summary(press, button, svc, cfg, telegram)
         if button.action in (READ_MAIL, FILE):
@@ -227,8 +245,6 @@ async def handle_press(press: Press, svc: AccountServices,
             if button.action == READ_MAIL:
                 return await _read(press, button, svc, cfg, telegram)
             return await _file(press, button, svc, cfg, telegram)
-        if button.action in DRAFT_ACTIONS:
-            return await _draft(press, button, svc, cfg, telegram)
         await _lasting(press, button, svc, cfg, telegram)
     except (MailError, NotConfigured):
         await _answer(telegram, press, table["notice_retry"])
@@ -319,35 +335,12 @@ async def _file(press: Press, button: Button, svc: AccountServices, cfg: Busines
     return []
 
 
-async def _draft(press: Press, button: Button, svc: AccountServices, cfg: BusinessConfig,
+async def _draft(press: Press, button: DraftButton, svc: AccountServices, cfg: BusinessConfig,
                  telegram: TelegramClient) -> list[ButtonReply]:
-    """Send or Cancel of a reply draft: only in the chat that made it; claimed once per draft
-    (`button:d:{draft_id}`), so a double press, or Send then Cancel, does one of them. A claim
-    is kept through a failure that may have sent (the entry's retry finds it and looks at the
-    draft before sending), and given back only when nothing happened."""
-    table = texts(cfg.bot_language)
-    record = await drafts.record(svc.redis, svc.keys, button.email_id)
-    if record is None or record.chat_id != press.chat_id or not reading.allowed(
-            cfg, press.chat_id):
-        await _answer(telegram, press, table["notice_draft_gone"])
-        return []
-    if record.outcome is not None:
-        await _answer(telegram, press, table["notice_sent" if record.outcome == "sent"
-                                             else "notice_draft_gone"])
-        await _drop_keyboard(telegram, press, svc)
-        return []
-    claim = await callbacks.claim(svc.redis, svc.keys, reply.CLAIM, button.email_id, press.entry_id)
-    if claim != "claimed":
-        await _answer(telegram, press, table["notice_busy" if claim == "busy"
-                                             else "notice_draft_gone"])
-        return []
-    source, now = await svc.mail(), time.time()
-    if button.action == reply.SEND:
-        done = await reply.send(source, svc.redis, svc.keys, cfg, button.email_id, record, now=now)
-    else:
-        done = await reply.cancel(source, svc.redis, svc.keys, cfg, button.email_id, now=now)
-    if not done.settled:
-        await callbacks.release(svc.redis, svc.keys, reply.CLAIM, button.email_id, press.entry_id)
+    """Send or Cancel of a reply draft (`draft.press`: the checks, the claim, the mailbox),
+    answered; a settled draft's preview loses its buttons."""
+    done = await draft.press(svc.mail, svc.redis, svc.keys, cfg, button.action, button.draft_id,
+                             chat_id=press.chat_id, owner=press.entry_id)
     await _answer(telegram, press, done.notice)
     if done.settled:
         await _drop_keyboard(telegram, press, svc)

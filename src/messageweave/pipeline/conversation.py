@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import InitVar, dataclass, field
 
 from messageweave.chat import consent, intents, replies
 from messageweave.chat.telegram import PLAIN, SendOptions
@@ -24,6 +24,7 @@ from messageweave.mail.source import MailSource
 from messageweave.pipeline import buttons, owners, reading, reply, search, summarize
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
+from messageweave.store.streams import Entry
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +48,48 @@ class IncomingMessage:
     # Who wrote (`owners.sender_of`): reading and sending are an owner's. None: a private
     # chat's user, else no one.
     user_id: int | None = None
-    # What the text asks for, parsed once when the message is made (`intents.parse_intent`)
-    # and carried along to every decision about it.
+    # What the text asks for (`intents.parse_intent`): the update's one parse, carried along
+    # to every decision about it. `parsed` is that parse when the caller has it (`ChatUpdate`).
     intent: intents.Intent = field(init=False, compare=False, repr=False)
+    parsed: InitVar[intents.Intent | None] = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "intent", intents.parse_intent(self.text))
+    def __post_init__(self, parsed: intents.Intent | None) -> None:
+        object.__setattr__(self, "intent",
+                           parsed if parsed is not None else intents.parse_intent(self.text))
 
     @classmethod
-    def of(cls, chat_id: int, text: str, entry_id: str,
-           fields: Mapping[str, str]) -> IncomingMessage:
-        """The message of a `stalwart:telegram` entry (`ingress.parse_update`'s fields)."""
-        return cls(chat_id, text, entry_id, fields.get("reply_to_data"),
-                   owners.sender_of(fields))
+    def of(cls, chat_id: int, text: str, update: ChatUpdate) -> IncomingMessage:
+        """The message of a `stalwart:telegram` entry (`ingress.parse_update`'s fields), with
+        the intent the update carries."""
+        fields = update.fields
+        return cls(chat_id, text, update.id, fields.get("reply_to_data"),
+                   owners.sender_of(fields), update.intent)
+
+
+@dataclass(frozen=True)
+class ChatUpdate(Entry):
+    """A `stalwart:telegram` entry and the intent of its text, parsed once (`chat_update`):
+    the worker's replyless pass (`pipeline.replyless`) parses it to know whether it needs a
+    reply and hands the entry on as this, so `events` and the conversation read the same
+    parse rather than making their own."""
+
+    intent: intents.Intent | None = field(default=None, compare=False, repr=False)  # no text
+
+    @property
+    def needs_no_reply(self) -> bool:
+        """The bot answers it with nothing, known without any I/O: no text, or no command or
+        phrase (`intents.Unknown`), and not a Telegram reply to one of our messages."""
+        return (self.fields.get("reply_to_data") is None
+                and (self.intent is None or isinstance(self.intent, intents.Unknown)))
+
+
+def chat_update(entry: Entry) -> ChatUpdate:
+    """`entry` with its text's intent: the parse it carries already, else the one parse."""
+    if isinstance(entry, ChatUpdate):
+        return entry
+    text = entry.fields.get("text")
+    return ChatUpdate(entry.stream, entry.id, entry.fields,
+                      None if text is None else intents.parse_intent(text))
 
 
 @dataclass(frozen=True)
@@ -81,20 +111,9 @@ class ConversationContext:
     now: Callable[[], float] = field(default=time.time)
 
 
-def needs_no_reply(text: str, reply_to: str | None) -> bool:
-    """Text the bot answers with nothing, known without any I/O: no command or phrase
-    (`intents.Unknown`), not a Telegram reply to one of our messages. The worker finishes such
-    updates in batches (`pipeline.replyless`) before any is made a message."""
-    return _silent(reply_to, intents.parse_intent(text))
-
-
-def _silent(reply_to: str | None, intent: intents.Intent) -> bool:
-    return reply_to is None and isinstance(intent, intents.Unknown)
-
-
 async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[Reply]:
     """The replies to one message; an empty list when the bot should stay silent."""
-    if _silent(message.reply_to, message.intent):
+    if message.reply_to is None and isinstance(message.intent, intents.Unknown):
         return []
     intent = _replying(message, ctx.config) or message.intent
     sender = message.user_id if message.user_id is not None else owners.sender_of(
@@ -162,7 +181,7 @@ async def _reply(intent: intents.ReplyMail, message: IncomingMessage,
     request = reply.ReplyRequest(intent.email_id, intent.text, message.chat_id,
                                  message.entry_id)
     shown = await reply.draft_reply(await ctx.mail(), ctx.redis, ctx.keys, ctx.config, request,
-                                    now=ctx.now(), sign=buttons.draft_signer(ctx.config))
+                                    now=ctx.now())
     return [Reply(message.chat_id, shown.text, SendOptions(keyboard=shown.keyboard))]
 
 

@@ -17,7 +17,7 @@ from messageweave.pipeline.buttons import Press, handle_press, notification_keyb
 from messageweave.pipeline.conversation import (
     ConversationContext,
     IncomingMessage,
-    needs_no_reply,
+    chat_update,
     reply_to_update,
 )
 from messageweave.pipeline.notify import render_notification
@@ -281,8 +281,7 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     cfg = account.config
     chat_id = _allowed_chat(entry, cfg.chat_allowlist)
     if not account.enabled and chat_id is not None:
-        if "callback_id" not in entry.fields and needs_no_reply(
-                entry.fields.get("text", ""), entry.fields.get("reply_to_data")):
+        if "callback_id" not in entry.fields and chat_update(entry).needs_no_reply:
             return []
         return [Outgoing(chat_id, texts.texts(cfg.bot_language)["account_paused"],
                          SendOptions())]
@@ -302,7 +301,7 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
         return []  # not a text message: acknowledged, no reply
     ctx = ConversationContext(view.redis, view.keys, cfg, view.config.outbound, mail=view.mail)
     try:
-        incoming = IncomingMessage.of(chat_id, text, entry.id, entry.fields)
+        incoming = IncomingMessage.of(chat_id, text, chat_update(entry))
         replies = await reply_to_update(incoming, ctx)
     except MailError as exc:
         raise mail_failure(exc) from exc

@@ -3,9 +3,8 @@
 `/reply <email_id> <text>`, or a Telegram reply to a notification (the replied-to message's
 keyboard names the mail: its buttons are signed, `pipeline.buttons.replied_mail`), makes a
 draft through the mail source (`draft_reply`, a `mail.source.ReplySender`) and shows it with
-Send and Cancel buttons; `send` and `cancel` are what those buttons do (`pipeline.buttons`,
-claimed once per draft), and `expire_drafts` destroys the drafts not sent within
-`keys.REPLY_DRAFT_MAX_AGE_S` (the worker's maintenance pass).
+Send and Cancel buttons (`pipeline.buttons.draft_keyboard`). What those buttons do, and the
+expiry of the drafts never sent, is the draft's life after it is made: `pipeline.draft`.
 
 The draft: the identity whose address the mail was sent to (`pick_identity`), `To` from the
 original's Reply-To or From, the subject with one `Re: `, `In-Reply-To` and `References`, the
@@ -20,40 +19,29 @@ the mailbox; Redis keeps ids and times only (`store.drafts`).
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from messageweave.chat import replies
-from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
-from messageweave.mail.errors import MailError, MailRefused
+from messageweave.mail.errors import MailRefused
 from messageweave.mail.records import Address, Draft, Identity, MailText
 from messageweave.mail.source import ReplySender
-from messageweave.pipeline import reading
+from messageweave.pipeline import buttons
 from messageweave.pipeline.reading import ChatMessage
-from messageweave.store import callbacks, drafts, keys
+from messageweave.store import drafts
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 from messageweave.untrusted import SUBJECT_MAX_CHARS, clean, message_ids, plain_address
 
 log = logging.getLogger(__name__)
 
-SEND, CANCEL = "d", "x"  # the draft's buttons (`pipeline.buttons`); both claim `button:d:`
-CLAIM = SEND
 PREVIEW_LINES = 5
 PREVIEW_CHARS = 500
-EXPIRY_BATCH = 20
-EXPIRY_OWNER = "expiry"  # who holds a draft's claim while the maintenance pass destroys it
 # One reply prefix; `reply_subject` strips them one by one. No two quantifiers share a run of
 # spaces (`\s*(\[\d+\])?\s*` did: quadratic on `Re` and 8k spaces).
 _PREFIX = re.compile(r"(?:re|aw|sv|回复|答复) ?(?:\[\d+\] ?)?[:：] ?", re.IGNORECASE)
-
-SignDraftButton = Callable[[str, str], str | None]
-"""The signed callback_data of a draft's button: (action, draft id) → data, None: too long."""
-
 
 @dataclass(frozen=True)
 class ReplyRequest:
@@ -136,7 +124,7 @@ def other_sender(source: MailText) -> str | None:
     return ", ".join(clean(a.email) for a in source.sender if a.email) or "—"
 
 
-def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: SignDraftButton,
+def preview(cfg: BusinessConfig, draft: Draft, draft_id: str,
             other: str | None = None) -> ChatMessage:
     """The draft as the chat sees it: the bare addresses it goes to, then the names their
     sender gave (cleaned), a warning when it goes to a Reply-To that is not the sender
@@ -154,15 +142,12 @@ def preview(cfg: BusinessConfig, draft: Draft, draft_id: str, sign: SignDraftBut
     if other is not None:
         head.append(table["reply_to_differs"].format(sender=other))
     text = "\n".join((*head, table["read_subject"].format(value=draft.subject), "", shown))
-    send, cancel = sign(SEND, draft_id), sign(CANCEL, draft_id)
-    if send is None or cancel is None:
-        return ChatMessage(text)
-    return ChatMessage(text, (((table["button_send"], send), (table["button_cancel"], cancel)),))
+    return ChatMessage(text, buttons.draft_keyboard(cfg, draft_id))
 
 
 async def draft_reply(mailbox: ReplySender, redis: Redis, names: AccountKeys,
                       cfg: BusinessConfig,
-                      request: ReplyRequest, *, now: float, sign: SignDraftButton) -> ChatMessage:
+                      request: ReplyRequest, *, now: float) -> ChatMessage:
     """Make the draft (once per stream entry) and its preview; or the answer that says why
     not (no text, no submission on this server, the mail gone, no identity, refused)."""
     table = replies.texts(cfg.bot_language)
@@ -192,101 +177,4 @@ async def draft_reply(mailbox: ReplySender, redis: Redis, names: AccountKeys,
         await drafts.remember(redis, names, draft_id, entry_id=request.entry_id,
                               chat_id=request.chat_id, identity_id=identity.id, now=now)
         log.info("a reply draft was made")
-    return preview(cfg, draft, draft_id, sign, other_sender(source))
-
-
-# --- Send, Cancel ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Done:
-    """What a Send or Cancel press did: the press's notice, and a message for the chat."""
-
-    notice: str
-    message: str | None = None
-    settled: bool = True  # the draft is no longer one: its buttons go
-
-
-async def send(mailbox: ReplySender, redis: Redis, names: AccountKeys, cfg: BusinessConfig,
-               draft_id: str, record: drafts.DraftRecord, *, now: float) -> Done:
-    """Submit the draft, claimed (`button:d:`) by the caller. A retried press whose first
-    attempt submitted it (the answer lost, the worker killed) finds it sent: `$draft` is gone
-    (Cyrus keeps no final EmailSubmission to look up), and it is not submitted again."""
-    table = replies.texts(cfg.bot_language)
-    if not await mailbox.can_submit():
-        return Done(table["reply_off"], settled=False)
-    state = await mailbox.draft_state(draft_id)
-    if state is None:
-        await _settle(redis, names, draft_id, "cancelled", now)
-        return Done(table["notice_draft_gone"])
-    sent_at: str | None = None
-    if state == "draft":
-        try:
-            sent_at = await mailbox.submit_draft(draft_id, record.identity_id)
-        except MailRefused as exc:
-            log.warning("a reply's submission was refused: %s", exc.reason)
-            return Done(table["notice_send_refused"].format(reason=exc.reason), settled=False)
-        log.info("a reply was submitted")
-    at = sent_at or _rfc3339(now)
-    await _settle(redis, names, draft_id, "sent", now, at)
-    when = reading.local_date(at, cfg.timezone) or at
-    return Done(table["notice_reply_sent"], table["reply_sent"].format(time=when))
-
-
-async def cancel(mailbox: ReplySender, redis: Redis, names: AccountKeys, cfg: BusinessConfig,
-                 draft_id: str, *, now: float) -> Done:
-    """Destroy the draft (claimed by the caller); a mail that is no longer a draft (sent
-    meanwhile) is left alone."""
-    table = replies.texts(cfg.bot_language)
-    state = await mailbox.draft_state(draft_id)
-    if state == "sent":
-        await _settle(redis, names, draft_id, "sent", now)
-        return Done(table["notice_sent"])
-    if state == "draft":
-        await mailbox.destroy_draft(draft_id)
-    await _settle(redis, names, draft_id, "cancelled", now)
-    return Done(table["notice_cancelled"])
-
-
-async def _settle(redis: Redis, names: AccountKeys, draft_id: str, outcome: drafts.DraftEnd,
-                  now: float, at: str | None = None) -> None:
-    await drafts.settle(redis, names, draft_id, outcome, at or _rfc3339(now))
-    await callbacks.finish(redis, names, CLAIM, draft_id)
-
-
-def _rfc3339(unix: float) -> str:
-    return dt.datetime.fromtimestamp(int(unix), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --- expiry ---------------------------------------------------------------------------------
-
-
-async def expire_drafts(redis: Redis, names: AccountKeys,
-                        mail: Callable[[], Awaitable[ReplySender]], *, now: float) -> int:
-    """Destroy the account's drafts (`names`, whose mailbox `mail` is) made more than
-    `REPLY_DRAFT_MAX_AGE_S` ago and never sent; how many were. Each is taken out of the
-    account's `reply:drafts` by one instance (ZREM) and claimed like a press, so a Send under
-    way keeps it; when the mailbox cannot be reached it is put back for the next pass."""
-    done = 0
-    for draft_id, created in await drafts.older_than(redis, names, now - keys.REPLY_DRAFT_MAX_AGE_S,
-                                                     EXPIRY_BATCH):
-        if not await drafts.take(redis, names, draft_id):
-            continue  # another instance has it
-        claim = await callbacks.claim(redis, names, CLAIM, draft_id, EXPIRY_OWNER)
-        if claim != "claimed":
-            if claim == "busy":
-                await drafts.put_back(redis, names, draft_id, created)
-            continue
-        try:
-            mailbox = await mail()
-            state = await mailbox.draft_state(draft_id)
-            if state == "draft":
-                await mailbox.destroy_draft(draft_id)
-        except (MailError, NotConfigured) as exc:
-            await callbacks.release(redis, names, CLAIM, draft_id, EXPIRY_OWNER)
-            await drafts.put_back(redis, names, draft_id, created)
-            log.warning("an old reply draft could not be destroyed: %s", type(exc).__name__)
-            return done
-        await _settle(redis, names, draft_id, "sent" if state == "sent" else "expired", now)
-        done += 1
-    return done
+    return preview(cfg, draft, draft_id, other_sender(source))

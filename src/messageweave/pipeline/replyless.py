@@ -1,7 +1,7 @@
 """Updates that need no reply, finished together (issue #26).
 
 Much of what a chat sends the bot needs no answer: a sticker, a photo, text that is no command
-(`conversation.needs_no_reply`). The continuous worker finishes those of each read in one
+(`conversation.ChatUpdate.needs_no_reply`). The continuous worker finishes those of each read in one
 script (`FINISH`) and writes their send records in one round trip with one log line
 (`ops.sendlog.record_replyless`), instead of one attempt each (BEGIN, the conversation, COMMIT
 and a send record: four round trips, two tasks and a log line per update, in turn with the
@@ -26,7 +26,7 @@ import time
 from messageweave.config.model import BusinessConfig
 from messageweave.jsonio import dump_json
 from messageweave.ops.sendlog import Outcome, record_replyless
-from messageweave.pipeline.conversation import needs_no_reply
+from messageweave.pipeline.conversation import chat_update
 from messageweave.pipeline.events import chat_account, kind_of
 from messageweave.pipeline.ledger import terminal_record
 from messageweave.services import Services
@@ -80,8 +80,7 @@ def replyless(entry: Entry, cfg: BusinessConfig) -> bool:
         return False
     if cfg.chat_allowlist and int(chat) not in cfg.chat_allowlist:
         return False
-    text = entry.fields.get("text")
-    return text is None or needs_no_reply(text, entry.fields.get("reply_to_data"))
+    return chat_update(entry).needs_no_reply
 
 
 def _replyless_in_its_account(entry: Entry, svc: Services) -> bool:
@@ -92,8 +91,10 @@ def _replyless_in_its_account(entry: Entry, svc: Services) -> bool:
 
 async def finish_replyless(svc: Services, entries: list[Entry]) -> list[Entry]:
     """Finish the entries among `entries` that need no reply (`replyless`), together; the
-    others are returned, in order, to be attempted one by one. A Redis error leaves them all
-    pending (the maintenance pass takes its own idle entries again)."""
+    others are returned, in order, to be attempted one by one, each chat update with the
+    intent parsed here (`conversation.ChatUpdate`: no step parses it again). A Redis error
+    leaves them all pending (the maintenance pass takes its own idle entries again)."""
+    entries = [chat_update(e) if e.stream == keys.STREAM_TELEGRAM else e for e in entries]
     silent = [e for e in entries if _replyless_in_its_account(e, svc)]
     if not silent:
         return entries

@@ -6,7 +6,8 @@ brief metadata (sender, subject, date, mailboxes) and which mailboxes notify.
 A query shaped like an email id (`[A-Za-z0-9_-]`, as JMAP's, RFC 8620 §1.2, and an IMAP
 source's are) that the mailbox or the claims know is traced directly; anything else is a
 subject search (`MailReader.subject_matches`, newest first, `MAX_MATCHES` mails), each match
-traced. The steps of a mail, oldest first:
+traced. The steps of a mail, oldest first (typed records, one class per kind:
+`pipeline.trace_steps`):
 
 - `received`: its `receivedAt` (from the mailbox);
 - `seen`: the claim `dedup:jmap:{account}:{email}` — written with the entry it enqueued, by the
@@ -37,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any
 
 from messageweave.config.live import NotConfigured
@@ -48,6 +49,30 @@ from messageweave.mail.records import EmailMeta
 from messageweave.mail.source import MailReader
 from messageweave.ops.sendlog import Outcome
 from messageweave.pipeline.digest import load_plan
+from messageweave.pipeline.trace_steps import (
+    Attempt,
+    AuditMissing,
+    DeadLetter,
+    Delivered,
+    DigestPlace,
+    Enqueued,
+    InFlight,
+    LeftOut,
+    Lost,
+    MailTrace,
+    OutcomeUnknown,
+    Queued,
+    Received,
+    Replayed,
+    RetryDue,
+    Seen,
+    Skipped,
+    Trace,
+    TraceStep,
+    UnknownAfterSend,
+    at,
+    iso,
+)
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.mailbox import NOT_NOTIFIED
@@ -61,7 +86,7 @@ MAX_REPLAYS = 3  # replays of one dead letter followed
 PUSH_HINT_S = 30
 _EMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
 _STREAM_NAME = stream_name(keys.STREAM_JMAP)  # as the send log and the steps name it
-LEFT_OUT = "left_out"  # a digest left the mail out: no longer in the mailbox (issue #16)
+LEFT_OUT = LeftOut.kind  # a digest left the mail out: no longer in the mailbox (issue #16)
 
 
 class InvalidQuery(ValueError):
@@ -76,9 +101,10 @@ def normalize(query: str) -> str:
     return text
 
 
-async def trace(ctx: MailContext, query: str) -> dict[str, Any]:
-    """`{query, by, jmap, found, mails: [{email_id, subject, received_at, seen, status, reason,
-    steps}]}`; `found` when the system saw at least one of the mails. `InvalidQuery`;
+async def trace(ctx: MailContext, query: str) -> Trace:
+    """The mails the query names, each with its steps (`Trace.json()`: `{query, by, jmap,
+    found, mails: [{email_id, subject, received_at, seen, status, reason, steps}]}`); `found`
+    when the system saw at least one of the mails. `InvalidQuery`;
     `NotConfigured`; a `MailError` only when the mailbox is needed and does not answer (a
     subject search, or no `account_id` configured)."""
     text = normalize(query)
@@ -99,8 +125,7 @@ async def trace(ctx: MailContext, query: str) -> dict[str, Any]:
     mails = [await _mail(ctx.redis, ctx.keys, account, email_id, meta, notify,
                          client is not None)
              for email_id, meta in targets]
-    return {"query": text, "by": by, "jmap": jmap, "found": any(m["seen"] for m in mails),
-            "mails": mails}
+    return Trace(text, by, jmap, any(m.seen for m in mails), mails)
 
 
 async def _targets(redis: Redis, client: MailReader | None, account: str, text: str,
@@ -134,21 +159,17 @@ async def _notify_boxes(client: MailReader | None, roles: tuple[str, ...],
 # ----------------------------------------------------------------------------- one mail
 
 
-def _step(name: str, at_ms: float | None, **details: Any) -> dict[str, Any]:
-    return {"step": name, "at_ms": None if at_ms is None else int(at_ms), **details}
-
-
 def _entry_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
 
 
 async def _mail(redis: Redis, names: AccountKeys, account: str, email_id: str,
                 meta: EmailMeta | None, notify: frozenset[str] | None,
-                mailbox_known: bool) -> dict[str, Any]:
-    steps: list[dict[str, Any]] = []
+                mailbox_known: bool) -> MailTrace:
+    steps: list[TraceStep] = []
     received = meta.received_at if meta is not None else None
     if received is not None:
-        steps.append(_step("received", received * 1000))
+        steps.append(Received(at(received * 1000)))
     claim_key = names.dedup_jmap(account, email_id)
     claim, healed = (text_of(v) for v in await redis.mget(
         claim_key, names.audit_healed(account, email_id)))
@@ -158,32 +179,21 @@ async def _mail(redis: Redis, names: AccountKeys, account: str, email_id: str,
         status = "not_seen"
         reason = await _unseen_reason(redis, names, meta, notify, mailbox_known)
     elif not valid_stream_id(claim):
-        at = await _claimed_at(redis, claim_key)
-        steps.append(_step("seen", at, via="reconcile", notified=claim != NOT_NOTIFIED))
+        claimed = await _claimed_at(redis, claim_key)
+        steps.append(Seen(at(claimed), "reconcile", claim != NOT_NOTIFIED))
         if claim == NOT_NOTIFIED:
             status, reason = "not_notified", "outside_notify_mailboxes"
     else:
         via = "gap_audit" if healed == claim else await _via(redis, names, _entry_ms(claim))
-        steps.append(_step("seen", _entry_ms(claim), via=via, notified=True))
+        steps.append(Seen(_entry_ms(claim), via, True))
         status = await _entry_steps(redis, names, claim, steps, 0)
         if status == Outcome.DELIVERED:
-            last = [s for s in steps if s["step"] == Outcome.DELIVERED][-1]
-            status = await _digest_place(redis, names, email_id, last)
-    steps.sort(key=lambda s: (s["at_ms"] is None, s["at_ms"] or 0))
-    return {"email_id": email_id, "subject": meta.subject if meta is not None else None,
-            "received_at": _iso(received * 1000) if received is not None else None,
-            "seen": claim is not None, "status": status, "reason": reason,
-            "steps": [_dated(s) for s in steps]}
-
-
-def _dated(step: dict[str, Any]) -> dict[str, Any]:
-    at_ms = step.pop("at_ms")
-    return {"step": step.pop("step"), "at": None if at_ms is None else _iso(at_ms), **step}
-
-
-def _iso(millis: float) -> str:
-    return datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds") \
-        .replace("+00:00", "Z")
+            last, delivered = [(i, s) for i, s in enumerate(steps) if isinstance(s, Delivered)][-1]
+            steps[last], status = await _digest_place(redis, names, email_id, delivered)
+    steps.sort(key=lambda s: (s.at_ms is None, s.at_ms or 0))
+    return MailTrace(email_id, meta.subject if meta is not None else None,
+                     iso(received * 1000) if received is not None else None,
+                     claim is not None, status, reason, steps)
 
 
 async def _claimed_at(redis: Redis, key: str) -> float | None:
@@ -218,7 +228,7 @@ async def _unseen_reason(redis: Redis, names: AccountKeys, meta: EmailMeta | Non
 
 
 async def _audit_steps(redis: Redis, names: AccountKeys, email_id: str,
-                       received: int | None) -> list[dict[str, Any]]:
+                       received: int | None) -> list[TraceStep]:
     """The account's gap audits that found this mail missing (from its arrival, or the dedup
     window); a record without `account` is `default`'s (`mail.auditor.run_audit`)."""
     start = received if received is not None else time.time() - keys.DEDUP_JMAP_TTL_S
@@ -229,31 +239,28 @@ async def _audit_steps(redis: Redis, names: AccountKeys, email_id: str,
                 and record.get("account", keys.DEFAULT_ACCOUNT) == names.account_id)
 
     records = await audit_log(redis).since(int(start * 1000), keep, limit=20)
-    return [_step("audit_missing", _entry_ms(r["id"]), trigger=r.get("trigger")) for r in records]
+    return [AuditMissing(_entry_ms(r["id"]), r.get("trigger")) for r in records]
 
 
 async def _digest_place(redis: Redis, names: AccountKeys, email_id: str,
-                        step: dict[str, Any]) -> str:
+                        step: Delivered) -> tuple[TraceStep, str]:
     """The `delivered` step of an entry that was a backlog digest: the message the mail went
-    out in, or its being left out (muted, gone). Another entry's step is left as it is."""
-    plan = await load_plan(redis, str(step["entry_id"]), names)
+    out in, or its being left out (muted, gone); and the mail's status. Another entry's step
+    is left as it is."""
+    plan = await load_plan(redis, step.entry_id, names)
     if plan is None:
-        return Outcome.DELIVERED
+        return step, Outcome.DELIVERED
     place = plan.place_of(email_id)
     if place is None:
-        step.pop("message_ids", None)
         if email_id in plan.muted:
-            step.update(step=Outcome.SKIPPED, rule=plan.muted[email_id])
-            return Outcome.SKIPPED
-        step["step"] = LEFT_OUT
-        return LEFT_OUT
+            return Skipped(step.at_ms, step.entry_id, plan.muted[email_id]), Outcome.SKIPPED
+        return LeftOut(step.at_ms, step.entry_id), LEFT_OUT
     part = plan.parts[place]
-    step["digest"] = {"message": place + 1, "of": len(plan.parts),
-                      "mails": len(part.email_ids), "summary": part.digest}
-    ids = step.get("message_ids") or []
+    ids = step.message_ids or []
     if len(ids) == len(plan.parts):  # one Telegram message per part, all in this record
-        step["message_ids"] = [ids[place]]
-    return Outcome.DELIVERED
+        step = replace(step, message_ids=[ids[place]])
+    digest = DigestPlace(place + 1, len(plan.parts), len(part.email_ids), part.digest)
+    return replace(step, digest=digest), Outcome.DELIVERED
 
 
 # ----------------------------------------------------------------------------- one entry
@@ -268,77 +275,73 @@ def _terminal(raw: str) -> dict[str, Any]:
     return {"state": Outcome.DELIVERED, **record}
 
 
-def _terminal_ms(record: dict[str, Any], steps: list[dict[str, Any]]) -> float | None:
+def _terminal_ms(record: dict[str, Any], steps: list[TraceStep]) -> float | None:
     """The terminal record's time: it holds whole seconds, so never before the attempt that
     wrote it (the send log's millisecond time)."""
     at = record.get("at")
     if not isinstance(at, int | float):
         return None
-    times = [float(s["at_ms"]) for s in steps if s["at_ms"] is not None]
+    times = [float(s.at_ms) for s in steps if s.at_ms is not None]
     return max([float(at) * 1000, *times])
 
 
 async def _entry_steps(redis: Redis, names: AccountKeys, entry_id: str,
-                       steps: list[dict[str, Any]], depth: int) -> str:
+                       steps: list[TraceStep], depth: int) -> str:
     """Append the steps of one entry of the account's `stalwart:jmap` (and of its replays);
     its status. A send-log record without `account` is `default`'s (`ops.sendlog`)."""
     streams = StreamStore(redis)
     stream = names.stream_jmap
-    steps.append(_step("enqueued", _entry_ms(entry_id), stream=_STREAM_NAME,
-                       entry_id=entry_id))
+    steps.append(Enqueued(_entry_ms(entry_id), _STREAM_NAME, entry_id))
 
     def mine(record: dict[str, Any]) -> bool:
         return (record.get("stream") == _STREAM_NAME and record.get("event_id") == entry_id
                 and record.get("account", keys.DEFAULT_ACCOUNT) == names.account_id)
 
     for r in await send_log(redis).since(_entry_ms(entry_id), mine, limit=50):
-        steps.append(_step("attempt", _entry_ms(r["id"]), entry_id=entry_id,
-                           outcome=r.get("outcome"), failure_class=r.get("failure_class"),
-                           latency_ms=r.get("latency_ms"), message_ids=r.get("message_ids")))
+        steps.append(Attempt(_entry_ms(r["id"]), entry_id, r.get("outcome"),
+                             r.get("failure_class"), r.get("latency_ms"), r.get("message_ids")))
     for resolution in ("resent", "not_resent"):
         score = await redis.zscore(keys.DELIVERY_UNKNOWN, f"{stream}/{entry_id}/{resolution}")
         if score is not None:
-            steps.append(_step("unknown_after_send", score * 1000, entry_id=entry_id,
-                               resolution=resolution))
+            steps.append(UnknownAfterSend(at(score * 1000), entry_id, resolution))
     raw = text_of(await redis.get(keys.delivery_committed(stream, entry_id)))
     if raw is None:
         return await _live_steps(redis, streams, stream, entry_id, steps)
     record = _terminal(raw)
     state = str(record["state"])
-    at_ms = _terminal_ms(record, steps)
+    at_ms = at(_terminal_ms(record, steps))
     if state == Outcome.DEAD_LETTER:
         return await _dead_letter(redis, names, entry_id, record, at_ms, steps, depth)
-    if state in (Outcome.DELIVERED, Outcome.UNKNOWN, Outcome.SKIPPED):
-        delivered = state == Outcome.DELIVERED
-        details = {"message_ids": record.get("message_ids", [])} if delivered else {}
-        if state == Outcome.SKIPPED:
-            details = {"rule": record.get("rule")}  # the `mute` rule that matched
-        steps.append(_step(state, at_ms, entry_id=entry_id, **details))
+    if state == Outcome.DELIVERED:
+        steps.append(Delivered(at_ms, entry_id, record.get("message_ids", [])))
+    elif state == Outcome.UNKNOWN:
+        steps.append(OutcomeUnknown(at_ms, entry_id))
+    elif state == Outcome.SKIPPED:  # the `mute` rule that matched
+        steps.append(Skipped(at_ms, entry_id, record.get("rule")))
     return state
 
 
 async def _dead_letter(redis: Redis, names: AccountKeys, entry_id: str,
-                       record: dict[str, Any], at_ms: float | None,
-                       steps: list[dict[str, Any]], depth: int) -> str:
+                       record: dict[str, Any], at_ms: int | None,
+                       steps: list[TraceStep], depth: int) -> str:
     streams, stream = StreamStore(redis), names.stream_jmap
     dlq_id = str(record.get("dlq_id") or "")
     held = await streams.dlq_entry(stream, dlq_id) if valid_stream_id(dlq_id) else None
-    steps.append(_step(Outcome.DEAD_LETTER, at_ms, entry_id=entry_id, dlq_id=dlq_id or None,
-                       failure_class=record.get("failure_class"),
-                       attempts=record.get("attempts"), in_dlq=held is not None,
-                       reason=held.reason if held is not None else None))
+    steps.append(DeadLetter(at_ms, entry_id, dlq_id or None, record.get("failure_class"),
+                            record.get("attempts"), held is not None,
+                            held.reason if held is not None else None))
     if held is not None or depth >= MAX_REPLAYS:
         return Outcome.DEAD_LETTER
     since = int(at_ms) if at_ms is not None else _entry_ms(entry_id)
     replay = await streams.replay_of(stream, entry_id, since)
     if replay is None:
         return Outcome.DEAD_LETTER
-    steps.append(_step("replayed", _entry_ms(replay), entry_id=entry_id, new_entry_id=replay))
+    steps.append(Replayed(_entry_ms(replay), entry_id, replay))
     return await _entry_steps(redis, names, replay, steps, depth + 1)
 
 
 async def _live_steps(redis: Redis, streams: StreamStore, stream: str, entry_id: str,
-                      steps: list[dict[str, Any]]) -> str:
+                      steps: list[TraceStep]) -> str:
     """An entry without a terminal record: where the pipeline holds it now."""
     now_ms = time.time() * 1000
     lease = text_of(await redis.get(keys.delivery_inflight(stream, entry_id)))
@@ -347,15 +350,15 @@ async def _live_steps(redis: Redis, streams: StreamStore, stream: str, entry_id:
     if lease is not None:
         consumer = lease.split(" ", 1)[-1]
         since = now_ms - pending[1] if pending is not None else None
-        steps.append(_step("in_flight", since, entry_id=entry_id, consumer=consumer))
+        steps.append(InFlight(at(since), entry_id, consumer))
         return "in_flight"
     due = await redis.zscore(keys.retry_due(stream), entry_id)
     if due is not None:
-        steps.append(_step("retry_due", due, entry_id=entry_id, attempts=attempts))
+        steps.append(RetryDue(at(due), entry_id, attempts))
         return "retry_due"
     if pending is not None or await streams.entry(stream, entry_id) is not None:
-        steps.append(_step("queued", None, entry_id=entry_id, read=pending is not None,
-                           deliveries=pending[2] if pending is not None else 0))
+        steps.append(Queued(None, entry_id, pending is not None,
+                            pending[2] if pending is not None else 0))
         return "queued"
-    steps.append(_step("lost", None, entry_id=entry_id))
+    steps.append(Lost(None, entry_id))
     return "lost"

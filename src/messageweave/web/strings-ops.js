@@ -212,6 +212,7 @@ export const TEXTS = {
   "trace.step.unknown_after_send": ["Outcome of a send unknown ({resolution})", "发送结果未知（{resolution}）"],
   "trace.step.unknown": ["Outcome unknown: not sent again", "结果未知：未重发"],
   "trace.step.skipped": ["Muted by the rule “{rule}”: nothing sent, not missed", "已被规则“{rule}”静音：未发送，不算遗漏"],
+  "trace.step.left_out": ["Left out of digest entry {entry}: no longer in the mailbox", "未纳入摘要条目 {entry}：已不在邮箱中"],
   "trace.step.in_flight": ["Being sent by {consumer}", "正在由 {consumer} 发送"],
   "trace.step.retry_due": ["Next attempt due (after {attempts} attempt(s))", "下一次尝试（已尝试 {attempts} 次）"],
   "trace.step.queued": ["Waiting in the queue, read by a worker", "在队列中等待，已被工作进程读取"],

@@ -258,7 +258,7 @@ async def test_a_lost_smtp_answer_is_not_sent_again(
     with pytest.raises(MailUnreachable):
         await replies.submit_draft(draft_id, "smtp")
     monkeypatch.setattr(smtp, "send_message", real_send)
-    # The retry, as `pipeline.reply.send` makes it: the state first, the submission only for
+    # The retry, as `pipeline.draft.send` makes it: the state first, the submission only for
     # a "draft"; and a submission asked for anyway sends nothing either.
     assert await replies.draft_state(draft_id) == "sent"
     assert await replies.submit_draft(draft_id, "smtp") is None

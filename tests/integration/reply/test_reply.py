@@ -17,7 +17,7 @@ import pytest
 
 from messageweave.config.model import parse_wire
 from messageweave.mail.jmap import SUBMISSION, JmapClient, JmapSession, JmapTransportError
-from messageweave.pipeline import buttons, reply
+from messageweave.pipeline import buttons, draft
 from messageweave.store import drafts, keys
 from tests.helpers import WAIT_S, eventually, keyboard, redis_text
 from tests.helpers import press as press_data
@@ -98,8 +98,8 @@ async def received(sink: SmtpSink, subject: str, count: int = 1) -> list[Receive
 async def draft_id_of(served: ServedApp, preview: SentMessage) -> str:
     cfg = parse_wire(served.wire)
     [send] = [buttons.verify(cfg, d) for t, d in keyboard(preview) if t == "发送"]
-    assert send is not None and send.action == reply.SEND
-    return send.email_id
+    assert isinstance(send, buttons.DraftButton) and send.action == draft.SEND
+    return send.draft_id
 
 
 async def where(mailbox: JmapClient, email_id: str) -> set[str] | None:
@@ -210,7 +210,7 @@ async def test_cancel_leaves_no_draft_and_sends_nothing(
     assert await served.redis.zscore(keys.REPLY_DRAFTS, draft_id) is None
     late = await served.emulator.press_button(served.token, served.chat, preview.message_id,
                                               buttons.callback_data(parse_wire(served.wire),
-                                                                    reply.SEND, draft_id) or "")
+                                                                    draft.SEND, draft_id) or "")
     assert late.status == 204
     await asyncio.sleep(0.5)
     assert smtp_sink.matching(to_bob("Never mind")) == []
@@ -229,9 +229,9 @@ async def test_a_draft_not_sent_within_a_day_is_destroyed(
     async def jmap() -> JmapClient:
         return mailbox
 
-    assert await reply.expire_drafts(served.redis, keys.DEFAULT, jmap, now=time.time()) == 0
+    assert await draft.expire_drafts(served.redis, keys.DEFAULT, jmap, now=time.time()) == 0
     later = time.time() + keys.REPLY_DRAFT_MAX_AGE_S + 1
-    assert await reply.expire_drafts(served.redis, keys.DEFAULT, jmap, now=later) >= 1
+    assert await draft.expire_drafts(served.redis, keys.DEFAULT, jmap, now=later) >= 1
     assert await where(mailbox, draft_id) is None
     record = await drafts.record(served.redis, keys.DEFAULT, draft_id)
     assert record is not None and record.outcome == "expired"

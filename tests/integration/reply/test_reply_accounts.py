@@ -8,8 +8,8 @@ import time
 
 from messageweave.chat import replies
 from messageweave.mail.jmap import JmapClient
-from messageweave.pipeline import buttons, reply
-from messageweave.pipeline.draft_expiry import expire_every_account
+from messageweave.pipeline import buttons, draft
+from messageweave.pipeline.draft import expire_every_account
 from messageweave.store import drafts, keys
 from messageweave.store.keys import DEFAULT_ACCOUNT
 from tests.helpers import keyboard
@@ -43,10 +43,10 @@ async def test_an_accounts_draft_expires_in_its_mailbox_is_not_sent_elsewhere_an
     account = served.services.accounts.get(family.id)
     assert account is not None
     [send] = [buttons.verify(account.config, d) for t, d in keyboard(preview) if t == "发送"]
-    assert send is not None and send.action == reply.SEND
-    draft_id = send.email_id
+    assert isinstance(send, buttons.DraftButton) and send.action == draft.SEND
+    draft_id = send.draft_id
 
-    elsewhere = await press_signed(served, DEFAULT_ACCOUNT, served.chat, reply.SEND, draft_id)
+    elsewhere = await press_signed(served, DEFAULT_ACCOUNT, served.chat, draft.SEND, draft_id)
     assert elsewhere["text"] == TEXTS["notice_draft_gone"], elsewhere
 
     async with JmapClient(cyrus.origin + "/", family.user, f"pw-{family.user}",

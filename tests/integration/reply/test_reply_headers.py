@@ -211,7 +211,7 @@ async def test_hostile_header_values_make_exactly_the_draft_we_meant(
     assert draft.subject.startswith("Re:") and not controls(draft.subject)
     assert not controls(draft.to[0].name or "")
     assert not stored["bcc"] and not stored["cc"]
-    shown = reply.preview(ENGLISH, draft, draft_id, lambda *_: None).text
+    shown = reply.preview(ENGLISH, draft, draft_id).text
     assert not controls(shown.replace("\n", " "))
     await mailbox.submit_draft(draft_id, chosen[0].id)
     [sent] = await asyncio.to_thread(smtp_sink.wait_for, lambda r: mark in r.body_text(), 1,
