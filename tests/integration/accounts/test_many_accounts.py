@@ -23,14 +23,17 @@ async def test_the_accounts_schedulers_share_one_catch_up_subscription(
         [(_, count)] = await served.redis.pubsub_numsub(keys.CATCHUP_WAKE_CHANNEL)
         return int(count)
 
-    async def one_subscriber() -> bool:  # the instance's, once its scheduler runs
-        return await subscribers() == 1
+    async def subscribed() -> bool:  # the instance's, once its scheduler runs
+        return await subscribers() >= 1
 
-    await eventually(one_subscriber, "the instance's catch-up subscription")
+    await eventually(subscribed, "the instance's catch-up subscription")
+    # An app of an earlier test of this process may not have closed its own yet: what counts
+    # is that the accounts add none.
+    before = await subscribers()
     accounts = [await add_account(served, cyrus, f"acc{n}") for n in range(ACCOUNTS)]
 
     async def every_scheduler_ran() -> bool:  # each account's first pass wrote its cursor
         return await served.redis.exists(*(a.cursor for a in accounts)) == len(accounts)
 
     await eventually(every_scheduler_ran, "every account's first pass")
-    assert await subscribers() == 1
+    assert await subscribers() <= before
