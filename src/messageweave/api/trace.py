@@ -14,7 +14,7 @@ from messageweave.api.credentials import require_admin
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
 from messageweave.mail.errors import MailError
-from messageweave.pipeline.trace import InvalidQuery, trace
+from messageweave.pipeline.trace import QueryInvalid, trace
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ async def get_trace(request: Request) -> JSONResponse:
     mailbox = await acting_account(request, mailbox=True)
     try:
         answer = await trace(mailbox, request.query_params.get("q") or "")
-    except InvalidQuery as exc:
+    except QueryInvalid as exc:
         raise invalid_request() from exc
     except (RedisError, MailError, NotConfigured) as exc:
         log.warning("trace failed: %s", type(exc).__name__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.chat.intents import GrantConsent
 from messageweave.config.features import BotLanguage
 from messageweave.store import consent
@@ -16,9 +16,9 @@ async def grant(
 ) -> str:
     """Grant, and the confirmation with the expiry in `timezone` (the configured one)."""
     expires_at = await consent.grant(redis, names, chat_id, intent.ttl_s, now)
-    return replies.consent_granted(language, intent.label_key, expires_at, timezone)
+    return texts.consent_granted(language, intent.label_key, expires_at, timezone)
 
 
 async def revoke(redis: Redis, names: AccountKeys, chat_id: int, language: BotLanguage) -> str:
     await consent.revoke(redis, names, chat_id)
-    return replies.texts(language)["consent_revoked"]
+    return texts.table(language)["consent_revoked"]

@@ -38,7 +38,7 @@ class Search:
 @dataclass(frozen=True)
 class GrantConsent:
     ttl_s: int
-    label_key: str  # the duration's name in `chat.replies` (`label_today`, ...)
+    label_key: str  # the duration's name in `chat.texts` (`label_today`, ...)
 
 
 @dataclass(frozen=True)

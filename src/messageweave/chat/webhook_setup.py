@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.chat.telegram import TelegramClient
 from messageweave.config.features import BotLanguage
 
 # Messages, and the presses of the buttons under notifications (issue #16).
 ALLOWED_UPDATES = ("message", "callback_query")
-# The menu's commands; their descriptions are `command_<name>` in `chat.replies`.
+# The menu's commands; their descriptions are `command_<name>` in `chat.texts`.
 COMMANDS: tuple[str, ...] = ("help", "search", "summary", "read", "reply", "ai")
 
 
 def commands(language: BotLanguage) -> tuple[tuple[str, str], ...]:
     """The command menu in `bot_language`."""
-    table = replies.texts(language)
+    table = texts.table(language)
     return tuple((name, table[f"command_{name}"]) for name in COMMANDS)
 
 

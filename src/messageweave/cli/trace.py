@@ -26,7 +26,7 @@ from messageweave.cli.common import (
 )
 from messageweave.config.live import NotConfigured, StoredConfigInvalid, StoreUnavailable
 from messageweave.mail.errors import MailError
-from messageweave.pipeline.trace import MAX_QUERY, InvalidQuery, trace
+from messageweave.pipeline.trace import MAX_QUERY, QueryInvalid, trace
 from messageweave.pipeline.trace_steps import Trace, iso
 from messageweave.services.acting import AccountNotLoaded, AccountPaused, acting_mailbox
 from messageweave.settings import Settings
@@ -90,7 +90,7 @@ def trace_command(
     check_account(settings, account)
     try:
         answer = asyncio.run(_trace(settings, account, text))
-    except (InvalidQuery, MailError, RedisError, RuntimeError, NotConfigured, StoreUnavailable,
+    except (QueryInvalid, MailError, RedisError, RuntimeError, NotConfigured, StoreUnavailable,
             StoredConfigInvalid, OSError, AccountPaused, AccountNotLoaded) as exc:
         fail(f"{type(exc).__name__}: {exc}", highlight=False)
     if as_json:

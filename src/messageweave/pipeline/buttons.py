@@ -34,9 +34,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.chat.telegram import Keyboard, SendOptions, TelegramClient, TelegramSendError
-from messageweave.config.features import BotLanguage
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.errors import MailError, MailRefused, MailTooLarge
@@ -69,11 +68,6 @@ _NOT_MODIFIED = "message is not modified"
 
 _LABELS = {SUMMARY: "button_summary", READ: "button_read", ARCHIVE: "button_archive"}
 _NOTICES = {READ: "notice_read", ARCHIVE: "notice_archive"}
-
-
-def texts(language: BotLanguage) -> Mapping[str, str]:
-    """The bot's table of `language` (`chat.replies`: the `button_*` and `notice_*` keys)."""
-    return replies.texts(language)
 
 
 # --- signing ---------------------------------------------------------------------------------
@@ -148,7 +142,7 @@ def replied_mail(cfg: BusinessConfig, data: str | None) -> str | None:
 
 def draft_keyboard(cfg: BusinessConfig, draft_id: str) -> Keyboard | None:
     """Send and Cancel under a reply draft's preview (None: the id is too long)."""
-    table = texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     send, cancel = (callback_data(cfg, action, draft_id) for action in DRAFT_ACTIONS)
     if send is None or cancel is None:
         return None
@@ -159,7 +153,7 @@ def notification_keyboard(cfg: BusinessConfig, email_id: str,
                           done: frozenset[str] = frozenset()) -> Keyboard | None:
     """The keyboard under the notification of `email_id` (None: the id is too long), in the
     bot's language; the actions in `done` show their done state."""
-    table = texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     row = []
     for action in ACTIONS:
         data = callback_data(cfg, action, email_id)
@@ -221,7 +215,7 @@ async def handle_press(press: Press, svc: AccountServices,
     runtime = svc.runtime
     if runtime is None:
         raise NotConfigured
-    telegram, table = runtime.telegram, texts(cfg.bot_language)
+    telegram, table = runtime.telegram, texts.table(cfg.bot_language)
     button = verify(cfg, press.data)
     if button is None:
         log.info("a button press with data we did not sign was refused")
@@ -256,7 +250,7 @@ async def _summary(press: Press, button: Button, svc: AccountServices, cfg: Busi
                    telegram: TelegramClient) -> list[ButtonReply]:
     """The `/summary <id>` path (`summarize`): without consent, the consent hint."""
     mail = await summarize.fetch_mail(await svc.mail(), button.email_id)
-    table = texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     if mail is None:
         await _answer(telegram, press, table["notice_gone"])
         return []
@@ -287,7 +281,7 @@ async def _read(press: Press, button: Button, svc: AccountServices, cfg: Busines
     found = await read_replies(await svc.mail(), cfg, button.email_id, press.chat_id,
                                press.thread_id)
     if found is None:
-        await _answer(telegram, press, texts(cfg.bot_language)["notice_gone"])
+        await _answer(telegram, press, texts.table(cfg.bot_language)["notice_gone"])
         return []
     await _answer(telegram, press, None)
     return found
@@ -297,7 +291,7 @@ async def _file(press: Press, button: Button, svc: AccountServices, cfg: Busines
                 telegram: TelegramClient) -> list[ButtonReply]:
     """An attachment: refused above the upload limit before anything is downloaded; else
     claimed per (mail, part), downloaded into memory and uploaded once."""
-    table = texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     source = await svc.mail()
     found = await source.attachments(button.email_id)
     if found is None or button.part is None or button.part >= len(found):
@@ -366,7 +360,7 @@ async def _lasting(press: Press, button: Button, svc: AccountServices, cfg: Busi
                    telegram: TelegramClient) -> None:
     """Mark read or Archive, once: a press that finds the work done (or under way) only
     answers and shows the state."""
-    table = texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     claim = await callbacks.claim(svc.redis, svc.keys, button.action, button.email_id,
                                   press.entry_id)
     if claim != "claimed":

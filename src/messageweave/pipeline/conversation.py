@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import InitVar, dataclass, field
 
-from messageweave.chat import consent, intents, replies
+from messageweave.chat import consent, intents, texts
 from messageweave.chat.telegram import PLAIN, SendOptions
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
@@ -93,7 +93,10 @@ def chat_update(entry: Entry) -> ChatUpdate:
 
 
 @dataclass(frozen=True)
-class Reply:
+class BotMessage:
+    """A message the bot sends to a chat in answer to an update (not an e-mail reply:
+    `pipeline.reply`)."""
+
     chat_id: int
     text: str
     options: SendOptions = PLAIN  # a Read's last message carries the attachment buttons
@@ -111,7 +114,7 @@ class ConversationContext:
     now: Callable[[], float] = field(default=time.time)
 
 
-async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[Reply]:
+async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) -> list[BotMessage]:
     """The replies to one message; an empty list when the bot should stay silent."""
     if message.reply_to is None and isinstance(message.intent, intents.Unknown):
         return []
@@ -120,7 +123,7 @@ async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) ->
         {"chat_id": str(message.chat_id)})
     if isinstance(intent, _OWNERS_ONLY) and not owners.may_act(ctx.config, sender):
         log.info("a mailbox action from a user who is not an owner was refused")
-        return [Reply(message.chat_id, replies.texts(ctx.config.bot_language)["not_owner"])]
+        return [BotMessage(message.chat_id, texts.table(ctx.config.bot_language)["not_owner"])]
     if isinstance(intent, intents.Start):
         return _greeting(message.chat_id, sender, ctx.config)
     if isinstance(intent, intents.Read):
@@ -128,7 +131,7 @@ async def reply_to_update(message: IncomingMessage, ctx: ConversationContext) ->
     if isinstance(intent, intents.ReplyMail):
         return await _reply(intent, message, ctx)
     text = await _answer(intent, message, ctx)
-    return [] if text is None else [Reply(message.chat_id, text)]
+    return [] if text is None else [BotMessage(message.chat_id, text)]
 
 
 async def _answer(intent: intents.Intent, message: IncomingMessage,
@@ -136,14 +139,14 @@ async def _answer(intent: intents.Intent, message: IncomingMessage,
     language = ctx.config.bot_language
     match intent:
         case intents.Help():
-            return replies.texts(language)["help"]
+            return texts.table(language)["help"]
         case intents.GrantConsent():
             return await consent.grant(ctx.redis, ctx.keys, message.chat_id, intent, ctx.now(),
                                        language, ctx.config.timezone)
         case intents.RevokeConsent():
             return await consent.revoke(ctx.redis, ctx.keys, message.chat_id, language)
         case intents.MissingEmailId():
-            return replies.texts(language)["missing_email_id"]
+            return texts.table(language)["missing_email_id"]
         case intents.Search(query=query):
             return await _search(query, ctx)
         case intents.Summary(email_id=email_id):
@@ -151,7 +154,7 @@ async def _answer(intent: intents.Intent, message: IncomingMessage,
     return None
 
 
-def _greeting(chat_id: int, sender: int | None, cfg: BusinessConfig) -> list[Reply]:
+def _greeting(chat_id: int, sender: int | None, cfg: BusinessConfig) -> list[BotMessage]:
     """`/start` (issue #34): what the bot does, whether the writer is the owner, the next
     step. A chat outside the configured ones gets nothing: the ingress refuses it before the
     queue (reference §7: bot conversation), and this answers nothing either should one come."""
@@ -159,7 +162,7 @@ def _greeting(chat_id: int, sender: int | None, cfg: BusinessConfig) -> list[Rep
         log.info("a /start from a chat outside the allowlist got no answer")
         return []
     key = "start_owner" if owners.may_act(cfg, sender) else "start_member"
-    return [Reply(chat_id, replies.texts(cfg.bot_language)[key])]
+    return [BotMessage(chat_id, texts.table(cfg.bot_language)[key])]
 
 
 def _replying(message: IncomingMessage, cfg: BusinessConfig) -> intents.ReplyMail | None:
@@ -172,7 +175,7 @@ def _replying(message: IncomingMessage, cfg: BusinessConfig) -> intents.ReplyMai
 
 
 async def _reply(intent: intents.ReplyMail, message: IncomingMessage,
-                 ctx: ConversationContext) -> list[Reply]:
+                 ctx: ConversationContext) -> list[BotMessage]:
     """A draft reply and its preview (`pipeline.reply`); silent for a chat outside the
     configured ones."""
     if not reading.allowed(ctx.config, message.chat_id):
@@ -182,14 +185,14 @@ async def _reply(intent: intents.ReplyMail, message: IncomingMessage,
                                  message.entry_id)
     shown = await reply.draft_reply(await ctx.mail(), ctx.redis, ctx.keys, ctx.config, request,
                                     now=ctx.now())
-    return [Reply(message.chat_id, shown.text, SendOptions(keyboard=shown.keyboard))]
+    return [BotMessage(message.chat_id, shown.text, SendOptions(keyboard=shown.keyboard))]
 
 
-async def _read(email_id: str, chat_id: int, ctx: ConversationContext) -> list[Reply]:
+async def _read(email_id: str, chat_id: int, ctx: ConversationContext) -> list[BotMessage]:
     """`/read <email_id>` (issue #25): refused with `read_in_chat` off; silent for a chat
     outside the configured ones and for a mail the mailbox does not have (as `/summary`)."""
     if not ctx.config.read_in_chat:
-        return [Reply(chat_id, replies.texts(ctx.config.bot_language)["read_off"])]
+        return [BotMessage(chat_id, texts.table(ctx.config.bot_language)["read_off"])]
     if not reading.allowed(ctx.config, chat_id):
         log.info("a read from a chat outside the allowlist was refused")
         return []
@@ -197,15 +200,15 @@ async def _read(email_id: str, chat_id: int, ctx: ConversationContext) -> list[R
     if found is None:
         log.info("read requested for an email the mailbox does not have")
         return []
-    return [Reply(r.chat_id, r.text, r.options) for r in found]
+    return [BotMessage(r.chat_id, r.text, r.options) for r in found]
 
 
 async def _search(query: str, ctx: ConversationContext) -> str:
     language = ctx.config.bot_language
     if not query:
-        return replies.texts(language)["search_empty_query"]
+        return texts.table(language)["search_empty_query"]
     if len(query) > MAX_QUERY_CHARS:
-        return replies.texts(language)["search_query_too_long"].format(limit=MAX_QUERY_CHARS)
+        return texts.table(language)["search_query_too_long"].format(limit=MAX_QUERY_CHARS)
     source = await ctx.mail()
     result = await source.search(query, limit=search.MAX_HITS)
     return search.search_reply(query, result, language)

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.chat.telegram import SendOptions
 from messageweave.config.features import BotLanguage
 from messageweave.config.model import BusinessConfig
@@ -176,7 +176,7 @@ def _name_before_address(sender: str) -> str | None:
 def digest_text(language: BotLanguage, count: int, metas: Sequence[EmailMeta]) -> str:
     """The digest of `count` mails: a line for each of `metas` (newest first, at most
     `MAX_LINES`), then "and N more" for the rest of `count`."""
-    table = replies.texts(language)
+    table = texts.table(language)
     newest = sorted(metas, key=lambda m: -(m.received_at or 0))[:MAX_LINES]
     lines = [table["digest_header"].format(count=count)]
     for meta in newest:
@@ -191,7 +191,7 @@ def digest_text(language: BotLanguage, count: int, metas: Sequence[EmailMeta]) -
 
 def render(cfg: BusinessConfig, plan: Plan, metas: Mapping[str, EmailMeta]) -> list[Message]:
     """One message per part of `plan`, from the mails as they are now."""
-    table = replies.texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     out = []
     for part in plan.parts:
         if part.digest:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from messageweave.aio import every
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.errors import MailError, MailRefused
@@ -61,7 +61,7 @@ async def press(mail: Callable[[], Awaitable[ReplySender]], redis: Redis, names:
     only in the chat that made it (and a configured one); claimed once per draft. Raises
     `MailError` / `NotConfigured` when the mailbox cannot be reached (the claim is kept for
     the entry's retry)."""
-    table = replies.texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     record = await drafts.record(redis, names, draft_id)
     if record is None or record.chat_id != chat_id or not reading.allowed(cfg, chat_id):
         return Done(table["notice_draft_gone"], settled=False)
@@ -86,7 +86,7 @@ async def send(mailbox: ReplySender, redis: Redis, names: AccountKeys, cfg: Busi
     """Submit the draft, claimed (`button:d:`) by the caller. A retried press whose first
     attempt submitted it (the answer lost, the worker killed) finds it sent: `$draft` is gone
     (Cyrus keeps no final EmailSubmission to look up), and it is not submitted again."""
-    table = replies.texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     if not await mailbox.can_submit():
         return Done(table["reply_off"], settled=False)
     state = await mailbox.draft_state(draft_id)
@@ -111,7 +111,7 @@ async def cancel(mailbox: ReplySender, redis: Redis, names: AccountKeys, cfg: Bu
                  draft_id: str, *, now: float) -> Done:
     """Destroy the draft (claimed by the caller); a mail that is no longer a draft (sent
     meanwhile) is left alone."""
-    table = replies.texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     state = await mailbox.draft_state(draft_id)
     if state == "sent":
         await _settle(redis, names, draft_id, "sent", now)

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from messageweave.chat import replies as texts
+from messageweave.chat import texts
 from messageweave.chat.telegram import PLAIN, FailureClass, SendOptions
 from messageweave.config.live import NotConfigured
 from messageweave.mail.errors import MailAuthError, MailError, MailUnreachable
@@ -283,7 +283,7 @@ async def _replies(entry: Entry, svc: Services) -> list[Outgoing]:
     if not account.enabled and chat_id is not None:
         if "callback_id" not in entry.fields and chat_update(entry).needs_no_reply:
             return []
-        return [Outgoing(chat_id, texts.texts(cfg.bot_language)["account_paused"],
+        return [Outgoing(chat_id, texts.table(cfg.bot_language)["account_paused"],
                          SendOptions())]
     view = svc.for_account(account)
     if "callback_id" in entry.fields:  # a button pressed (issue #16)

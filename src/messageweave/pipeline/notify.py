@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from messageweave.chat.replies import zoned_time
+from messageweave.chat.texts import zoned_time
 from messageweave.mail.records import EmailMeta
 from messageweave.untrusted import NAME_MAX_CHARS, SUBJECT_MAX_CHARS, clean
 
@@ -12,7 +12,7 @@ NO_SUBJECT = "(no subject)"
 
 def format_received(received_at: int | None, timezone: str) -> str:
     """`received_at` (Unix seconds) in the IANA zone, 24-hour, the zone named
-    (`replies.zoned_time`); `unknown` when absent."""
+    (`texts.zoned_time`); `unknown` when absent."""
     if received_at is None:
         return UNKNOWN
     return zoned_time(received_at, timezone)

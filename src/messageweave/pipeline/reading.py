@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.chat.telegram import (
     MAX_MESSAGE_UTF16,
     Keyboard,
@@ -80,7 +80,7 @@ async def read_pages(source: MailReader, cfg: BusinessConfig, email_id: str,
 
 
 def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> list[ChatMessage]:
-    table = replies.texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     lines = [table["read_from"].format(value=_names(mail.sender))]
     if mail.reply_to:
         lines.append(table["read_reply_to"].format(value=_names(mail.reply_to)))
@@ -98,7 +98,7 @@ def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> l
         lines.extend(table["read_attachment_line"].format(
             name=display_name(a, table), size=size_text(a.size)) for a in mail.attachments)
     body = mail.text.strip() or table["summary_no_text"]
-    texts = paginate("\n".join(lines) + "\n\n" + body, mail.text_truncated, table["read_more"])
+    pages = paginate("\n".join(lines) + "\n\n" + body, mail.text_truncated, table["read_more"])
     rows = []
     for index, attachment in enumerate(mail.attachments[:MAX_ATTACHMENT_BUTTONS]):
         data = sign(index)
@@ -107,8 +107,8 @@ def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> l
                                                                 MAX_LABEL_CHARS))
             rows.append(((label, data),))
     keyboard = tuple(rows) or None
-    return [ChatMessage(text, keyboard if n == len(texts) - 1 else None)
-            for n, text in enumerate(texts)]
+    return [ChatMessage(text, keyboard if n == len(pages) - 1 else None)
+            for n, text in enumerate(pages)]
 
 
 def paginate(text: str, truncated: bool, more: str) -> list[str]:
@@ -203,8 +203,8 @@ def local_date(value: str | None, timezone: str) -> str | None:
         return value
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return replies.zoned_time(int(moment.timestamp()), timezone)
+    return texts.zoned_time(int(moment.timestamp()), timezone)
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + replies.ELLIPSIS
+    return text if len(text) <= limit else text[:limit - 1] + texts.ELLIPSIS

@@ -23,7 +23,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.config.model import BusinessConfig
 from messageweave.mail.errors import MailRefused
 from messageweave.mail.records import Address, Draft, Identity, MailText
@@ -129,11 +129,11 @@ def preview(cfg: BusinessConfig, draft: Draft, draft_id: str,
     """The draft as the chat sees it: the bare addresses it goes to, then the names their
     sender gave (cleaned), a warning when it goes to a Reply-To that is not the sender
     (`other`: the From addresses), the subject, the first lines; Send and Cancel."""
-    table = replies.texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     lines = draft.text.strip().splitlines()
     shown = "\n".join(lines[:PREVIEW_LINES])
     if len(shown) > PREVIEW_CHARS or len(lines) > PREVIEW_LINES:
-        shown = shown[:PREVIEW_CHARS].rstrip() + replies.ELLIPSIS
+        shown = shown[:PREVIEW_CHARS].rstrip() + texts.ELLIPSIS
     to = ", ".join(clean(a.email) for a in draft.to if a.email) or "—"
     head = [table["reply_draft"], table["read_to"].format(value=to)]
     names = [name for a in draft.to if (name := clean(a.name))]
@@ -150,7 +150,7 @@ async def draft_reply(mailbox: ReplySender, redis: Redis, names: AccountKeys,
                       request: ReplyRequest, *, now: float) -> ChatMessage:
     """Make the draft (once per stream entry) and its preview; or the answer that says why
     not (no text, no submission on this server, the mail gone, no identity, refused)."""
-    table = replies.texts(cfg.bot_language)
+    table = texts.table(cfg.bot_language)
     if not request.text.strip():
         return ChatMessage(table["reply_empty"])
     if not await mailbox.can_submit():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.config.features import DEFAULT_BOT_LANGUAGE, BotLanguage
 from messageweave.mail.records import SearchResult
 from messageweave.untrusted import clean
@@ -26,13 +26,13 @@ def clean_snippet(text: str) -> str:
 
 def truncate(text: str, limit: int) -> str:
     """At most `limit` characters, then `…` when something was cut."""
-    return text if len(text) <= limit else text[:limit] + replies.ELLIPSIS
+    return text if len(text) <= limit else text[:limit] + texts.ELLIPSIS
 
 
 def search_reply(
     query: str, result: SearchResult, language: BotLanguage = DEFAULT_BOT_LANGUAGE
 ) -> str:
-    table = replies.texts(language)
+    table = texts.table(language)
     ids = result.ids[:MAX_HITS]
     if not ids:
         return table["search_no_hits"].format(query=query)

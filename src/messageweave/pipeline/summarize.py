@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.records import EmailMeta
@@ -48,11 +48,11 @@ async def summary_text(
     now: float,
 ) -> str:
     if not await consent.is_valid(redis, names, chat_id, now):
-        return replies.summary_without_consent(config.bot_language, clean(mail.sender),
+        return texts.summary_without_consent(config.bot_language, clean(mail.sender),
                                                clean(mail.subject, SUBJECT_MAX_CHARS), mail.id)
     text = mail.text or ""
     if not text.strip():
-        return replies.texts(config.bot_language)["summary_no_text"]
+        return texts.table(config.bot_language)["summary_no_text"]
     if config.llm_active:
         try:
             return await llm.summarize(config, outbound, mail.subject, text)

@@ -89,22 +89,22 @@ _STREAM_NAME = stream_name(keys.STREAM_JMAP)  # as the send log and the steps na
 LEFT_OUT = LeftOut.kind  # a digest left the mail out: no longer in the mailbox (issue #16)
 
 
-class InvalidQuery(ValueError):
+class QueryInvalid(ValueError):
     """An empty query, or one longer than `MAX_QUERY`."""
 
 
 def normalize(query: str) -> str:
-    """The query with its whitespace collapsed; `InvalidQuery` when empty or too long."""
+    """The query with its whitespace collapsed; `QueryInvalid` when empty or too long."""
     text = " ".join(query.split())
     if not text or len(text) > MAX_QUERY:
-        raise InvalidQuery(query)
+        raise QueryInvalid(query)
     return text
 
 
 async def trace(ctx: MailContext, query: str) -> Trace:
     """The mails the query names, each with its steps (`Trace.json()`: `{query, by, jmap,
     found, mails: [{email_id, subject, received_at, seen, status, reason, steps}]}`); `found`
-    when the system saw at least one of the mails. `InvalidQuery`;
+    when the system saw at least one of the mails. `QueryInvalid`;
     `NotConfigured`; a `MailError` only when the mailbox is needed and does not answer (a
     subject search, or no `account_id` configured)."""
     text = normalize(query)

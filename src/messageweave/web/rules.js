@@ -61,7 +61,7 @@ function same(a, b) {
 }
 
 // The notification's buttons as the bot sends them (`pipeline.buttons.notification_keyboard`,
-// the labels of `chat.replies` in `bot_language`): the Read row only while `read_in_chat` is on.
+// the labels of `chat.texts` in `bot_language`): the Read row only while `read_in_chat` is on.
 const BUTTONS = {
   zh: [["摘要", "标为已读", "归档"], ["阅读全文"]],
   en: [["Summary", "Mark read", "Archive"], ["Read"]],

@@ -9,7 +9,7 @@ import random
 import string
 from typing import Any
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons
 from messageweave.store.keys import DEFAULT_ACCOUNT
@@ -18,7 +18,7 @@ from tests.integration.accounts.conftest import ServedAccount, add_account
 from tests.peers.cyrus import Appended, CyrusServer, make_message
 from tests.served import ServedApp
 
-TEXTS = replies.texts("zh")
+TEXTS = texts.table("zh")
 
 
 def _same_mail(cyrus: CyrusServer, *users: str) -> list[Appended]:

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from messageweave.chat.replies import local_time
+from messageweave.chat.texts import local_time
 from messageweave.store import keys
 from tests.helpers import eventually, llm_wire
 from tests.peers.fakellm import SUMMARY, FakeLlm

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from messageweave.chat.replies import EN, ZH, local_time
+from messageweave.chat.texts import EN, ZH, local_time
 from messageweave.config.model import parse_wire
 from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient, JmapError

@@ -11,7 +11,7 @@ import secrets
 import httpx
 import redis.asyncio as aioredis
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from tests.helpers import WAIT_S, login
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator
@@ -60,10 +60,10 @@ async def test_a_group_member_is_told_the_chat_is_the_owners_in_both_languages(
                            owner_user_ids=[OWNER])
     group = {"chat_type": "group"}
     member = (await _answer(served, GROUP, "/start", from_id=MEMBER, **group)).text
-    assert member == replies.ZH["start_member"]
+    assert member == texts.ZH["start_member"]
     assert "你不是邮箱的主人" in member and "/search" not in member
     owner = (await _answer(served, GROUP, "/start@TestNameBot", from_id=OWNER, **group)).text
-    assert owner == replies.ZH["start_owner"]
+    assert owner == texts.ZH["start_owner"]
     await served.configure(bot_language="en", telegram_chat_id=GROUP, chat_allowlist=[GROUP],
                            owner_user_ids=[OWNER])
     member = (await _answer(served, GROUP, "/start", from_id=MEMBER, **group)).text
@@ -84,7 +84,7 @@ async def test_a_strangers_start_gets_nothing_while_the_owners_is_answered(
     for text in ("/start", "/start 0123456789", "/start@TestNameBot"):
         assert await served.say(text, chat_id=stranger) == 204
     owner = await _answer(served, served.chat, "/start")
-    assert owner.text == replies.ZH["start_owner"]
+    assert owner.text == texts.ZH["start_owner"]
     assert await served.emulator.sent_messages(served.token, stranger) == []
     refused = await served.client.get("/api/telegram/refused-chats", headers=served.admin)
     assert [c["chat_id"] for c in refused.json()["chats"]] == [stranger]
@@ -111,5 +111,5 @@ async def test_the_find_my_chat_code_is_found_then_the_start_is_greeted_once_sav
     async with served_app(client, redis_client, cyrus, telegram_emulator, bot_token=token,
                           telegram_chat_id=chat, telegram_updates="auto", bot_language="en"):
         [greeting] = await telegram_emulator.wait_for_messages(token, chat, 1, WAIT_S)
-    assert greeting.text == replies.EN["start_owner"]
+    assert greeting.text == texts.EN["start_owner"]
     assert code not in greeting.text

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from messageweave.chat import replies
+from messageweave.chat import texts
 from messageweave.mail.jmap import JmapClient
 from messageweave.pipeline import buttons, draft
 from messageweave.pipeline.draft import expire_every_account
@@ -19,7 +19,7 @@ from tests.integration.reply.test_reply import where
 from tests.peers.cyrus import CyrusServer, make_message
 from tests.served import ServedApp
 
-TEXTS = replies.texts("zh")
+TEXTS = texts.table("zh")
 
 
 async def test_an_accounts_draft_expires_in_its_mailbox_is_not_sent_elsewhere_and_goes_with_it(

@@ -300,7 +300,7 @@ EN: dict[str, str] = {
 TEXTS: dict[BotLanguage, dict[str, str]] = {"zh": ZH, "en": EN}
 
 
-def texts(language: BotLanguage) -> Mapping[str, str]:
+def table(language: BotLanguage) -> Mapping[str, str]:
     """The table of `bot_language`."""
     return TEXTS[language]
 
@@ -323,13 +323,13 @@ def consent_granted(language: BotLanguage, label_key: str, expires_at: int,
                     timezone: str) -> str:
     """The grant's confirmation: the expiry in the configured time zone, named (issue #22:
     it said `Unix 1700000000`)."""
-    table = texts(language)
-    return table["consent_granted"].format(
-        label=table[label_key], expires_at=local_time(expires_at, timezone), zone=timezone)
+    table_ = table(language)
+    return table_["consent_granted"].format(
+        label=table_[label_key], expires_at=local_time(expires_at, timezone), zone=timezone)
 
 
 def summary_without_consent(
     language: BotLanguage, sender: str | None, subject: str | None, email_id: str
 ) -> str:
-    return texts(language)["summary_without_consent"].format(
+    return table(language)["summary_without_consent"].format(
         sender=sender or "", subject=subject or "", email_id=email_id)

@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from messageweave.chat import intents, replies
+from messageweave.chat import intents, texts
 from messageweave.chat.webhook_setup import COMMANDS, commands
 from messageweave.config.features import BOT_LANGUAGES
 from messageweave.mail.jmap import EmailMeta, SearchResult, SearchSnippet
@@ -20,18 +20,18 @@ def placeholders(template: str) -> set[str]:
 def test_every_language_has_the_same_keys_and_placeholders() -> None:
     """Catches a string added to one language only (a KeyError when the other one is set) or a
     translation that drops or renames a `{placeholder}` (a KeyError, or a reply without it)."""
-    assert set(replies.TEXTS) == set(BOT_LANGUAGES)
+    assert set(texts.TEXTS) == set(BOT_LANGUAGES)
     for language in BOT_LANGUAGES:
-        table = replies.texts(language)
-        assert table.keys() == replies.ZH.keys(), language
+        table = texts.table(language)
+        assert table.keys() == texts.ZH.keys(), language
         for key, template in table.items():
             assert template.strip(), (language, key)
-            assert placeholders(template) == placeholders(replies.ZH[key]), (language, key)
+            assert placeholders(template) == placeholders(texts.ZH[key]), (language, key)
 
 
 def test_the_english_table_is_english() -> None:
     """Catches a Chinese string copied into the English table instead of translated."""
-    for key, template in replies.EN.items():
+    for key, template in texts.EN.items():
         assert not re.search(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]", template), key
 
 
@@ -40,7 +40,7 @@ def test_the_chinese_texts_are_the_contract() -> None:
     One line is a listed deviation (reference §7): the help's consent heading said English
     aliases do not work, which stopped being true when they did (issue #16); and three lines
     are added (issue #25, reference §7.13): `/read`, `/reply` and the buttons."""
-    zh = replies.ZH
+    zh = texts.ZH
     assert zh["help"] == (  # inventory §5.2, byte for byte but for the consent heading
         "使用说明：\n邮件到达后会先发送发件人、主题和时间等元数据通知。\n\n"
         "授权示例（中文短语可写在句中；英文短语须单独发送：1 hour、today、7 days、"
@@ -64,10 +64,10 @@ def test_the_chinese_texts_are_the_contract() -> None:
         "如果未配置 AI 或 AI 调用失败，将回退为本地截取摘要。")
     # Deviations (reference §7.12, issue #22): the expiry in the configured zone, not Unix
     # seconds; a line of what to send before the contract's hint, which stays the last line.
-    assert replies.consent_granted("zh", intents.LABEL_TODAY, 42, "Asia/Shanghai") == (
+    assert texts.consent_granted("zh", intents.LABEL_TODAY, 42, "Asia/Shanghai") == (
         "AI摘要授权已开启：今天，到期时间 1970-01-01 08:00（Asia/Shanghai）；"
         "仍需使用 /summary <email_id> 请求")
-    assert replies.summary_without_consent("zh", None, "S", "e-1") == (
+    assert texts.summary_without_consent("zh", None, "S", "e-1") == (
         " — S\n授权：发送 /ai on（1小时）、今天、7天 或 直到我撤销，然后再发送 /summary e-1。\n"
         "授权已到期或尚未授权；如需 AI 摘要，请重新选择授权期限。")
     assert zh["consent_revoked"] == "AI摘要授权已撤销"
@@ -83,7 +83,7 @@ def test_the_chinese_texts_are_the_contract() -> None:
 ])
 def test_an_english_grant_names_its_duration_in_english(label_key: str, label: str) -> None:
     """Catches the Chinese label (`今天`) leaking into an English confirmation."""
-    assert replies.consent_granted("en", label_key, 1700000000, "Europe/Berlin") == (
+    assert texts.consent_granted("en", label_key, 1700000000, "Europe/Berlin") == (
         f"AI summaries are on: {label}, until 2023-11-14 23:13 (Europe/Berlin). "
         "Ask for each one with /summary <email_id>")
 
@@ -92,7 +92,7 @@ def test_the_consent_expiry_is_in_the_configured_zone_not_unix_seconds() -> None
     """Catches `/ai on` answering "until Unix 1700000000" (issue #22): a time nobody can
     read; the expiry is written as the notifications write times, in the configured zone."""
     for language in ("zh", "en"):
-        text = replies.consent_granted(language, intents.LABEL_ONE_HOUR, 1700000000, "Asia/Tokyo")
+        text = texts.consent_granted(language, intents.LABEL_ONE_HOUR, 1700000000, "Asia/Tokyo")
         assert "Unix" not in text and "1700000000" not in text
         assert "2023-11-15 07:13" in text and "Asia/Tokyo" in text
 
@@ -102,7 +102,7 @@ def test_the_hint_without_consent_says_what_to_send_in_both_languages() -> None:
     without saying how (issue #22): every phrase it names grants consent, and it names the
     mail's own /summary command to send again."""
     for language, sep in (("zh", "、"), ("en", ", ")):
-        line = replies.summary_without_consent(language, "Bob", "S", "e-7").split("\n")[1]
+        line = texts.summary_without_consent(language, "Bob", "S", "e-7").split("\n")[1]
         assert "/summary e-7" in line
         named = re.split(r"\s*(?:、|,| or | 或 )\s*", re.sub(
             r"^.*?send\s*|^.*?发送\s*|[,，]\s*then.*$|，然后.*$", "", line))
@@ -133,7 +133,7 @@ def assert_help_lines(help_text: str, headings: tuple[str, ...], colon: str, com
 def test_every_phrase_the_english_help_lists_does_what_it_says() -> None:
     """Catches help text that promises a phrase the parser does not know, or files it under the
     wrong duration."""
-    assert_help_lines(replies.EN["help"], ("1 hour", "Today", "7 days",
+    assert_help_lines(texts.EN["help"], ("1 hour", "Today", "7 days",
                                            "Until I revoke (at most 365 days)", "Revoke"),
                       ": ", ", ")
 
@@ -141,7 +141,7 @@ def test_every_phrase_the_english_help_lists_does_what_it_says() -> None:
 def test_every_phrase_the_chinese_help_lists_does_what_it_says() -> None:
     """Catches the Chinese help promising what the parser does not do: it said "不支持英文别名"
     (English aliases not supported) while `1 hour` or `revoke` sent alone worked."""
-    help_text = replies.ZH["help"]
+    help_text = texts.ZH["help"]
     assert_help_lines(help_text, ("1小时", "今天", "7天", "直到我撤销（最长365天）", "撤销授权"),
                       "：", "、")
     heading = next(line for line in help_text.split("\n") if line.startswith("授权示例"))
