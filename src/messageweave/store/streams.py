@@ -113,12 +113,20 @@ class SwitchedOff(Exception):
 class UpdateIngress:
     """The webhook's queue: `enqueue_if_enabled` of the requests being served at one moment is
     one script run (`ENQUEUE_IF_ENABLED`), so Telegram's bursts cost one Redis round trip for
-    many updates (issue #14). A lone update is sent at once: nothing waits for company."""
+    many updates (issue #14). A lone update is sent at once: nothing waits for company.
+
+    The run waits for a replica (`Script.replicated`, reference §7.18) before it answers: the
+    webhook then answers Telegram, which never sends an answered update again, so an entry
+    lost in a failover would lose the owner's words for good."""
 
     def __init__(self, redis: Redis) -> None:
         self._store = StreamStore(redis)
         self._batcher: Batcher[tuple[int, dict[str, str]], str | None] = Batcher(
-            self._store.enqueue_updates_if_enabled, MAX_INGRESS_BATCH)
+            self._enqueue_replicated, MAX_INGRESS_BATCH)
+
+    async def _enqueue_replicated(self, updates: list[tuple[int, dict[str, str]]],
+                                  ) -> list[str | None]:
+        return await self._store.enqueue_updates_if_enabled(updates, replicated=True)
 
     async def enqueue_if_enabled(self, update_id: int, fields: dict[str, str]) -> str | None:
         """The new entry's id, None for a redelivery; `SwitchedOff` (nothing written) or the
@@ -204,17 +212,20 @@ class StreamStore:
 
     # --- ingress ------------------------------------------------------------------------
     async def enqueue_updates_if_enabled(
-        self, updates: list[tuple[int, dict[str, str]]],
+        self, updates: list[tuple[int, dict[str, str]]], *, replicated: bool = False,
     ) -> list[str | None]:
         """Claim `dedup:tg:{update_id}` and append the entry, atomically, for each of `updates`
         (None for a duplicate), in order and in one round trip, with the switch checked once
-        for all (`SwitchedOff`: nothing written)."""
+        for all (`SwitchedOff`: nothing written). With `replicated`, then `WAIT` for a replica
+        (`Script.replicated`): the webhook's; the poller's updates are kept by the offset's
+        own `WAIT` after them (same slot, later)."""
         parts: list[str | int] = []
         for _update_id, fields in updates:
             parts.append(2 * len(fields))
             for item in fields.items():
                 parts += item
-        result = await ENQUEUE_IF_ENABLED(self.redis, keys={
+        run = ENQUEUE_IF_ENABLED.replicated if replicated else ENQUEUE_IF_ENABLED.__call__
+        result = await run(self.redis, keys={
             "stream": keys.STREAM_TELEGRAM, "enabled": keys.ENABLED,
             "claims": [keys.dedup_tg(u) for u, _ in updates],
         }, args={"ttl": keys.DEDUP_TTL_S, "updates": parts})
