@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 from messageweave.aio import Batcher
 from messageweave.jsonio import dump_json
 from messageweave.store import keys
-from messageweave.store.cluster_wait import wait_on_every_slot
+from messageweave.store.cluster_wait import read_now, wait_on_every_slot
 from messageweave.store.redis import Redis
 from messageweave.store.redis_url import is_cluster
 from messageweave.store.scripts import Script
@@ -196,6 +196,11 @@ def _entries(stream: str, rows: list[Any]) -> list[Entry]:
     return out
 
 
+def _replied(reply: Any) -> list[Entry]:
+    """The entries of an XREADGROUP reply (nil: none)."""
+    return [entry for stream, rows in reply or [] for entry in _entries(stream, rows)]
+
+
 def _slot_groups(streams: tuple[str, ...]) -> list[tuple[str, ...]]:
     """`streams` grouped by cluster slot, in their order."""
     groups: dict[int, tuple[str, ...]] = {}
@@ -264,13 +269,9 @@ class StreamStore:
 
     async def _read(self, consumer: str, streams: tuple[str, ...], count: int,
                     block_ms: int | None) -> list[Entry]:
-        reply = await self._raw.xreadgroup(keys.CONSUMER_GROUP, consumer,
-                                           dict.fromkeys(streams, ">"), count=count,
-                                           block=block_ms)
-        out: list[Entry] = []
-        for stream, rows in reply or []:
-            out += _entries(stream, rows)
-        return out
+        return _replied(await self._raw.xreadgroup(
+            keys.CONSUMER_GROUP, consumer, dict.fromkeys(streams, ">"), count=count,
+            block=block_ms))
 
     async def _read_per_slot(self, consumer: str, groups: list[tuple[str, ...]], count: int,
                              block_ms: int | None) -> list[Entry]:
@@ -280,12 +281,11 @@ class StreamStore:
         out: list[Entry] = []
         for group in groups:
             if len(out) < count:
-                out += await self._read(consumer, group, count - len(out), None)
+                out += _replied(await read_now(self.redis, consumer, group, count - len(out)))
         if out or not block_ms:
             return out
         for reply in await wait_on_every_slot(self.redis, consumer, groups, count, block_ms):
-            for stream, rows in reply:
-                out += _entries(stream, rows)
+            out += _replied(reply)
         return out
 
     async def claim(self, stream: str, consumer: str, ids: list[str]) -> list[Entry]:
