@@ -112,14 +112,19 @@ async def every_entry_finished(redis: aioredis.Redis,
     """Until every entry of `streams` (the `default` account's `stalwart:jmap`) has its
     terminal record: whatever the worker was to send for them is sent, so the chat holds all
     it ever will."""
+    left: list[str] = []
+
     async def finished() -> bool:
+        left.clear()
         for stream in streams:
-            entries = await redis.xrange(stream)
-            if not all([await redis.exists(keys.delivery_committed(stream, entry_id))
-                        for entry_id, _ in entries]):
-                return False
-        return True
-    await eventually(finished, "every queued mail finished")
+            for entry_id, _ in await redis.xrange(stream):
+                if not await redis.exists(keys.delivery_committed(stream, entry_id)):
+                    lease = await redis.get(keys.delivery_inflight(stream, entry_id))
+                    intent = await redis.hget(keys.delivery_intent(stream, entry_id), "state")
+                    left.append(f"{stream}/{entry_id} lease={lease} intent={intent}")
+        return not left
+    await eventually(finished, lambda: f"every queued mail finished ({len(left)} not: "
+                                       f"{left[:3]})")
 
 
 # -------------------------------------------------------------------- the app and its configuration

@@ -128,16 +128,20 @@ async def _configured(url: str, cyrus: CyrusServer, emulator: TelegramEmulator,
 
 
 def _check_repeats(sent: list[SentMessage], by_subject: dict[str, tuple[Account, str]],
-                   in_flight: int, unknown: set[str], logged: list[dict[str, object]]) -> None:
+                   in_flight: int, unknown: set[str], logged: list[dict[str, object]],
+                   entries: dict[str, int]) -> None:
     """Each mail reached its own account's chat; the repeats are at most the entries in
     flight at the kill, and each is `unknown_after_send … resent` or two `delivered`
-    records of its account's entry in the send log."""
+    records of its account's entry in the send log. (`entries`: each stream's length, for
+    the failure's message: more than was queued is mail queued again.)"""
     assert {subject_of(m.text) for m in sent} == set(by_subject), "every mail is delivered"
     strays = [m.text for m in sent if by_subject[subject_of(m.text)][0].chat != m.chat_id]
     assert not strays, f"mails delivered to another account's chat: {strays[:3]}"
     subjects = Counter(subject_of(m.text) for m in sent)
     repeats = {s: n - 1 for s, n in subjects.items() if n > 1}
-    assert sum(repeats.values()) <= in_flight, f"{repeats} with {in_flight} in flight"
+    assert sum(repeats.values()) <= in_flight, \
+        f"{sum(repeats.values())} repeats with {in_flight} in flight (entries {entries}, " \
+        f"{len(unknown)} unknown_after_send): {sorted(repeats)[:20]}"
     records = Counter((r.get("account"), r["event_id"]) for r in logged
                       if r["outcome"] == "delivered" and r["stream"] == "stalwart:jmap")
     for subject in repeats:
@@ -187,8 +191,9 @@ async def _through_the_kill(url: str, kill: Callable[[list[Account]], None],
         await every_entry_finished(redis, tuple(a.stream for a in accounts))
         unknown = set(await redis.zrange(keys.DELIVERY_UNKNOWN, 0, -1))
         logged = [json.loads(fields["r"]) for _, fields in await redis.xrange(keys.SEND_LOG)]
+        entries = {a.id: await redis.xlen(a.stream) for a in accounts}
         _check_repeats(await emulator.sent_messages(token), by_subject, in_flight, unknown,
-                       logged)
+                       logged, entries)
 
 
 def _kill_two_of_three(cluster: RedisClusterPeer, accounts: list[Account]) -> None:
