@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -139,11 +140,13 @@ def _check_repeats(sent: list[SentMessage], by_subject: dict[str, tuple[Account,
     assert not strays, f"mails delivered to another account's chat: {strays[:3]}"
     subjects = Counter(subject_of(m.text) for m in sent)
     repeats = {s: n - 1 for s, n in subjects.items() if n > 1}
-    assert sum(repeats.values()) <= in_flight, \
-        f"{sum(repeats.values())} repeats with {in_flight} in flight (entries {entries}, " \
-        f"{len(unknown)} unknown_after_send): {sorted(repeats)[:20]}"
     records = Counter((r.get("account"), r["event_id"]) for r in logged
                       if r["outcome"] == "delivered" and r["stream"] == "stalwart:jmap")
+    twice = [s for s in repeats if records[(by_subject[s][0].id, by_subject[s][1])] > 1]
+    assert sum(repeats.values()) <= in_flight, \
+        f"{sum(repeats.values())} repeats with {in_flight} in flight (entries {entries}, " \
+        f"{len(unknown)} unknown_after_send, {len(twice)} delivered twice in the send log): " \
+        f"{sorted(repeats)[:20]}"
     for subject in repeats:
         account, entry_id = by_subject[subject]
         assert (f"{account.stream}/{entry_id}/resent" in unknown
@@ -220,15 +223,28 @@ async def test_a_cluster_primary_killed_mid_burst_loses_no_mail(
         telegram_emulator)
 
 
+def _failovers(base: Path) -> str:
+    """What each sentinel logged of the primary's fall and the failovers (the peer under
+    `base`): for a failure's message."""
+    said = []
+    for log in sorted(base.rglob("sentinel.log")):
+        said += [f"{log.parent.name}: {line}" for line in log.read_text().splitlines()
+                 if any(event in line for event in ("master", "failover", "promoted", "tilt"))]
+    return "\n".join(said)
+
+
 async def test_a_sentinel_primary_killed_mid_burst_loses_no_mail(
     own_sentinels: RedisSentinelPeer, cyrus: CyrusServer, telegram_emulator: TelegramEmulator,
-    trust_cyrus: None,
+    trust_cyrus: None, tmp_path: Path,
 ) -> None:
     """Catches: mail lost, sent twice unseen or sent to another account's chat when the
     Sentinel set's primary dies under two instances serving three accounts: writes
     acknowledged by the dead primary only, an instance that keeps talking to it, or one whose
     loops do not resume on the promoted replica."""
     killed: list[RedisProcess] = []
-    await _through_the_kill(
-        own_sentinels.url, lambda _: killed.append(own_sentinels.kill_primary()),
-        lambda _: own_sentinels.wait_failover(killed[0]), cyrus, telegram_emulator)
+    try:
+        await _through_the_kill(
+            own_sentinels.url, lambda _: killed.append(own_sentinels.kill_primary()),
+            lambda _: own_sentinels.wait_failover(killed[0]), cyrus, telegram_emulator)
+    except AssertionError as failed:  # rare, unexplained (reference §7.18): the sentinels' view
+        raise AssertionError(f"{failed}\nthe sentinels said:\n{_failovers(tmp_path)}") from None
