@@ -107,14 +107,24 @@ def eventually_sync(check: Callable[[], bool], what: Described,
         time.sleep(0.1)
 
 
-async def every_entry_finished(redis: aioredis.Redis) -> None:
-    """Until every entry of `stalwart:jmap` has its terminal record: whatever the worker was
-    to send for them is sent, so the chat holds all it ever will."""
+async def every_entry_finished(redis: aioredis.Redis,
+                               streams: tuple[str, ...] = (keys.STREAM_JMAP,)) -> None:
+    """Until every entry of `streams` (the `default` account's `stalwart:jmap`) has its
+    terminal record: whatever the worker was to send for them is sent, so the chat holds all
+    it ever will."""
+    left: list[str] = []
+
     async def finished() -> bool:
-        entries = await redis.xrange(keys.STREAM_JMAP)
-        return all([await redis.exists(keys.delivery_committed(keys.STREAM_JMAP, entry_id))
-                    for entry_id, _ in entries])
-    await eventually(finished, "every queued mail finished")
+        left.clear()
+        for stream in streams:
+            for entry_id, _ in await redis.xrange(stream):
+                if not await redis.exists(keys.delivery_committed(stream, entry_id)):
+                    lease = await redis.get(keys.delivery_inflight(stream, entry_id))
+                    intent = await redis.hget(keys.delivery_intent(stream, entry_id), "state")
+                    left.append(f"{stream}/{entry_id} lease={lease} intent={intent}")
+        return not left
+    await eventually(finished, lambda: f"every queued mail finished ({len(left)} not: "
+                                       f"{left[:3]})")
 
 
 # -------------------------------------------------------------------- the app and its configuration
@@ -638,14 +648,17 @@ def state_change(account: str, types: dict[str, str] | None = None) -> dict[str,
 
 
 async def enqueue_mails(redis: aioredis.Redis, cyrus: CyrusServer, prefix: str,
-                        count: int) -> dict[str, str]:
-    """Append `count` mails to Cyrus and queue them; subject → stream entry id."""
+                        count: int, *, user: str = CYRUS_USER,
+                        account: str = keys.DEFAULT_ACCOUNT) -> dict[str, str]:
+    """Append `count` mails to Cyrus `user`'s INBOX and queue them in `account`'s stream;
+    subject → stream entry id."""
     subjects = [f"{prefix} {n:03d}" for n in range(count)]
+    names = keys.AccountKeys(account)
     by_subject = {}
-    for subject, mail in zip(subjects, cyrus.append_many(subjects), strict=True):
+    for subject, mail in zip(subjects, cyrus.append_many(subjects, user=user), strict=True):
         # The reconcile's own enqueue (dedup claim + XADD): a pass the app runs by itself
         # (at start, a catch-up) must not queue these a second time.
-        by_subject[subject] = str(await enqueue_mail(redis, CYRUS_USER, mail.email_id))
+        by_subject[subject] = str(await enqueue_mail(redis, user, mail.email_id, names))
     return by_subject
 
 
@@ -914,14 +927,16 @@ class BrowserMail:
 
 # --- what src/ offers only through its real paths (issue #24: no test-only code in src/) ----
 
-async def enqueue_mail(redis: aioredis.Redis, account_id: str, email_id: str) -> str | None:
-    """Enqueue one mail the reconcile's way (`store.mailbox.enqueue_new_mails`): the new
-    entry's id (its claim holds it), or None when the mail was claimed already."""
+async def enqueue_mail(redis: aioredis.Redis, account_id: str, email_id: str,
+                       names: keys.AccountKeys = keys.DEFAULT) -> str | None:
+    """Enqueue one mail the reconcile's way (`store.mailbox.enqueue_new_mails`), in the
+    account of `names`: the new entry's id (its claim holds it), or None when the mail was
+    claimed already."""
     from messageweave.store.mailbox import enqueue_new_mails
 
-    if not await enqueue_new_mails(redis, account_id, [email_id]):
+    if not await enqueue_new_mails(redis, account_id, [email_id], names=names):
         return None
-    entry: str | None = await redis.get(keys.dedup_jmap(account_id, email_id))
+    entry: str | None = await redis.get(names.dedup_jmap(account_id, email_id))
     return entry
 
 

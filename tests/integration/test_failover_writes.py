@@ -1,6 +1,6 @@
 """The writes that must survive a failover wait for a replica (reference §7.18): the ledger's
-`sending` intent and the Telegram offset, on the node that holds them, right after them on the
-same connection."""
+`sending` intent, the Telegram offset and a webhook update's entry, on the node that holds
+them, right after them on the same connection."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from messageweave.pipeline.ledger import Ledger, SendProgress
 from messageweave.store import keys
 from messageweave.store.receivers import poll_lock, save_offset
 from messageweave.store.redis import Redis, open_redis
-from messageweave.store.streams import StreamStore
+from messageweave.store.streams import StreamStore, UpdateIngress
 from tests.peers.redis7 import RedisProcess
 
 TOKEN = "123:abc"
@@ -96,4 +96,32 @@ async def test_the_sending_intent_and_the_telegram_offset_wait_for_a_replica(
         assert mark_waits, "the sending intent did not wait for a replica"
         assert offset_waits, "the Telegram offset did not wait for a replica"
     finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("topology", ["cluster", "sentinel"])
+async def test_a_webhook_update_waits_for_a_replica_before_it_is_answered(
+        topology: str, request: pytest.FixtureRequest) -> None:
+    """Catches: a Telegram update taken by the webhook acknowledged by the primary alone. The
+    webhook answers Telegram once `UpdateIngress` returns, and Telegram never sends an
+    answered update again: a failover right after it lost the owner's words for good. The
+    entry's script is now followed by `WAIT 1` on the connection that ran it, on the node of
+    `{tg}` (the cluster's primary of the chat stream's slot, the Sentinel's primary), before
+    `enqueue_if_enabled` returns. (A `kill -9` timed between the answer and the replication
+    cannot be placed reliably: the replica has the write within a millisecond.)"""
+    peer = request.getfixturevalue("redis_cluster" if topology == "cluster" else "redis_sentinels")
+    client = await open_redis(peer.url)
+    update_id = secrets.randbelow(10**9)
+    try:
+        node = (peer.primary_of(keys.STREAM_TELEGRAM) if topology == "cluster"
+                else peer.primary())
+        await client.set(keys.ENABLED, "1")
+        with _commands_on(node) as seen:
+            entry = await UpdateIngress(client).enqueue_if_enabled(
+                update_id, {"update_id": str(update_id), "text": "buy milk"})
+        assert entry is not None
+        assert _waits_after(seen), "the webhook's update did not wait for a replica"
+    finally:
+        await client.xtrim(keys.STREAM_TELEGRAM, maxlen=0)
+        await client.delete(keys.ENABLED, keys.dedup_tg(update_id))
         await client.aclose()

@@ -5,6 +5,7 @@ slot lives, and rides out a primary's `kill -9`."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 import redis
@@ -198,6 +199,46 @@ async def test_an_idle_worker_on_a_cluster_answers_an_entry_of_either_slot_at_on
                 if other == stream:
                     await client.xack(other, keys.CONSUMER_GROUP, pending["min"])
     finally:
+        await client.aclose()
+
+
+def _commands_run(nodes: list[redis.Redis]) -> Counter[str]:
+    """The commands `nodes` ran so far, by name (`INFO commandstats`; ours on a connection
+    each opened before)."""
+    ran: Counter[str] = Counter()
+    for node in nodes:
+        for name, stats in node.info("commandstats").items():
+            ran[name.removeprefix("cmdstat_")] += int(stats["calls"])
+    return ran
+
+
+async def test_an_idle_worker_on_a_cluster_sends_its_reads_and_nothing_else(
+        redis_cluster: RedisClusterPeer) -> None:
+    """Catches: an idle worker of four accounts on a cluster sending, every `block_ms`, two
+    `COMMAND GETKEYS` before each slot's XREADGROUP without waiting (redis-py's cluster client
+    asks a node where XREADGROUP's keys are, a round trip each), and a `CLIENT UNBLOCK` to
+    every slot's wait but the first to time out, each on a connection opened for it: with 50
+    accounts 258 commands/s and 24 ms of CPU a second, against 133 and 9 ms
+    (`bench/cluster_idle.py`, reference §7.18). Each slot's reads are all it sends now."""
+    client = await open_redis(redis_cluster.url)
+    store = StreamStore(client)
+    streams = (*(keys.AccountKeys(f"idle{n}").stream_jmap for n in range(4)),
+               keys.STREAM_TELEGRAM)
+    nodes = [node.client() for node in redis_cluster.live()]
+    try:
+        await client.delete(*streams)
+        await store.ensure_groups(streams)
+        assert not await store.read_new("idle", 10, 100, streams)  # its connections opened
+        before = _commands_run(nodes)
+        for _ in range(3):
+            assert not await store.read_new("idle", 10, 100, streams)
+        ran = _commands_run(nodes) - before
+        assert ran["xreadgroup"] == 3 * 2 * len(streams), ran  # each slot's, then its wait
+        assert not ran["command|getkeys"] and not ran["client|unblock"], ran
+        assert not ran["hello"], f"connections opened while idle: {ran}"
+    finally:
+        for node in nodes:
+            node.close()
         await client.aclose()
 
 

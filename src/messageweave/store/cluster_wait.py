@@ -9,7 +9,14 @@ node; the first to answer ends the wait, and the others are ended by `CLIENT UNB
 reply: nothing, or the entries the server gave them first, which are returned too: an entry
 handed to this consumer is never dropped). Closing a blocked connection instead would leave
 an entry the server handed over in the moment it closed pending, unseen, until
-`OWN_IDLE_MS`.
+`OWN_IDLE_MS`. When the first read answers nothing (its wait timed out), the others, sent
+together with the same timeout, time out on their own within moments: they are awaited, not
+unblocked (an idle worker sent one `CLIENT UNBLOCK` per slot every `block_ms`, each on one more
+connection).
+
+`read_now` is the read without waiting, sent straight to its slot's node: routed by
+redis-py's cluster client, every XREADGROUP cost two `COMMAND GETKEYS` round trips first
+(XREADGROUP's keys are "movable": redis-py asks a node where they are).
 """
 
 from __future__ import annotations
@@ -17,11 +24,35 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from messageweave.store import keys
 
 # How often an UNBLOCK is sent again to a read not blocked yet when the first arrived (its
 # XREADGROUP still on the way to the server): rare, and over within a round trip.
 _UNBLOCK_AGAIN_S = 0.01
+
+
+def _xreadgroup(consumer: str, streams: tuple[str, ...], count: int,
+                block_ms: int | None = None) -> list[Any]:
+    """The XREADGROUP of `streams`' new entries, waiting `block_ms` when given."""
+    wait = [] if block_ms is None else ["BLOCK", block_ms]
+    return ["XREADGROUP", "GROUP", keys.CONSUMER_GROUP, consumer, "COUNT", count, *wait,
+            "STREAMS", *streams, *(">" for _ in streams)]
+
+
+async def read_now(cluster: Any, consumer: str, streams: tuple[str, ...], count: int) -> Any:
+    """Up to `count` new entries of `streams` (one slot's), without waiting: the XREADGROUP
+    reply. A connection that fails takes the client's own path, which loads the slot table
+    again and retries (a failover)."""
+    await cluster.initialize()  # a table the last failure marked stale: loaded again first
+    command = _xreadgroup(consumer, streams, count)
+    try:
+        return await cluster.execute_command(
+            *command, target_nodes=cluster.get_node_from_key(streams[0]))
+    except (RedisConnectionError, RedisTimeoutError):
+        return await cluster.execute_command(*command)
 
 
 async def _blocked_read(cluster: Any, streams: tuple[str, ...], consumer: str, count: int,
@@ -34,8 +65,7 @@ async def _blocked_read(cluster: Any, streams: tuple[str, ...], consumer: str, c
         await connection.send_packed_command(
             connection.pack_commands([
                 ("CLIENT", "ID"),
-                ("XREADGROUP", "GROUP", keys.CONSUMER_GROUP, consumer, "COUNT", count,
-                 "BLOCK", block_ms, "STREAMS", *streams, *(">" for _ in streams))]))
+                _xreadgroup(consumer, streams, count, block_ms)]))
         client_id.set_result((node, int(await connection.read_response())))
         return await node.parse_response(connection, "XREADGROUP")
     except BaseException:
@@ -59,6 +89,11 @@ async def _unblock(cluster: Any, read: asyncio.Task[Any],
         await asyncio.wait({read}, timeout=_UNBLOCK_AGAIN_S)
 
 
+def _timed_out(read: asyncio.Task[Any]) -> bool:
+    """A read that ended with nothing: its wait timed out (none was unblocked yet)."""
+    return not read.cancelled() and read.exception() is None and not read.result()
+
+
 async def wait_on_every_slot(cluster: Any, consumer: str, groups: list[tuple[str, ...]],
                              count: int, block_ms: int) -> list[Any]:
     """Up to `count` new entries of each group (the streams of one slot), waiting up to
@@ -67,7 +102,9 @@ async def wait_on_every_slot(cluster: Any, consumer: str, groups: list[tuple[str
     reads = [asyncio.create_task(_blocked_read(cluster, group, consumer, count, block_ms, i))
              for group, i in zip(groups, ids, strict=True)]
     try:
-        await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
+        if all(_timed_out(read) for read in done):  # the others' timeouts are due as well
+            await asyncio.wait(reads)
         await asyncio.gather(*(_unblock(cluster, read, i)
                                for read, i in zip(reads, ids, strict=True)
                                if not read.done()))

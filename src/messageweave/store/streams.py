@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 from messageweave.aio import Batcher
 from messageweave.jsonio import dump_json
 from messageweave.store import keys
-from messageweave.store.cluster_wait import wait_on_every_slot
+from messageweave.store.cluster_wait import read_now, wait_on_every_slot
 from messageweave.store.redis import Redis
 from messageweave.store.redis_url import is_cluster
 from messageweave.store.scripts import Script
@@ -113,12 +113,20 @@ class SwitchedOff(Exception):
 class UpdateIngress:
     """The webhook's queue: `enqueue_if_enabled` of the requests being served at one moment is
     one script run (`ENQUEUE_IF_ENABLED`), so Telegram's bursts cost one Redis round trip for
-    many updates (issue #14). A lone update is sent at once: nothing waits for company."""
+    many updates (issue #14). A lone update is sent at once: nothing waits for company.
+
+    The run waits for a replica (`Script.replicated`, reference §7.18) before it answers: the
+    webhook then answers Telegram, which never sends an answered update again, so an entry
+    lost in a failover would lose the owner's words for good."""
 
     def __init__(self, redis: Redis) -> None:
         self._store = StreamStore(redis)
         self._batcher: Batcher[tuple[int, dict[str, str]], str | None] = Batcher(
-            self._store.enqueue_updates_if_enabled, MAX_INGRESS_BATCH)
+            self._enqueue_replicated, MAX_INGRESS_BATCH)
+
+    async def _enqueue_replicated(self, updates: list[tuple[int, dict[str, str]]],
+                                  ) -> list[str | None]:
+        return await self._store.enqueue_updates_if_enabled(updates, replicated=True)
 
     async def enqueue_if_enabled(self, update_id: int, fields: dict[str, str]) -> str | None:
         """The new entry's id, None for a redelivery; `SwitchedOff` (nothing written) or the
@@ -188,6 +196,11 @@ def _entries(stream: str, rows: list[Any]) -> list[Entry]:
     return out
 
 
+def _replied(reply: Any) -> list[Entry]:
+    """The entries of an XREADGROUP reply (nil: none)."""
+    return [entry for stream, rows in reply or [] for entry in _entries(stream, rows)]
+
+
 def _slot_groups(streams: tuple[str, ...]) -> list[tuple[str, ...]]:
     """`streams` grouped by cluster slot, in their order."""
     groups: dict[int, tuple[str, ...]] = {}
@@ -204,17 +217,20 @@ class StreamStore:
 
     # --- ingress ------------------------------------------------------------------------
     async def enqueue_updates_if_enabled(
-        self, updates: list[tuple[int, dict[str, str]]],
+        self, updates: list[tuple[int, dict[str, str]]], *, replicated: bool = False,
     ) -> list[str | None]:
         """Claim `dedup:tg:{update_id}` and append the entry, atomically, for each of `updates`
         (None for a duplicate), in order and in one round trip, with the switch checked once
-        for all (`SwitchedOff`: nothing written)."""
+        for all (`SwitchedOff`: nothing written). With `replicated`, then `WAIT` for a replica
+        (`Script.replicated`): the webhook's; the poller's updates are kept by the offset's
+        own `WAIT` after them (same slot, later)."""
         parts: list[str | int] = []
         for _update_id, fields in updates:
             parts.append(2 * len(fields))
             for item in fields.items():
                 parts += item
-        result = await ENQUEUE_IF_ENABLED(self.redis, keys={
+        run = ENQUEUE_IF_ENABLED.replicated if replicated else ENQUEUE_IF_ENABLED.__call__
+        result = await run(self.redis, keys={
             "stream": keys.STREAM_TELEGRAM, "enabled": keys.ENABLED,
             "claims": [keys.dedup_tg(u) for u, _ in updates],
         }, args={"ttl": keys.DEDUP_TTL_S, "updates": parts})
@@ -253,13 +269,9 @@ class StreamStore:
 
     async def _read(self, consumer: str, streams: tuple[str, ...], count: int,
                     block_ms: int | None) -> list[Entry]:
-        reply = await self._raw.xreadgroup(keys.CONSUMER_GROUP, consumer,
-                                           dict.fromkeys(streams, ">"), count=count,
-                                           block=block_ms)
-        out: list[Entry] = []
-        for stream, rows in reply or []:
-            out += _entries(stream, rows)
-        return out
+        return _replied(await self._raw.xreadgroup(
+            keys.CONSUMER_GROUP, consumer, dict.fromkeys(streams, ">"), count=count,
+            block=block_ms))
 
     async def _read_per_slot(self, consumer: str, groups: list[tuple[str, ...]], count: int,
                              block_ms: int | None) -> list[Entry]:
@@ -269,12 +281,11 @@ class StreamStore:
         out: list[Entry] = []
         for group in groups:
             if len(out) < count:
-                out += await self._read(consumer, group, count - len(out), None)
+                out += _replied(await read_now(self.redis, consumer, group, count - len(out)))
         if out or not block_ms:
             return out
         for reply in await wait_on_every_slot(self.redis, consumer, groups, count, block_ms):
-            for stream, rows in reply:
-                out += _entries(stream, rows)
+            out += _replied(reply)
         return out
 
     async def claim(self, stream: str, consumer: str, ids: list[str]) -> list[Entry]:
