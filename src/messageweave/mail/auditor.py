@@ -299,7 +299,7 @@ async def _tick(svc: MailContext) -> bool:
     cfg = svc.config.config
     if cfg is None or not svc.live or cfg.audit_interval_s <= 0:
         return False
-    if not await svc.store.enabled():
+    if not await svc.store.switched_on():
         return False
     if await claim_slot(svc.redis, svc.keys.of(keys.AUDIT_SCHEDULE), cfg.audit_interval_s):
         await run_audit(svc, TRIGGER_SCHEDULE)

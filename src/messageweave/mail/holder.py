@@ -175,7 +175,7 @@ class LeaseHolder(abc.ABC):
         if cfg is None or not self._wants(cfg) or not self.svc.live:
             return False
         try:
-            return await self.svc.store.enabled()
+            return await self.svc.store.switched_on()
         except RedisError:
             return False
 

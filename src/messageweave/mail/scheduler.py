@@ -145,7 +145,7 @@ async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
 
 async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     cfg = svc.config.config
-    if cfg is None or not svc.live or not await svc.store.enabled():
+    if cfg is None or not svc.live or not await svc.store.switched_on():
         return
     names, webhook = svc.keys, svc.keys == keys.DEFAULT  # see `_tick_webhook`
     if svc.live_account is None and not webhook and kind_of(cfg).jmap_session:
