@@ -69,6 +69,7 @@ from messageweave.store.mailbox import (
     request_catchup,
     slot_free,
     take_catchup,
+    watch_catchups,
 )
 from messageweave.store.push import current_registration
 
@@ -109,6 +110,7 @@ async def run_pass(
 class _Timers:
     next_slot_check: float = 0.0
     next_poll: float = 0.0  # the flag's poll, or a refused catch-up's retry
+    watched: str | None = None  # the mail account whose announcements wake it (None: any)
     started: bool = False  # the start-up catch-up was asked for
     failures: RepeatLog = field(default_factory=lambda: RepeatLog(log))
 
@@ -132,6 +134,9 @@ async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
             await wake.wait()
     wake.clear()  # before the tick: an announcement during it wakes the next one
     timers.next_poll = time.monotonic() + POLL_S
+    if svc.live_account != timers.watched:  # woken by its own account's pushes alone
+        timers.watched = svc.live_account
+        watch_catchups(svc.redis, wake, timers.watched or "")
     try:
         await _tick(svc, timers, clock)
     except Exception as exc:  # Redis down: every POLL_S, so counted, not logged each time
