@@ -23,13 +23,15 @@ emulator. For each level N (accounts on the instance, `default` included):
 4. `--mails` new mails of `default` timed to the chat beside the floor (1,618 ms apart).
 
 Prints one line per level, the growth per account between levels, and `SUMMARY many_accounts:`.
-Each level's serve log is kept and its lines of "Too many connections" counted: the instance's
-one Redis client has a redis-py pool of 100 connections, which each account's own catch-up
-subscription (before `63c4e27`) and the bursts of every account's passes and audits at once run
-dry near 70 accounts (docs/benchmarks.md); `--redis-pool` raises it. When making an account
-fails, the level is measured with the accounts made and the run ends there.
+Each level's serve log is kept and its lines of the Redis pool's failures counted: the
+instance's one Redis client has a pool of 100 connections, which each account's own catch-up
+subscription (before `63c4e27`) and the bursts of every account's passes and audits at once ran
+dry ("Too many connections") near 70 accounts, 50 once every account held its push
+(docs/benchmarks.md); since `33b0898` a burst waits for a connection ("No connection available"
+after 10 s in vain). `--redis-pool` raises the size. When making an account fails, the level is
+measured with the accounts made and the run ends there.
 The periodic passes are part of idle: with N accounts and a 60 s interval, N / 60 passes a
-second (an account's push is not held yet, reference §7.16: its mail comes by them).
+second; every account also holds its push (IDLE here: one more IMAP connection each).
 """
 
 from __future__ import annotations
@@ -213,9 +215,14 @@ def _growth(a: Idle, z: Idle) -> str:
             f"{(z.redis_keys - a.redis_keys) / n:+.1f}")
 
 
+POOL_ERRORS = ("Too many connections", "No connection available")  # the pool before, after
+
+
 def _pool_errors(log: Path) -> int:
+    """Lines of the pool's failures: it ran dry (before `33b0898`), or a burst waited
+    `store.redis_url.POOL_WAIT_S` for a connection in vain (the blocking pool since)."""
     return sum(1 for line in log.read_text(errors="replace").splitlines()
-               if "Too many connections" in line)
+               if any(error in line for error in POOL_ERRORS))
 
 
 async def _make_accounts(peers: Peers, made: int, wanted: int, env: dict[str, str],
@@ -238,7 +245,7 @@ async def _make_accounts(peers: Peers, made: int, wanted: int, env: dict[str, st
             made += 1
     if failure:  # the log is read once the process is gone (its stdout is buffered)
         print(f"account {made + 1} ({made + 2} in all) failed: {failure}; "
-              f"{_pool_errors(log)} lines of 'Too many connections' in {log}", flush=True)
+              f"{_pool_errors(log)} lines of the Redis pool's failures in {log}", flush=True)
         return made, True
     print(f"accounts up to {wanted} made in {time.monotonic() - started:.0f} s", flush=True)
     return made, False
@@ -268,8 +275,8 @@ async def run(args: argparse.Namespace) -> None:
                     print(_line(*rows[-1]), flush=True)
             except (SystemExit, AssertionError, httpx.HTTPError) as exc:
                 print(f"{level} accounts: the measured instance failed: {exc!r}"[:400])
-            print(f"  its log ({log}): {_pool_errors(log)} lines of 'Too many connections' "
-                  "(redis-py's pool of 100 connections ran dry)", flush=True)
+            print(f"  its log ({log}): {_pool_errors(log)} lines of the Redis pool's failures "
+                  "('Too many connections', 'No connection available')", flush=True)
             if failed:
                 break
     for (a, _), (z, _) in itertools.pairwise(rows):

@@ -21,6 +21,7 @@ line when an audit completes again).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -31,7 +32,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from messageweave.aio import every, raise_if_cancelling
+from messageweave.aio import raise_if_cancelling
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import EXCLUDED_ROLES
 from messageweave.logs import RepeatLog
@@ -62,6 +63,8 @@ CHANGES_MAX_PAGES = 10
 GAP_AUDIT = "gap_audit"  # the audit-log action (`ops.audit`) of a reported run
 RECORD_MAX_IDS = 100  # email ids named in one audit-log record (the counts are always exact)
 POLL_S = 1.0
+POLL_MAX_S = 5.0
+CHECKS_PER_INTERVAL = 10
 PROPERTIES = ("mailboxIds", "receivedAt")
 
 TRIGGER_SCHEDULE = "schedule"
@@ -265,7 +268,19 @@ async def run_auditor(svc: MailContext, *, clock: Callable[[], float] = time.mon
     lifespan). Nothing runs while the switch is off, no configuration is live or the interval
     is 0. `clock` times the failure lines' once-a-minute (tests pass their own)."""
     failures = RepeatLog(log, clock=clock)
-    await every(POLL_S, lambda: _logged_tick(svc, failures), log, PERIODIC)
+    while True:
+        await _logged_tick(svc, failures)
+        raise_if_cancelling()
+        await asyncio.sleep(_gap(svc))
+
+
+def _gap(svc: MailContext) -> float:
+    """How long until the slot is checked again: a tenth of `audit_interval_s`, between
+    `POLL_S` and `POLL_MAX_S` (a second per account was most of an idle instance's Redis
+    commands, issue #37)."""
+    cfg = svc.config.config
+    interval = cfg.audit_interval_s if cfg is not None else 0
+    return min(POLL_MAX_S, max(POLL_S, interval / CHECKS_PER_INTERVAL))
 
 
 async def _logged_tick(svc: MailContext, failures: RepeatLog) -> None:
@@ -284,7 +299,7 @@ async def _tick(svc: MailContext) -> bool:
     cfg = svc.config.config
     if cfg is None or not svc.live or cfg.audit_interval_s <= 0:
         return False
-    if not await svc.store.enabled():
+    if not await svc.store.switched_on():
         return False
     if await claim_slot(svc.redis, svc.keys.of(keys.AUDIT_SCHEDULE), cfg.audit_interval_s):
         await run_audit(svc, TRIGGER_SCHEDULE)

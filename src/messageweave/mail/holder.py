@@ -50,6 +50,7 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 REFUSED_BASE_S = 30.0  # refused credentials, no such mailbox, no push offered: a person's fix
 IDLE_S = 1.0  # while not wanted: how often the holder looks again
+UNWANTED_S = 60.0  # the same while its configuration does not want it (`_unwanted_s`)
 STATUS_REFRESHES_PER_TTL = 3  # a held lease writes its status again this often per its EX
 
 
@@ -147,7 +148,7 @@ class LeaseHolder(abc.ABC):
         while True:
             raise_if_cancelling()
             if not await self._wanted():
-                await self.svc.config.changed_within(IDLE_S)
+                await self.svc.config.changed_within(self._unwanted_s())
                 continue
             try:
                 held = await hold(self._lock(), self._hold, self.renew_s)
@@ -161,12 +162,20 @@ class LeaseHolder(abc.ABC):
             if not held:
                 await asyncio.sleep(self.renew_s)
 
+    def _unwanted_s(self) -> float:
+        """How long a holder not wanted waits before it looks again (a new configuration ends
+        the wait at once): `IDLE_S`, or `UNWANTED_S` when the configuration itself does not
+        want it (the other protocol's holder of every account: one wake-up a second each was
+        a large part of an idle instance's CPU at many accounts, issue #37)."""
+        cfg = self.svc.config.config
+        return UNWANTED_S if cfg is not None and not self._wants(cfg) else IDLE_S
+
     async def _wanted(self) -> bool:
         cfg = self.svc.config.config
         if cfg is None or not self._wants(cfg) or not self.svc.live:
             return False
         try:
-            return await self.svc.store.enabled()
+            return await self.svc.store.switched_on()
         except RedisError:
             return False
 

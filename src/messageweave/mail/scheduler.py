@@ -69,13 +69,21 @@ from messageweave.store.mailbox import (
     request_catchup,
     slot_free,
     take_catchup,
+    watch_catchups,
 )
 from messageweave.store.push import current_registration
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.2
+# The catch-up flag's poll: a safety net only, since a new flag wakes the schedulers at once
+# (`catchup_wakes`); 0.2 s per account was most of an idle instance's CPU (issue #37).
+POLL_S = 2.0
+RETRY_S = 0.2  # a catch-up refused while another pass held the lock is tried again this soon
+# The slots are checked every tenth of the shortest interval they serve, between these bounds;
+# `default` (the webhook's maintenance, the orphan sweep) every SLOT_CHECK_S.
 SLOT_CHECK_S = 1.0
+SLOT_CHECK_MAX_S = 5.0
+SLOT_CHECKS_PER_INTERVAL = 10
 # The places of the failure lines (`RepeatLog`); a pass's is "<kind> reconcile".
 TICK = "scheduler tick"
 SWEEP = "orphan push subscription sweep"
@@ -101,13 +109,16 @@ async def run_pass(
 @dataclass
 class _Timers:
     next_slot_check: float = 0.0
+    next_poll: float = 0.0  # the flag's poll, or a refused catch-up's retry
+    watched: str | None = None  # the mail account whose announcements wake it (None: any)
     started: bool = False  # the start-up catch-up was asked for
     failures: RepeatLog = field(default_factory=lambda: RepeatLog(log))
 
 
 async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> None:
-    """Run the built-in schedule until cancelled (started by the app lifespan): a tick every
-    `POLL_S`, and one at once whenever a catch-up is announced."""
+    """Run the built-in schedule until cancelled (started by the app lifespan): a tick when
+    its next slot check or flag poll is due (`POLL_S`), and one at once whenever a catch-up
+    is announced."""
     timers = _Timers()
     wake = asyncio.Event()
     wake.set()  # the first tick at once
@@ -117,22 +128,29 @@ async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> N
 
 async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
                       wake: asyncio.Event) -> None:
+    due = min(timers.next_poll, timers.next_slot_check)
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(POLL_S):
+        async with asyncio.timeout(max(0.0, due - time.monotonic())):
             await wake.wait()
     wake.clear()  # before the tick: an announcement during it wakes the next one
+    timers.next_poll = time.monotonic() + POLL_S
+    if svc.live_account != timers.watched:  # woken by its own account's pushes alone
+        timers.watched = svc.live_account
+        watch_catchups(svc.redis, wake, timers.watched or "")
     try:
         await _tick(svc, timers, clock)
     except Exception as exc:  # Redis down: every POLL_S, so counted, not logged each time
         raise_if_cancelling()
         timers.failures.failed(TICK, exc)
-        return
-    timers.failures.recovered(TICK)
+    else:
+        timers.failures.recovered(TICK)
+    if timers.next_slot_check <= time.monotonic():  # not checked (no configuration, paused…)
+        timers.next_slot_check = timers.next_poll
 
 
 async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     cfg = svc.config.config
-    if cfg is None or not svc.live or not await svc.store.enabled():
+    if cfg is None or not svc.live or not await svc.store.switched_on():
         return
     names, webhook = svc.keys, svc.keys == keys.DEFAULT  # see `_tick_webhook`
     if svc.live_account is None and not webhook and kind_of(cfg).jmap_session:
@@ -147,11 +165,12 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
         if await take_catchup(svc.redis, account, names=names):
             if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account, names=names)
+                timers.next_poll = time.monotonic() + RETRY_S
             return
     now = time.monotonic()
     if now < timers.next_slot_check:
         return
-    timers.next_slot_check = now + SLOT_CHECK_S
+    timers.next_slot_check = now + _slot_gap(cfg, webhook)
     if webhook:
         await _tick_webhook(svc, timers, clock)
     degraded = (await read_in_force(svc.redis, cfg, clock(), names=names)).state == "degraded"
@@ -165,6 +184,18 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
         await _pass(svc, "periodic" if periodic else "degraded-push", timers)
     if webhook:
         await _sweep(svc, cfg, timers)
+
+
+def _slot_gap(cfg: BusinessConfig, webhook: bool) -> float:
+    """How long until the next slot check: a tenth of the shortest interval it serves (the
+    degraded-push backup's always: push may degrade at any time), within `SLOT_CHECK_S` and
+    `SLOT_CHECK_MAX_S`; `default`'s every `SLOT_CHECK_S` (its push maintenance)."""
+    if webhook:
+        return SLOT_CHECK_S
+    intervals = [cfg.degraded_reconcile_interval_s,
+                 *([cfg.reconcile_interval_s] if cfg.reconcile_interval_s > 0 else [])]
+    gap = min(intervals) / SLOT_CHECKS_PER_INTERVAL
+    return min(SLOT_CHECK_MAX_S, max(SLOT_CHECK_S, gap))
 
 
 async def _tick_webhook(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:

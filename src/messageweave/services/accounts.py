@@ -7,6 +7,7 @@ of chats to accounts the bot resolves an update's account from.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -27,9 +28,12 @@ from messageweave.services.peers import Peers
 from messageweave.store import keys
 from messageweave.store.accounts import AccountStore
 from messageweave.store.keys import DEFAULT_ACCOUNT, AccountKeys
-from messageweave.store.redis import Redis
+from messageweave.store.redis import Redis, text_of
 
 log = logging.getLogger(__name__)
+# The accounts are read again this long after their last read even when their version did not
+# move (`AccountRegistry.refresh`).
+FULL_READ_S = 10.0
 
 @dataclass
 class AccountRuntime:
@@ -75,6 +79,9 @@ class AccountRegistry:
         self._chats: dict[int, str] = {}  # the other accounts' chats
         self._streams: dict[str, str] = {}  # the other accounts' mail streams
         self._stamps: dict[str, tuple[int, int, bool]] = {}  # id → business rev, rev, enabled
+        # (the accounts' version, the business revision) at the last read, and the next one's
+        self._seen: tuple[str | None, int] | None = None
+        self._read_due = 0.0
 
     def get(self, account_id: str) -> AccountRuntime | None:
         if account_id != DEFAULT_ACCOUNT:
@@ -96,7 +103,7 @@ class AccountRegistry:
     async def applied(self, account_id: str, revision: int) -> bool:
         """Whether the runtime serves `revision` of the account (or a newer one) once the
         registry has read the stored accounts now (a save's `runtime_applied`)."""
-        await self.refresh()
+        await self.refresh(at_once=True)
         stamp = self._stamps.get(account_id)
         return stamp is not None and stamp[1] >= revision and account_id in self._others
 
@@ -147,19 +154,27 @@ class AccountRegistry:
             ids = indexed
         return {}  # the index moved twice in a row: the next tick reads it again
 
-    async def refresh(self) -> None:
+    async def refresh(self, *, at_once: bool = False) -> None:
         """Bring the registry up to the stored accounts; never raises (a failed read keeps
-        what is in force and is tried again on the next tick)."""
+        what is in force and is tried again on the next tick). One GET of the accounts'
+        version a tick: the accounts themselves are read when it moved, the business
+        configuration's revision moved, `at_once`, or `FULL_READ_S` after the last read (a
+        writer that died between its write and its bump)."""
         business = self._config.config
         if business is None:
             return
         try:
+            version = await self._redis.get(keys.ACCOUNTS_VERSION)
+            seen = (text_of(version), self._config.revision)
+            if not at_once and seen == self._seen and time.monotonic() < self._read_due:
+                return
             stamps = await self._read_stamps()
         except RedisError:
             raise_if_cancelling()
             return
         if not stamps:
             return
+        self._seen, self._read_due = seen, time.monotonic() + FULL_READ_S
         self._default_enabled = stamps.pop(DEFAULT_ACCOUNT)[1]
         for account_id in [i for i in self._stamps if i not in stamps]:
             await self._drop(account_id)

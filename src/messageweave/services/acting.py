@@ -32,7 +32,7 @@ async def acting_mailbox(svc: Services, account_id: str, *, mailbox: bool) -> Ma
     registry no reload loop fills)."""
     account = svc.accounts.get(account_id)
     if account is None:
-        await svc.accounts.refresh()
+        await svc.accounts.refresh(at_once=True)
         account = svc.accounts.get(account_id)
     if account is None:
         if account_id == DEFAULT_ACCOUNT:

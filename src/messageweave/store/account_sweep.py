@@ -47,6 +47,12 @@ def _owned(key: str, names: AccountKeys) -> bool:
     return start >= 2 and key.startswith(names.prefix, start - 2) and key != names.deleted
 
 
+async def bump_accounts_version(redis: Redis) -> None:
+    """Tell every instance's registry to read the accounts again (`AccountRegistry.refresh`):
+    after a write of the index, an account's revision or its `enabled` flag (issue #37)."""
+    await redis.incr(keys.ACCOUNTS_VERSION)
+
+
 async def delete_account_keys(redis: Redis, account_id: str) -> int:
     """Delete every key of the account but its tombstone marker, and the members of
     `delivery:unknown_after_send` that name its stream; the number of keys deleted."""
@@ -89,6 +95,7 @@ async def sweep_once(redis: Redis, *, now_ms: int,
                                     args={"id": account_id, "score": str(deleted_at)})):
             if not alive:
                 await redis.srem(keys.ACCOUNTS_INDEX, account_id)
+                await bump_accounts_version(redis)
                 await redis.delete(names.deleted)  # a create of the id is welcome again
             ended.append(account_id)
     return ended

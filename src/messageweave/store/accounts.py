@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from messageweave.store import keys
-from messageweave.store.account_sweep import delete_account_keys
+from messageweave.store.account_sweep import bump_accounts_version, delete_account_keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
@@ -129,6 +129,7 @@ class AccountStore:
             raise AccountBeingDeleted(max(1, int(await self.redis.ttl(k.deleted))))
         if result < 0:
             raise AccountExists
+        await bump_accounts_version(self.redis)
         return result
 
     async def write(self, account_id: str, ciphertext: str, expected: int | None) -> int:
@@ -141,14 +142,16 @@ class AccountStore:
             raise AccountGone
         if result < 0:
             raise AccountRevisionConflict
+        await bump_accounts_version(self.redis)
         return result
 
     async def set_enabled(self, account_id: str, enabled: bool) -> None:
         k = AccountKeys(account_id)
         if account_id == keys.DEFAULT_ACCOUNT:  # `default` exists with config:business
             await self.redis.set(k.enabled, "1" if enabled else "0")
-            return
-        await self._set_if_account(k, k.enabled, "1" if enabled else "0")
+        else:
+            await self._set_if_account(k, k.enabled, "1" if enabled else "0")
+        await bump_accounts_version(self.redis)
 
     async def default_name(self) -> str | None:
         return _text(await self.redis.get(AccountKeys(keys.DEFAULT_ACCOUNT).name))
@@ -203,6 +206,7 @@ class AccountStore:
                              args={"at": str(now_ms), "ttl": str(keys.ACCOUNT_DELETE_WINDOW_S)})
         await delete_account_keys(self.redis, account_id)
         await self.redis.srem(keys.ACCOUNTS_INDEX, account_id)
+        await bump_accounts_version(self.redis)
 
     async def _set_if_account(self, k: AccountKeys, target: str, value: str) -> None:
         done = await SET_IF_ACCOUNT(self.redis, keys={"config": k.config, "target": target},

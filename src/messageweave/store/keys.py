@@ -392,6 +392,9 @@ def telegram_poll_offset(bot_id: str) -> str:
 # configuration keys are `AccountKeys`' (`config`, `revision`, `name`, `enabled`, `owner_key`,
 # `owner_session()`, `every_key`).
 ACCOUNTS_INDEX = "accounts"
+# Bumped (`INCR`) after every write of the index, an account's revision or its `enabled` flag, so
+# an instance's registry reads one key a tick instead of every account's (issue #37).
+ACCOUNTS_VERSION = "accounts:version"
 OWNER_SESSION_TTL_S = 1800
 
 # A deleted account's end (SPEC G.3: "its keys are gone within 60 s"; `store.account_sweep`).

@@ -15,10 +15,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from messageweave.aio import LocalWakes, cancel, every, raise_if_cancelling
+from messageweave.aio import cancel, every, raise_if_cancelling
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, int_of, text_of
@@ -370,18 +371,48 @@ async def take_catchup(redis: Redis, account_id: str, *,
     return await redis.getdel(names.reconcile_catchup(account_id)) is not None
 
 
-# The push handler and the scheduler of one instance share only its Redis client: a wake is
-# found by it.
-_CATCHUP_WAKES = LocalWakes()
+
+
+class _CatchupWakes:
+    """This instance's schedulers, found through its Redis client (the only thing the push
+    handler and they share), each under the mail account whose flags it takes: an
+    announcement wakes that account's alone, and those whose account is not known yet ("").
+    Waking every scheduler for any account's push put the pushed one's tick behind one per
+    account (200 `GETDEL`s through the pool for one mail, issue #37). Weak on both sides."""
+
+    def __init__(self) -> None:
+        self._by_client: weakref.WeakKeyDictionary[
+            object, dict[str, weakref.WeakSet[asyncio.Event]]] = weakref.WeakKeyDictionary()
+
+    def watch(self, client: object, event: asyncio.Event, account: str = "") -> None:
+        accounts = self._by_client.setdefault(client, {})
+        for events in accounts.values():
+            events.discard(event)
+        accounts.setdefault(account, weakref.WeakSet()).add(event)
+
+    def wake(self, client: object, account: str | None = None, *, after: float = 0.0) -> None:
+        """Set the events of `account`'s schedulers (None: every one), `after` seconds on."""
+        accounts = self._by_client.get(client, {})
+        events = [event for name, watching in list(accounts.items())
+                  if account is None or name in ("", account) for event in list(watching)]
+        for event in events:
+            if after <= 0:
+                event.set()
+            else:
+                asyncio.get_running_loop().call_later(after, event.set)
+
+
+_CATCHUP_WAKES = _CatchupWakes()
 # Reads end this often: the client's health-check PING still goes out, and a stop that redis-py
 # swallowed inside a read is seen within this time (`raise_if_cancelling` after each read).
 CATCHUP_LISTEN_S = 1.0
 RESUBSCRIBE_S = 1.0  # after the subscription failed (Redis away)
 
 
-def watch_catchups(redis: Redis, wake: asyncio.Event) -> None:
-    """Have `announce_catchup` on this very client set `wake` directly (no Redis round trip)."""
-    _CATCHUP_WAKES.watch(redis, wake)
+def watch_catchups(redis: Redis, wake: asyncio.Event, account: str = "") -> None:
+    """Have `announce_catchup` of `account` ("": of any) on this very client set `wake`
+    directly (no Redis round trip); a second call moves it to another account."""
+    _CATCHUP_WAKES.watch(redis, wake, account)
 
 
 def wake_local_schedulers(redis: Redis, *, after: float) -> None:
@@ -395,26 +426,32 @@ async def announce_catchup(redis: Redis, account_id: str) -> None:
     """Wake the schedulers for a new catch-up flag: this instance's at once (`watch_catchups`),
     every instance's through `PUBLISH reconcile:catchup-wake`. Only a hint: the flag is the
     truth, and a scheduler that missed the signal takes the flag at its next poll."""
-    _CATCHUP_WAKES.wake(redis)
+    _CATCHUP_WAKES.wake(redis, account_id)
     await redis.publish(keys.CATCHUP_WAKE_CHANNEL, account_id)
 
 
 async def relay_catchup_announcements(redis: Redis, wake: asyncio.Event | None = None) -> None:
-    """Set `wake` (without one: wake every scheduler watching this client, `watch_catchups`)
-    on every `announce_catchup` of any instance, until cancelled or a RedisError. The
-    subscription holds its own connection, closed on the way out. Also once subscribed:
-    whatever was announced before that never reached us."""
+    """Set `wake` (without one: wake the schedulers of the announced account watching this
+    client, `watch_catchups`) on every `announce_catchup` of any instance, until cancelled or a
+    RedisError. The subscription holds its own connection, closed on the way out. Also once
+    subscribed (every scheduler): whatever was announced before that never reached us."""
     await initialized(redis)  # a cluster client's pub/sub needs its slot table
-    woken = wake.set if wake is not None else lambda: _CATCHUP_WAKES.wake(redis)
+
+    def woken(account: str | None) -> None:
+        if wake is not None:
+            wake.set()
+        else:
+            _CATCHUP_WAKES.wake(redis, account)
+
     async with redis.pubsub(ignore_subscribe_messages=True) as sub:
         await sub.subscribe(keys.CATCHUP_WAKE_CHANNEL)
-        woken()
+        woken(None)
         while True:
             message = await sub.get_message(ignore_subscribe_messages=True,
                                             timeout=CATCHUP_LISTEN_S)
             raise_if_cancelling()
             if message is not None:
-                woken()
+                woken(text_of(message.get("data")))
 
 
 @dataclass

@@ -46,10 +46,10 @@ import redis
 import redis.asyncio as aioredis
 
 from messageweave.store.redis_url import (
-    TIMEOUTS,
     MultiNodeUrl,
     cluster_client,
     multi_node_client,
+    single_client,
     topology_of,
 )
 
@@ -85,18 +85,11 @@ _STABLE_S = 10.0  # a server that dies sooner after a start than this is restart
 
 DETECT_TIMEOUT_S = 2.0  # `connect_detected`'s one INFO at start
 
+
 def connect(url: str) -> Redis:
     """An asyncio client with bounded connect and command timeouts (fail fast, never hang), of
     the topology the URL names (`messageweave.store.redis_url`): no I/O yet."""
-    if topology_of(url) != "single":
-        return multi_node_client(url)
-    client: Redis = aioredis.from_url(
-        url,
-        decode_responses=True,
-        health_check_interval=30,
-        **TIMEOUTS,
-    )
-    return client
+    return multi_node_client(url) if topology_of(url) != "single" else single_client(url)
 
 
 async def open_redis(url: str) -> Redis:

@@ -33,6 +33,9 @@ CLUSTER_SLOTS = 16384
 _TLS_FIELDS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 # Bounded connect and command timeouts for every node (fail fast, never hang).
 TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 10, "socket_timeout": 30}
+# One server's pool (`single_client`); REDIS_URL's `max_connections` overrides the size.
+POOL_MAX_CONNECTIONS = 100
+POOL_WAIT_S = 10.0
 
 
 class RedisUrlError(ValueError):
@@ -121,6 +124,17 @@ def _int_field(parsed: MultiNodeUrl, name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise RedisUrlError(f"REDIS_URL ({parsed.scheme}://): {name} must be an integer") from exc
+
+
+def single_client(url: str) -> Redis:
+    """One server's client. Its pool blocks when full: a command that finds its
+    `POOL_MAX_CONNECTIONS` connections busy waits up to `POOL_WAIT_S` for one rather than
+    failing with "Too many connections" at once (issue #37: the burst of every account's first
+    pass at start-up)."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, decode_responses=True, health_check_interval=30,
+        max_connections=POOL_MAX_CONNECTIONS, timeout=POOL_WAIT_S, **TIMEOUTS)
+    return Redis.from_pool(pool)  # the client closes its pool
 
 
 def cluster_client(parsed: MultiNodeUrl) -> Redis:

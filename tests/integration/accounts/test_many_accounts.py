@@ -3,6 +3,9 @@ instance's shared resources (its Redis client's pool of 100 connections)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from messageweave.store import keys
 from tests.helpers import eventually
 from tests.integration.accounts.conftest import add_account
@@ -10,6 +13,11 @@ from tests.peers.cyrus import CyrusServer
 from tests.served import ServedApp
 
 ACCOUNTS = 4
+IDLE_S = 3.0
+# What each idle account adds (~26 before issue #37, ~7 after): its scheduler's flag poll and
+# slot checks, its auditor's and its holders' lease renewals (~2.7), and the worker's upkeep of
+# its stream (~4.5: XINFO, XPENDING, XAUTOCLAIM, ZRANGEBYSCORE and a heartbeat SET).
+IDLE_COMMANDS_PER_S = 10.0
 
 
 async def test_the_accounts_schedulers_share_one_catch_up_subscription(
@@ -37,3 +45,36 @@ async def test_the_accounts_schedulers_share_one_catch_up_subscription(
 
     await eventually(every_scheduler_ran, "every account's first pass")
     assert await subscribers() <= before
+
+
+async def _commands_per_s(served: ServedApp, seconds: float) -> float:
+    """Redis's commands a second over `seconds` of the instance (INFOs left out)."""
+    async def total() -> int:
+        stats = await served.redis.info("commandstats")
+        return sum(int(v["calls"]) for name, v in stats.items() if name != "cmdstat_info")
+
+    before, started = await total(), time.monotonic()
+    await asyncio.sleep(seconds)  # a window of idle time, measured: not a wait for an event
+    return (await total() - before) / (time.monotonic() - started)
+
+
+async def test_an_idle_account_costs_the_instance_a_few_redis_commands_a_second(
+    served: ServedApp, cyrus: CyrusServer
+) -> None:
+    """Catches the polling that made every idle account cost its instance ~25 Redis commands a
+    second (its scheduler's tick every 0.2 s, its auditor's and slot checks every second, the
+    registry's read of every account 4 times a second): at 200 accounts a fifth of a core of
+    an instance that had no mail to deliver (bench.many_accounts, issue #37)."""
+    async def first_pass() -> bool:
+        return await served.redis.exists(keys.RECONCILE_CURSOR) == 1
+
+    await eventually(first_pass, "default's first pass")
+    alone = await _commands_per_s(served, IDLE_S)
+    accounts = [await add_account(served, cyrus, f"idle{n}") for n in range(ACCOUNTS)]
+
+    async def every_first_pass() -> bool:
+        return await served.redis.exists(*(a.cursor for a in accounts)) == len(accounts)
+
+    await eventually(every_first_pass, "every account's first pass")
+    per_account = (await _commands_per_s(served, IDLE_S) - alone) / ACCOUNTS
+    assert per_account <= IDLE_COMMANDS_PER_S, f"{per_account:.1f} commands/s per account"

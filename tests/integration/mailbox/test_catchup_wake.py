@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,13 @@ from messageweave.mail import scheduler
 from messageweave.mail.context import MailContext
 from messageweave.mail.reconcile import Progress
 from messageweave.store import keys
-from messageweave.store.mailbox import request_catchup
+from messageweave.store.mailbox import (
+    announce_catchup,
+    catchup_wakes,
+    request_catchup,
+    watch_catchups,
+)
+from messageweave.store.redis import connect
 from tests.helpers import (
     RECONCILE_AUTH,
     FreshUser,
@@ -247,3 +253,43 @@ async def test_the_app_stops_without_waiting_out_the_grace(
             assert (await client.get("/healthz")).status_code == 200
             stopping = time.monotonic()
         assert time.monotonic() - stopping < GRACE_S / 2, "the stop waited out the grace"
+
+
+async def test_an_announcement_wakes_the_announced_accounts_schedulers_alone(
+    redis_client: aioredis.Redis, embedded_redis_url: str,
+) -> None:
+    """Catches every scheduler of an instance woken by any account's push: at 200 accounts one
+    mail's push made 200 schedulers tick, 200 `GETDEL`s through the Redis pool before or
+    beside the pushed account's own (issue #37). A scheduler whose mail account is not known
+    yet ("") still wakes on every announcement, this instance's and another's."""
+    alice, bob, unknown = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    async with (catchup_wakes(redis_client, alice), catchup_wakes(redis_client, bob),
+                catchup_wakes(redis_client, unknown)):
+        watch_catchups(redis_client, alice, "alice")
+        watch_catchups(redis_client, bob, "bob")
+        await eventually(lambda: _subscribed(redis_client), "the wake subscription", WITHIN_S)
+        await eventually(_is_set(unknown), "the wake of every scheduler once subscribed", WITHIN_S)
+        for event in (alice, bob, unknown):
+            event.clear()
+        await announce_catchup(redis_client, "alice")  # on this instance: at once
+        assert alice.is_set() and unknown.is_set() and not bob.is_set()
+        alice.clear()
+        unknown.clear()
+        await eventually(_is_set(unknown), "the channel's echo of it", WITHIN_S)
+        assert alice.is_set() and not bob.is_set()
+        alice.clear()
+        unknown.clear()
+        other = connect(embedded_redis_url)
+        try:
+            await announce_catchup(other, "bob")  # another instance's: through the channel
+            await eventually(_is_set(bob), "bob's scheduler woken by the channel", WITHIN_S)
+        finally:
+            await other.aclose()
+        assert unknown.is_set() and not alice.is_set()
+
+
+def _is_set(event: asyncio.Event) -> Callable[[], Awaitable[bool]]:
+    async def is_set() -> bool:
+        return event.is_set()
+
+    return is_set
