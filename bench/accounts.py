@@ -20,7 +20,7 @@ its neighbours are put in place and `--mails` new mails of the measured account 
   hangs on the listener too.
 - `backlog`: an account of the Dovecot user `big` with `--backlog` mails (5,000) in its
   INBOX, all queued for its one chat at once, digest off (`digest_threshold` 0), by the mail
-  store's own stream write (`store.mailbox.enqueue_new_mails`, the reconcile's: each mail's
+  store's own stream write (`store.mail_entries.enqueue_new_mails`, the reconcile's: each mail's
   dedup claim and one entry per mail, 512 mails per script). The governor is in force and the
   emulator's per-chat rate is real, so `big` drains at about one message a second and its
   backlog lasts the whole run (its chat's first message is awaited before the series starts).
@@ -56,7 +56,7 @@ from tests.peers.cyrus import make_message
 
 from messageweave.mail.imap.ids import mail_id
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import enqueue_new_mails
+from messageweave.store.mail_entries import enqueue_new_mails
 from messageweave.store.streams import StreamStore
 
 GHOST, BIG = "ghost", "big"  # the neighbours' kinds (and the backlog's Dovecot user)

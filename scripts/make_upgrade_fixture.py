@@ -51,7 +51,8 @@ from messageweave import runtime
 from messageweave.pipeline.ingress import parse_update
 from messageweave.pipeline.worker import Worker
 from messageweave.store import callbacks, consent, keys
-from messageweave.store.mailbox import enqueue_new_mails, reconcile_lock, save_cursor
+from messageweave.store.mail_entries import enqueue_new_mails
+from messageweave.store.reconcile_state import reconcile_lock, save_cursor
 from messageweave.store.streams import StreamStore
 from tests.helpers import configure, running_client, sample_wire, settings_for
 

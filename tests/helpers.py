@@ -929,10 +929,10 @@ class BrowserMail:
 
 async def enqueue_mail(redis: aioredis.Redis, account_id: str, email_id: str,
                        names: keys.AccountKeys = keys.DEFAULT) -> str | None:
-    """Enqueue one mail the reconcile's way (`store.mailbox.enqueue_new_mails`), in the
+    """Enqueue one mail the reconcile's way (`store.mail_entries.enqueue_new_mails`), in the
     account of `names`: the new entry's id (its claim holds it), or None when the mail was
     claimed already."""
-    from messageweave.store.mailbox import enqueue_new_mails
+    from messageweave.store.mail_entries import enqueue_new_mails
 
     if not await enqueue_new_mails(redis, account_id, [email_id], names=names):
         return None

@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 
 from messageweave import runtime
 from messageweave.api import accounts, admin, debug, delivery, mailbox, ops, telegram_admin
-from messageweave.api import auditor as auditor_api
+from messageweave.api import gap_audit as gap_audit_api
 from messageweave.api import logs as logs_api
 from messageweave.api import metrics as metrics_api
 from messageweave.api import openapi as openapi_api
@@ -105,7 +105,7 @@ def create_app(settings: Settings) -> ASGIApp:
     # framework (`DirectRoutes`, issue #26); its router stays first among the routers for the
     # 405 of its other methods.
     routers = [delivery.router, ops.router, admin.router, mailbox.router, telegram_admin.router,
-               logs_api.router, metrics_api.router, auditor_api.router, openapi_api.router,
+               logs_api.router, metrics_api.router, gap_audit_api.router, openapi_api.router,
                trace_api.router, rules_api.router, accounts.router, static.router]
     if settings.debug_enabled:
         routers.append(debug.router)

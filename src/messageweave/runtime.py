@@ -24,9 +24,9 @@ from typing import Any
 from messageweave.aio import cancel
 from messageweave.config.live import RELOAD_INTERVAL_S, ConfigService
 from messageweave.logs import add_secret_source, remove_secret_source
-from messageweave.mail.auditor import run_auditor
 from messageweave.mail.context import MailContext
 from messageweave.mail.eventsource import run_eventsource
+from messageweave.mail.gap_audit import run_auditor
 from messageweave.mail.imap.idle import run_idle
 from messageweave.mail.scheduler import run_scheduler
 from messageweave.pipeline.draft import run_draft_expiry
@@ -35,9 +35,9 @@ from messageweave.pipeline.worker import Worker, run_worker
 from messageweave.services import AccountRuntime, Peers, Services
 from messageweave.settings import KEY_FILE, REDIS_DIR, Settings, default_data_dir, from_env
 from messageweave.store.account_sweep import run_account_sweep
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.keys import DEFAULT_ACCOUNT
 from messageweave.store.redis import connect_detected, embedded_url
-from messageweave.store.state import ConfigStore
 from messageweave.store.upgrade import (
     UNREACHABLE,
     upgrade,

@@ -6,7 +6,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.state import session_digest
+from messageweave.store.config_store import session_digest
 from tests.helpers import ADMIN_KEY, admin_headers, assert_envelope, login, sample_wire
 
 

@@ -15,9 +15,9 @@ from messageweave import runtime
 from messageweave.cli.diagnose import run_checks
 from messageweave.pipeline.ledger import Ledger
 from messageweave.store import keys
-from messageweave.store.mailbox import announce_catchup, relay_catchup_announcements
+from messageweave.store.catchup import announce_catchup, relay_catchup_announcements
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.redis import open_redis
-from messageweave.store.state import ConfigStore
 from messageweave.store.streams import StreamStore
 from tests.helpers import eventually, settings_for
 from tests.peers.redis_cluster import RedisClusterPeer

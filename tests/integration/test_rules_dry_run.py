@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from messageweave.api.admin import CONFIG_ERROR_HEADER
 from messageweave.config import crypto
 from messageweave.pipeline import routing
-from messageweave.store.state import ConfigStore
+from messageweave.store.config_store import ConfigStore
 from tests.helpers import (
     FreshUser,
     assert_envelope,

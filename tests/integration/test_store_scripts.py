@@ -4,8 +4,8 @@ and on a cluster or a sentinel set (`MW_TEST_REDIS`)."""
 import pytest
 
 from messageweave.store import keys
+from messageweave.store.config_store import AlreadyConfigured, ConfigStore, RevisionConflict
 from messageweave.store.redis import open_redis
-from messageweave.store.state import AlreadyConfigured, ConfigStore, RevisionConflict
 
 
 async def test_revision_checked_write_and_create_only(any_redis_url: str) -> None:

@@ -15,7 +15,7 @@ from messageweave import runtime
 from messageweave.pipeline.ingress import parse_update
 from messageweave.pipeline.worker import Worker
 from messageweave.store import drafts, keys
-from messageweave.store.mailbox import enqueue_new_mails
+from messageweave.store.mail_entries import enqueue_new_mails
 from messageweave.store.streams import StreamStore
 from messageweave.store.upgrade import CURRENT, KILL_AFTER_ENV, SCHEMA_VERSION, steps
 from tests.helpers import (

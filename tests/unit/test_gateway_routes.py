@@ -11,8 +11,8 @@ from starlette.routing import Route
 from messageweave.api import (
     accounts,
     admin,
-    auditor,
     delivery,
+    gap_audit,
     logs,
     mailbox,
     metrics,
@@ -47,7 +47,7 @@ def _gateway() -> dict[str, set[str]]:
 
 def _service() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for module in (delivery, ops, admin, mailbox, telegram_admin, logs, metrics, auditor,
+    for module in (delivery, ops, admin, mailbox, telegram_admin, logs, metrics, gap_audit,
                    openapi, trace, rules, static, accounts):
         for route in module.router.routes:
             if isinstance(route, Route):

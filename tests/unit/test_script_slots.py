@@ -73,21 +73,21 @@ BUILT: dict[str, Callable[[], list[Mapping[str, Value]]]] = {
     "messageweave.store.streams.REPLAY": lambda: [_entry(s, "dlq", "stream") for s in (J, T)],
     "messageweave.store.receivers.SAVE_OFFSET": lambda: [{
         "lock": keys.TELEGRAM_POLL_LOCK, "offset": keys.telegram_poll_offset("123")}],
-    "messageweave.store.mailbox.CLAIM_DEDUP_AND_ENQUEUE_MANY": lambda: [{
+    "messageweave.store.mail_entries.CLAIM_DEDUP_AND_ENQUEUE_MANY": lambda: [{
         "stream": J, "claims": [keys.dedup_jmap("u1", "M1"), keys.dedup_jmap("u1", "M2")]}],
-    "messageweave.store.mailbox.CLAIM_DEDUP_AND_ENQUEUE_DIGEST": lambda: [{
+    "messageweave.store.mail_entries.CLAIM_DEDUP_AND_ENQUEUE_DIGEST": lambda: [{
         "stream": J, "claims": [keys.dedup_jmap("u1", "M1"), keys.dedup_jmap("u1", "M2")]}],
-    "messageweave.store.mailbox.CHECK_AND_CLAIM": lambda: [{
+    "messageweave.store.mail_entries.CHECK_AND_CLAIM": lambda: [{
         "stream": J, "mails": [keys.dedup_jmap("u1", "M1"), keys.audit_healed("u1", "M1")]}],
-    "messageweave.store.mailbox.SAVE_CURSOR": lambda: [{
+    "messageweave.store.reconcile_state.SAVE_CURSOR": lambda: [{
         "lock": keys.RECONCILE_LOCK, "cursor": keys.RECONCILE_CURSOR,
         "watermark": keys.RECONCILE_WATERMARK}],
     "messageweave.store.throttle.RECORD_FAILURE": lambda: [{
         "failures": keys.throttle_failures("192.0.2.1"), "lock": keys.throttle_lock("192.0.2.1"),
         "strikes": keys.throttle_strikes("192.0.2.1"), "clients": keys.THROTTLE_CLIENTS}],
-    "messageweave.store.state.WRITE_BUSINESS_CONFIG": lambda: [{
+    "messageweave.store.config_store.WRITE_BUSINESS_CONFIG": lambda: [{
         "config": keys.BUSINESS_CONFIG, "revision": keys.BUSINESS_CONFIG_REVISION}],
-    "messageweave.store.state.CREATE_BUSINESS_CONFIG": lambda: [{
+    "messageweave.store.config_store.CREATE_BUSINESS_CONFIG": lambda: [{
         "config": keys.BUSINESS_CONFIG, "revision": keys.BUSINESS_CONFIG_REVISION}],
     "messageweave.store.push.RECORD_REGISTRATION": lambda: [
         _push("latest", "status", "registration", "current", "lifecycle")],

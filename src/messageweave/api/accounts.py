@@ -48,8 +48,8 @@ from messageweave.store.accounts import (
     AccountGone,
     AccountRevisionConflict,
 )
+from messageweave.store.config_store import RevisionConflict
 from messageweave.store.keys import DEFAULT_ACCOUNT, OWNER_SESSION_TTL_S
-from messageweave.store.state import RevisionConflict
 
 router = APIRouter()
 

@@ -32,7 +32,7 @@ from messageweave.errors import ApiError, conflict, invalid_request, service_una
 from messageweave.jsonio import check_json_depth, json_object, parse_json
 from messageweave.ops import audit
 from messageweave.store import keys
-from messageweave.store.state import AlreadyConfigured, CorruptValue, RevisionConflict
+from messageweave.store.config_store import AlreadyConfigured, CorruptValue, RevisionConflict
 
 router = APIRouter()
 

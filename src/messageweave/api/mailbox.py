@@ -34,7 +34,7 @@ from messageweave.mail.scheduler import run_pass
 from messageweave.ops import audit
 from messageweave.pipeline.polling import read_label
 from messageweave.services import Services
-from messageweave.store.mailbox import LockLost
+from messageweave.store.locks import LockLost
 
 log = logging.getLogger(__name__)
 

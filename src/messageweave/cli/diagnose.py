@@ -31,11 +31,11 @@ from messageweave.settings import Settings
 from messageweave.store import keys
 from messageweave.store.account_keys import DEFAULT_ACCOUNT
 from messageweave.store.accounts import AccountStore
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.opstats import stream_stats
 from messageweave.store.receivers import read_status
 from messageweave.store.redis import Redis, open_redis
 from messageweave.store.redis_url import topology_text
-from messageweave.store.state import ConfigStore
 from messageweave.store.waiting import JMAP, LABELS, TELEGRAM, waiting_for_peers
 
 

@@ -28,12 +28,12 @@ from messageweave.cli.common import (
     stored_services,
 )
 from messageweave.config.live import StoredConfigInvalid, StoreUnavailable
-from messageweave.mail.auditor import TRIGGER_CLI, run_audit
 from messageweave.mail.errors import MailError
+from messageweave.mail.gap_audit import TRIGGER_CLI, run_audit
 from messageweave.mail.passes import AuditResult, Budget, Progress, ReconcileBusy, ReconcileError
 from messageweave.services.acting import AccountNotLoaded, AccountPaused, acting_mailbox
 from messageweave.settings import Settings
-from messageweave.store.mailbox import LockLost
+from messageweave.store.locks import LockLost
 
 EXIT_BUSY = 2
 EXIT_MISSING = 3

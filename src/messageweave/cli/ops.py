@@ -20,8 +20,8 @@ from messageweave.cli.instance import origin_of
 from messageweave.config.live import ConfigService, StoredConfigInvalid, StoreUnavailable
 from messageweave.runtime import settings_from_data_dir
 from messageweave.settings import KEY_FILE, Settings, default_data_dir
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.redis import connect
-from messageweave.store.state import ConfigStore
 
 
 def diagnose(data_dir: DataDirOption = None) -> None:

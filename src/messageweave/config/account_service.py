@@ -35,8 +35,8 @@ from messageweave.config.live import (
 from messageweave.config.model import BusinessConfig, merge, parse_patch, validate
 from messageweave.jsonio import dump_json
 from messageweave.store.accounts import AccountExists, AccountRevisionConflict, AccountStore
+from messageweave.store.config_store import session_digest
 from messageweave.store.keys import DEFAULT_ACCOUNT
-from messageweave.store.state import session_digest
 
 _MERGE_ATTEMPTS = 5
 OWNER_KEY_BYTES = 32  # 43 url-safe characters after the id and its dot

@@ -36,7 +36,7 @@ from messageweave.config.model import (
 from messageweave.config.outbound import OutboundConfig
 from messageweave.errors import ApiError
 from messageweave.jsonio import dump_json, parse_json
-from messageweave.store.state import (
+from messageweave.store.config_store import (
     AlreadyConfigured,
     ConfigStore,
     CorruptValue,

@@ -3,7 +3,7 @@ source: the JMAP reconcile (`mail.reconcile`) and the IMAP catch-up (`mail.imap.
 hand them to one `Backlog`.
 
 Without the backlog digest (`threshold` 0) each mail is claimed and enqueued as it comes
-(`store.mailbox.enqueue_new_mails`). With it, the pass's mails are held until `release`: more
+(`store.mail_entries.enqueue_new_mails`). With it, the pass's mails are held until `release`: more
 than `threshold` (or any after a digest entry of this pass) go out as digest entries, fewer one
 entry each. A pass holds at most 2 × `DIGEST_MAX_IDS` ids: beyond that a full digest entry goes
 out at once, and the release splits what is held in two, so every entry of a split pass holds
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import DIGEST_MAX_IDS, enqueue_digest, enqueue_new_mails
+from messageweave.store.mail_entries import DIGEST_MAX_IDS, enqueue_digest, enqueue_new_mails
 from messageweave.store.redis import Redis
 
 

@@ -13,9 +13,9 @@ from messageweave.config.outbound import OutboundConfig
 from messageweave.mail.jmap import JmapClient
 from messageweave.mail.source import MailSource
 from messageweave.mail.watch import MailWatch
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
-from messageweave.store.state import ConfigStore
 
 
 class LiveConfig(Protocol):

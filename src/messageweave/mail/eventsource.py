@@ -12,7 +12,7 @@ the URL must be on the session's origin).
   most one per `RECONNECT_CATCHUP_S`: one asked inside it is owed to the interval's end
   (`mail.holder.ReconnectCatchups`).
 - Each `state` event that names our account's `Email` (or `EmailDelivery`) asks for one
-  exactly as a StateChange does (`store.mailbox.request_catchup` + `announce_catchup`): many
+  exactly as a StateChange does (`store.catchup.request_catchup` + `announce_catchup`): many
   events, one pending pass. The reconcile stays the truth; an event is only a hint.
 - Two pings missed (`2 × PING_S + 5` s of silence), the stream closed, or a line or an event
   over its cap (`mail.jmap.eventsource.MAX_LINE_BYTES`): reconnect after a jittered backoff

@@ -38,9 +38,9 @@ from messageweave.aio import cancel, jittered_backoff, raise_if_cancelling
 from messageweave.config.model import BusinessConfig
 from messageweave.logs import RepeatLog
 from messageweave.mail.context import MailContext
-from messageweave.store import mailbox
+from messageweave.store import catchup
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import Lock
+from messageweave.store.locks import Lock
 from messageweave.store.receivers import LoopStatus, hold, write_status
 from messageweave.store.redis import Redis
 
@@ -57,8 +57,8 @@ STATUS_REFRESHES_PER_TTL = 3  # a held lease writes its status again this often 
 async def ask_catchup(redis: Redis, account_id: str, names: AccountKeys) -> None:
     """One pending catch-up for the mail account `account_id` in the keys of `names` (the
     MessageWeave account's), the schedulers woken when it is new."""
-    if await mailbox.request_catchup(redis, account_id, names=names):
-        await mailbox.announce_catchup(redis, account_id)
+    if await catchup.request_catchup(redis, account_id, names=names):
+        await catchup.announce_catchup(redis, account_id)
 
 
 class ReconnectCatchups:

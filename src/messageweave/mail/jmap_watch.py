@@ -1,12 +1,12 @@
 """`MailWatch` over JMAP: the catch-up is the reconcile (`Email/changes`, `mail.reconcile`),
-the audit's listing an `Email/query` (`mail.auditor`). A thin adapter: it lives outside
+the audit's listing an `Email/query` (`mail.gap_audit`). A thin adapter: it lives outside
 `mail/jmap/` because those modules import the client."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from messageweave.mail import auditor, reconcile
+from messageweave.mail import gap_audit, reconcile
 from messageweave.mail.jmap import JmapClient
 from messageweave.mail.passes import AuditResult, Budget, Progress, ProgressCallback
 from messageweave.store import keys
@@ -29,4 +29,4 @@ class JmapWatch:
 
     async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
                     names: AccountKeys = keys.DEFAULT) -> AuditResult:
-        return await auditor.audit(redis, self.client, roles, window_s, names=names)
+        return await gap_audit.audit(redis, self.client, roles, window_s, names=names)

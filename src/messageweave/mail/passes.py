@@ -1,6 +1,6 @@
 """What a catch-up pass and a gap audit take and report, whatever the source
 (`mail.watch.MailWatch`): a pass's budget, its progress (also its result) and its errors, and an
-audit's result. The JMAP pass is `mail.reconcile`, the JMAP audit `mail.auditor`; both import
+audit's result. The JMAP pass is `mail.reconcile`, the JMAP audit `mail.gap_audit`; both import
 these from here."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class ReconcileError(Exception):
 
 class ReconcileBusy(ReconcileError):
     """Another pass holds `lock:reconcile`. (A pass that loses the lock midway raises
-    `store.mailbox.LockLost`: the cursor was not moved.)"""
+    `store.locks.LockLost`: the cursor was not moved.)"""
 
 
 @dataclass

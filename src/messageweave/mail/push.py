@@ -56,10 +56,10 @@ from messageweave.mail.push_lifecycle import (
     unix_of,
     utc_date,
 )
-from messageweave.store import keys, mailbox
+from messageweave.store import catchup, keys
 from messageweave.store import push as store
+from messageweave.store.config_store import sha256_hex
 from messageweave.store.redis import Redis
-from messageweave.store.state import sha256_hex
 
 __all__ = [
     "CATCHUP_TYPES",
@@ -302,7 +302,7 @@ async def state_changed(
     """Record the StateChange's arrival and ask for a catch-up when it concerns our account's
     mail, at most one per `PUSH_CATCHUP_INTERVAL_S` (`store.push.claim_push_catchup`: one
     inside the interval is deferred to its end). A newly scheduled one wakes the schedulers
-    (`store.mailbox.announce_catchup`) rather than waiting for their poll; a newly deferred one
+    (`store.catchup.announce_catchup`) rather than waiting for their poll; a newly deferred one
     wakes this instance's at the interval's end (its tick releases it). True when one was
     newly scheduled (False: nothing to do, one is pending or deferred, or it names only other
     accounts: then nothing is recorded)."""
@@ -316,9 +316,9 @@ async def state_changed(
     claim = await store.claim_push_catchup(redis, account_id, now=now,
                                            interval=keys.PUSH_CATCHUP_INTERVAL_S)
     if claim.scheduled:
-        await mailbox.announce_catchup(redis, account_id)
+        await catchup.announce_catchup(redis, account_id)
     elif claim.deferred_until is not None:  # released by the first tick after its due time
-        mailbox.wake_local_schedulers(redis, after=claim.deferred_until - now)
+        catchup.wake_local_schedulers(redis, after=claim.deferred_until - now)
     return claim.scheduled
 
 

@@ -24,9 +24,9 @@ from messageweave.logs import RepeatLog
 from messageweave.mail.jmap import JmapClient, JmapError, JmapSetError, PushSubscription
 from messageweave.store import keys
 from messageweave.store import push as store
-from messageweave.store.mailbox import Lock
+from messageweave.store.config_store import sha256_hex
+from messageweave.store.locks import Lock
 from messageweave.store.redis import Redis
-from messageweave.store.state import sha256_hex
 
 log = logging.getLogger(__name__)
 # The JMAP failures of maintenance passes: class, reason and what to check, at most once a

@@ -81,14 +81,10 @@ from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import (
-    Lock,
-    LockLost,
-    mark_not_notified,
-    read_cursor,
-    reconcile_lock,
-)
-from messageweave.store.mailbox import save_cursor as _save_cursor
+from messageweave.store.locks import Lock, LockLost
+from messageweave.store.mail_entries import mark_not_notified
+from messageweave.store.reconcile_state import read_cursor, reconcile_lock
+from messageweave.store.reconcile_state import save_cursor as _save_cursor
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)

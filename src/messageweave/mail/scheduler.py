@@ -10,7 +10,7 @@ orphan sweep are `default`'s only, reference §7.16); Redis decides which instan
   `degraded_reconcile_interval_s` (slot `schedule:reconcile-degraded`), whatever
   `reconcile_interval_s` says, 0 included: mail must not wait for a push that will not come;
 - a StateChange push sets `reconcile:catchup:{account}`; the instance that `GETDEL`s it runs one
-  pass at once. A newly set flag wakes the schedulers (`store.mailbox.announce_catchup`): this
+  pass at once. A newly set flag wakes the schedulers (`store.catchup.announce_catchup`): this
   instance's directly, the others' through `PUBLISH reconcile:catchup-wake`; the flag is still
   polled every `POLL_S`, so a lost signal delays a pass but never loses it. Many pushes → one
   pending flag → one pass; a push during a pass → exactly one pass after it (the wake is
@@ -62,16 +62,10 @@ from messageweave.mail.passes import (
     ReconcileError,
 )
 from messageweave.store import keys
-from messageweave.store.mailbox import (
-    LockLost,
-    catchup_wakes,
-    claim_slot,
-    request_catchup,
-    slot_free,
-    take_catchup,
-    watch_catchups,
-)
+from messageweave.store.catchup import catchup_wakes, request_catchup, take_catchup, watch_catchups
+from messageweave.store.locks import LockLost
 from messageweave.store.push import current_registration
+from messageweave.store.reconcile_state import claim_slot, slot_free
 
 log = logging.getLogger(__name__)
 

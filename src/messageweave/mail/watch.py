@@ -11,7 +11,7 @@ re-enqueues what no entry accounts for. `mail.jmap_watch.JmapWatch` is the JMAP 
 What stays JMAP's own, behind `MailContext.jmap()`: the push that asks for a catch-up
 (PushSubscription, `mail.push`; EventSource, `mail.eventsource`) and which one is in force
 (`mail.eventsource.in_force`). An IDLE holder is the same kind of thing for IMAP: it asks for
-a catch-up (`store.mailbox.request_catchup`) and the pass does the rest.
+a catch-up (`store.catchup.request_catchup`) and the pass does the rest.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class MailWatch(Protocol):
                        source: str = "reconcile",
                        names: AccountKeys = keys.DEFAULT) -> Progress:
         """One pass, in the account whose keys are `names` (`ReconcileBusy` when another holds
-        the lock; `MailError`, `RedisError`, `ReconcileError` and `store.mailbox.LockLost`
+        the lock; `MailError`, `RedisError`, `ReconcileError` and `store.locks.LockLost`
         propagate, the cursor kept). Its new mails count as ingested from `source`."""
 
     async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,

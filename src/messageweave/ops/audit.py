@@ -38,7 +38,7 @@ PUSH_DISABLED = "push_disabled"
 DLQ_REPLAYED = "dlq_replayed"
 # Failed credentials locked a client address out (`client`, `lock_s`, `method`, `path`).
 AUTH_THROTTLED = "auth_throttled"
-# The gap auditor records `gap_audit` (`mail.auditor.GAP_AUDIT`): a run someone asked for, or
+# The gap auditor records `gap_audit` (`mail.gap_audit.GAP_AUDIT`): a run someone asked for, or
 # any run that found missing mail.
 
 

@@ -1,7 +1,7 @@
 """The backlog digest (issue #16): what a digest entry of `stalwart:jmap` becomes.
 
 A reconcile pass that finds more new mails than `digest_threshold` enqueues them as one entry
-`{kind: digest, account_id, email_ids}` (`store.mailbox.enqueue_digest`) instead of one each.
+`{kind: digest, account_id, email_ids}` (`store.mail_entries.enqueue_digest`) instead of one each.
 Here every mail of it is routed like a notification (`pipeline.routing`; a muted one and one no
 longer in the mailbox are left out) and the mails are grouped by chat and forum topic. A group
 of more than `digest_threshold` mails gets one digest message: the count, one line per mail
@@ -38,7 +38,7 @@ from messageweave.pipeline.routing import Route, facts_for, route_for
 from messageweave.services import AccountRuntime
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import DIGEST_KIND, DIGEST_MAX_IDS
+from messageweave.store.mail_entries import DIGEST_KIND, DIGEST_MAX_IDS
 from messageweave.store.redis import Redis, text_of
 from messageweave.store.streams import Entry, is_mail_stream
 from messageweave.untrusted import clean
@@ -52,7 +52,7 @@ class DigestInvalid(ValueError):
 
 
 def is_digest(entry: Entry) -> bool:
-    """A digest entry: the `kind` only a mail stream's entries carry (`store.mailbox`)."""
+    """A digest entry: the `kind` only a mail stream's entries carry (`store.mail_entries`)."""
     return entry.fields.get("kind") == DIGEST_KIND and is_mail_stream(entry.stream)
 
 

@@ -46,7 +46,7 @@ from messageweave.pipeline.ingress import (
 )
 from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.mailbox import LockLost
+from messageweave.store.locks import LockLost
 from messageweave.store.receivers import (
     LoopStatus,
     hold,

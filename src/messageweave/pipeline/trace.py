@@ -42,9 +42,9 @@ from dataclasses import replace
 from typing import Any
 
 from messageweave.config.live import NotConfigured
-from messageweave.mail.auditor import GAP_AUDIT
 from messageweave.mail.context import MailContext
 from messageweave.mail.errors import MailError
+from messageweave.mail.gap_audit import GAP_AUDIT
 from messageweave.mail.records import EmailMeta
 from messageweave.mail.source import MailReader
 from messageweave.ops.sendlog import Outcome
@@ -75,7 +75,7 @@ from messageweave.pipeline.trace_steps import (
 )
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import NOT_NOTIFIED
+from messageweave.store.mail_entries import NOT_NOTIFIED
 from messageweave.store.oplog import audit_log, send_log, valid_stream_id
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.streams import StreamStore, stream_name
@@ -230,7 +230,7 @@ async def _unseen_reason(redis: Redis, names: AccountKeys, meta: EmailMeta | Non
 async def _audit_steps(redis: Redis, names: AccountKeys, email_id: str,
                        received: int | None) -> list[TraceStep]:
     """The account's gap audits that found this mail missing (from its arrival, or the dedup
-    window); a record without `account` is `default`'s (`mail.auditor.run_audit`)."""
+    window); a record without `account` is `default`'s (`mail.gap_audit.run_audit`)."""
     start = received if received is not None else time.time() - keys.DEDUP_JMAP_TTL_S
 
     def keep(record: dict[str, Any]) -> bool:

@@ -24,9 +24,9 @@ from messageweave.services.peers import SMTP_OFF, Peers, Runtime
 from messageweave.services.view import AccountConfig, AccountServices, PeerAccess
 from messageweave.settings import Settings
 from messageweave.store import keys
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
-from messageweave.store.state import ConfigStore
 from messageweave.store.streams import UpdateIngress
 
 __all__ = ["SMTP_OFF", "AccountConfig", "AccountRuntime", "AccountServices", "Peers", "Runtime",

@@ -20,9 +20,9 @@ from messageweave.mail.watch import MailWatch
 from messageweave.services.accounts import AccountRuntime
 from messageweave.services.peers import Peers, Runtime
 from messageweave.settings import Settings
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis
-from messageweave.store.state import ConfigStore
 
 if TYPE_CHECKING:
     from messageweave.services import Services

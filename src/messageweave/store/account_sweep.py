@@ -19,7 +19,7 @@ from typing import Any
 from messageweave.aio import every
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import Lock
+from messageweave.store.locks import Lock
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
 

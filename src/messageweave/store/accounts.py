@@ -3,8 +3,8 @@
 An account other than `default` is its encrypted account wire (`a:{<id>}:config`), the revision
 beside it, its `enabled` flag and its owner key's HMAC, all under the account's hash tag, and its
 id in the deployment-wide index `accounts`. Each write that must be atomic is one script on one
-slot (the account's). `default` is `config:business` (`store.state`); only its name, `enabled`
-flag and owner key live here.
+slot (the account's). `default` is `config:business` (`store.config_store`); only its name,
+`enabled` flag and owner key live here.
 """
 
 from __future__ import annotations

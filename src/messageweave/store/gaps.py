@@ -5,7 +5,7 @@ A mail the auditor looks at is **missing** when nobody owns it any more: its
 terminal record (`delivery:committed:stalwart:jmap:{entry}`) and is not owned by the pipeline
 (still in the stream, and pending in `stalwart-workers` or not read by the group yet).
 `check_and_claim` decides that and re-enqueues in one script (`CHECK_AND_CLAIM`, which writes a
-`stalwart:jmap` entry and so lives with the others in `messageweave.store.mailbox`), on the
+`stalwart:jmap` entry and so lives with the others in `messageweave.store.mail_entries`), on the
 reconcile's claim key: the reconcile and another audit can never come in between and enqueue
 the mail a second time.
 """
@@ -19,7 +19,8 @@ from typing import Any
 from messageweave.jsonio import dump_json
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import CHECK_AND_CLAIM, STREAM_JMAP_MAXLEN, Lock
+from messageweave.store.locks import Lock
+from messageweave.store.mail_entries import CHECK_AND_CLAIM, STREAM_JMAP_MAXLEN
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.scripts import Script
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messageweave.store import keys
-from messageweave.store.mailbox import Lock
+from messageweave.store.locks import Lock
 from messageweave.store.redis import Redis, int_of, text_of
 from messageweave.store.scripts import Script
 

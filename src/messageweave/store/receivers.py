@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from messageweave.aio import LocalWakes, cancel
 from messageweave.store import keys
-from messageweave.store.mailbox import Lock, LockLost
+from messageweave.store.locks import Lock, LockLost
 from messageweave.store.redis import Redis, text_of
 from messageweave.store.scripts import Script
 

@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from messageweave.store import keys, waiting
-from messageweave.store.mailbox import Lock
+from messageweave.store.locks import Lock
 from messageweave.store.redis import Redis, text_of
 
 SCHEMA_VERSION = "schema:version"

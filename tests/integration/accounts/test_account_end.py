@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from messageweave.store import keys
 from messageweave.store.account_sweep import run_account_sweep, sweep_once
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import reconcile_lock
+from messageweave.store.reconcile_state import reconcile_lock
 from tests.helpers import all_keys, assert_envelope, eventually
 from tests.integration.test_accounts import family_wire, with_family
 

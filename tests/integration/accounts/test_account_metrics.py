@@ -7,7 +7,7 @@ import redis.asyncio as aioredis
 
 from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import enqueue_new_mails
+from messageweave.store.mail_entries import enqueue_new_mails
 from messageweave.store.opstats import stream_gauges
 from messageweave.store.redis import open_redis
 from messageweave.store.streams import StreamStore

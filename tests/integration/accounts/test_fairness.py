@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator
 
 from messageweave.store import keys
-from messageweave.store.mailbox import enqueue_new_mails
+from messageweave.store.mail_entries import enqueue_new_mails
 from messageweave.store.streams import StreamStore
 from tests.helpers import eventually
 from tests.integration.accounts.conftest import add_account

@@ -7,7 +7,7 @@ import secrets
 import time
 
 from messageweave.store import keys
-from messageweave.store.mailbox import announce_catchup, request_catchup
+from messageweave.store.catchup import announce_catchup, request_catchup
 from tests.helpers import eventually
 from tests.integration.accounts.conftest import ServedAccount, add_account, set_enabled
 from tests.peers.cyrus import CyrusServer, make_message

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from messageweave.store.mailbox import enqueue_new_mails
+from messageweave.store.mail_entries import enqueue_new_mails
 from tests.helpers import closed_port, eventually, metric, until_label
 from tests.integration.accounts.conftest import add_account, set_enabled
 from tests.peers.cyrus import CyrusServer

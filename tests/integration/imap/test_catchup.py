@@ -24,7 +24,8 @@ from messageweave.mail.imap.catchup import (
 )
 from messageweave.mail.imap.ids import mail_id, parse_mail_id
 from messageweave.store import keys
-from messageweave.store.mailbox import LockLost, reconcile_lock
+from messageweave.store.locks import LockLost
+from messageweave.store.reconcile_state import reconcile_lock
 from tests.integration.imap.conftest import ImapPeer
 
 LISTS = "Lists"  # a second notify mailbox, one a test may delete and create again

@@ -29,9 +29,9 @@ from messageweave.mail.imap.catchup import read_cursors
 from messageweave.mail.imap.idle import IdleHolder
 from messageweave.mail.imap.ids import mail_id
 from messageweave.store import keys, receivers
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, connect
-from messageweave.store.state import ConfigStore
 from tests.helpers import configure, eventually, sample_wire, settings_for
 from tests.integration.imap.conftest import ImapPeer
 from tests.peers.dovecot import DovecotServer

@@ -18,7 +18,7 @@ from messageweave.mail.imap.ids import mail_id
 from messageweave.mail.imap.watch import ImapWatch
 from messageweave.mail.passes import ReconcileBusy
 from messageweave.store import keys
-from messageweave.store.mailbox import reconcile_lock
+from messageweave.store.reconcile_state import reconcile_lock
 from tests.helpers import eventually, free_port
 from tests.integration.imap.conftest import ImapPeer
 

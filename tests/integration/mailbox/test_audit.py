@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from messageweave.mail.auditor import AuditResult, audit
+from messageweave.mail.gap_audit import AuditResult, audit
 from messageweave.mail.reconcile import encode_walk, reconcile
 from messageweave.store import gaps, keys
 from messageweave.store.redis import open_redis

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave import runtime
-from messageweave.mail import auditor
+from messageweave.mail import gap_audit
 from messageweave.mail.reconcile import reconcile
 from messageweave.store import keys
 from tests.helpers import (
@@ -281,10 +281,10 @@ async def test_post_api_audit_is_a_retryable_503_when_jmap_is_down(
 
 async def another_instance_audits(redis_url: str) -> bool:
     """One tick of the periodic audit, run by another instance on this Redis: what every
-    instance's loop does once a second (`auditor.POLL_S`). True when it audited. Calling the
+    instance's loop does once a second (`gap_audit.POLL_S`). True when it audited. Calling the
     tick proves in an instant what waiting for the loop's own ticks proved in seconds."""
     async with runtime.running(settings_for(redis_url)) as other:
-        return await auditor._tick(other)
+        return await gap_audit._tick(other)
 
 
 async def test_the_periodic_audit_runs_once_per_interval(

@@ -27,7 +27,7 @@ from messageweave.mail import scheduler
 from messageweave.mail.context import MailContext
 from messageweave.mail.reconcile import Progress
 from messageweave.store import keys
-from messageweave.store.mailbox import (
+from messageweave.store.catchup import (
     announce_catchup,
     catchup_wakes,
     request_catchup,

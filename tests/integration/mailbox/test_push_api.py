@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.state import sha256_hex
+from messageweave.store.config_store import sha256_hex
 from tests.helpers import assert_envelope, eventually, unix_of
 from tests.integration.mailbox.push_server import PushServer, callback_path
 

@@ -22,8 +22,8 @@ import redis.asyncio as aioredis
 from messageweave.mail import push
 from messageweave.mail.jmap import JmapClient
 from messageweave.store import keys
+from messageweave.store.config_store import sha256_hex
 from messageweave.store.push import Registration, record_registration
-from messageweave.store.state import sha256_hex
 from tests.helpers import (
     DAY,
     RECONCILE_AUTH,

@@ -16,7 +16,8 @@ from messageweave.mail.reconcile import (
     reconcile,
 )
 from messageweave.store import keys
-from messageweave.store.mailbox import LockLost, reconcile_lock
+from messageweave.store.locks import LockLost
+from messageweave.store.reconcile_state import reconcile_lock
 from tests.helpers import FreshUser, enqueued
 from tests.peers.cyrus import CyrusServer
 

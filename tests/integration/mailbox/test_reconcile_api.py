@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.mailbox import request_catchup
+from messageweave.store.catchup import request_catchup
 from tests.helpers import (
     RECONCILE_AUTH,
     RECONCILE_TOKEN,

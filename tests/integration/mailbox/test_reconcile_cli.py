@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from messageweave.store.mailbox import reconcile_lock
+from messageweave.store.reconcile_state import reconcile_lock
 from tests.helpers import ADMIN_KEY, FreshUser, configure, console_script, enqueued, mailbox_wire
 from tests.peers.cyrus import CyrusServer
 

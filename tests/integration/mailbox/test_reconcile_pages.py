@@ -10,7 +10,9 @@ import redis.asyncio as aioredis
 
 from messageweave.mail.reconcile import NEXT_PAGE_TASK, Budget, Progress, Reconciler, reconcile
 from messageweave.store import keys
-from messageweave.store.mailbox import NOT_NOTIFIED, LockLost, enqueue_new_mails, reconcile_lock
+from messageweave.store.locks import LockLost
+from messageweave.store.mail_entries import NOT_NOTIFIED, enqueue_new_mails
+from messageweave.store.reconcile_state import reconcile_lock
 from tests.helpers import FreshUser, enqueue_mail, enqueued
 from tests.peers.cyrus import CyrusServer
 

@@ -1,12 +1,12 @@
-"""The schedules' slots (`store.mailbox.claim_slot`): one instance per interval runs a periodic
-job (the reconcile, the gap audit, push maintenance), on a real Redis."""
+"""The schedules' slots (`store.reconcile_state.claim_slot`): one instance per interval runs a
+periodic job (the reconcile, the gap audit, push maintenance), on a real Redis."""
 
 from __future__ import annotations
 
 import redis.asyncio as aioredis
 
 from messageweave.store import keys
-from messageweave.store.mailbox import claim_slot
+from messageweave.store.reconcile_state import claim_slot
 
 SLOT = keys.RECONCILE_SCHEDULE
 

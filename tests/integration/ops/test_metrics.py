@@ -9,8 +9,8 @@ import redis.asyncio as aioredis
 
 from messageweave.ops.sendlog import record_send
 from messageweave.store import keys
+from messageweave.store.config_store import sha256_hex
 from messageweave.store.push import Registration, update_lifecycle
-from messageweave.store.state import sha256_hex
 from tests.helpers import (
     assert_envelope,
     debug_headers,

@@ -19,7 +19,7 @@ from messageweave.mail.jmap import JmapClient
 from messageweave.mail.reconcile import Budget, Progress, reconcile
 from messageweave.pipeline import routing
 from messageweave.store import keys
-from messageweave.store.mailbox import DIGEST_MAX_IDS, enqueue_digest
+from messageweave.store.mail_entries import DIGEST_MAX_IDS, enqueue_digest
 from tests.helpers import ADMIN_KEY, FreshUser, eventually, run_cli
 from tests.peers.cyrus import CyrusServer
 from tests.peers.telegram import SentMessage, TelegramEmulator

@@ -8,7 +8,7 @@ import secrets
 from typing import Any
 
 from messageweave.store import keys
-from messageweave.store.mailbox import reconcile_lock
+from messageweave.store.reconcile_state import reconcile_lock
 from tests.helpers import (
     ADMIN_KEY,
     CYRUS_USER,

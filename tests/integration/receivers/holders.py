@@ -22,10 +22,10 @@ from messageweave.config.live import ConfigService
 from messageweave.config.model import BusinessConfig, parse_wire
 from messageweave.mail.eventsource import EventSourceHolder
 from messageweave.mail.jmap import JmapClient
-from messageweave.store import keys, mailbox
+from messageweave.store import catchup, keys
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, connect
-from messageweave.store.state import ConfigStore
 from tests.helpers import sample_wire, settings_for
 
 
@@ -100,7 +100,7 @@ async def taking_catchups(redis: Redis, account: str) -> AsyncIterator[Catchups]
             subscribed.set()
             while True:
                 message = await sub.get_message(timeout=1.0)
-                if message is not None and await mailbox.take_catchup(redis, account):
+                if message is not None and await catchup.take_catchup(redis, account):
                     seen.count += 1
                     seen.asked.set()
 

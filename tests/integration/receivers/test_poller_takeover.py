@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from messageweave.pipeline import polling
 from messageweave.store import keys, receivers
-from messageweave.store.mailbox import Lock
+from messageweave.store.locks import Lock
 from messageweave.store.streams import StreamStore
 from tests.helpers import ADMIN_KEY, WAIT_S, configure, console_script, eventually, free_port
 from tests.peers.cyrus import CyrusServer

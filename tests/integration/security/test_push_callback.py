@@ -25,9 +25,9 @@ from messageweave.mail.context import MailContext
 from messageweave.mail.jmap import JmapClient
 from messageweave.mail.reconcile import Progress
 from messageweave.store import keys
-from messageweave.store.mailbox import take_catchup
+from messageweave.store.catchup import take_catchup
+from messageweave.store.config_store import sha256_hex
 from messageweave.store.push import Registration, record_registration
-from messageweave.store.state import sha256_hex
 from tests.helpers import assert_envelope, closed_port, eventually, login, sample_wire
 from tests.integration.mailbox.push_server import PushServer
 from tests.peers.cyrus import CyrusServer

@@ -20,8 +20,8 @@ import redis.asyncio as aioredis
 
 from messageweave.config.live import ConfigService
 from messageweave.config.model import GENERATED_SECRETS, MIN_TOKEN_CHARS
+from messageweave.store.config_store import ConfigStore
 from messageweave.store.redis import connect
-from messageweave.store.state import ConfigStore
 from tests.helpers import (
     ADMIN_KEY,
     admin_headers,

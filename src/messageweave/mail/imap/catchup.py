@@ -8,7 +8,7 @@ newest INTERNALDATE seen in any of them (`state:imap:watermark`).
 - **First pass of a mailbox** (no cursor): the cursor is UIDNEXT − 1; nothing already there is
   notified (Part C.2). The first pass of all records the baseline the gap auditor starts from.
 - **Replay** (same UIDVALIDITY): `UID SEARCH UID {last+1}:*`, in pages of `PAGE` oldest first;
-  each page's mails are claimed and enqueued (`store.mailbox.enqueue_new_mails`: the same dedup
+  each page's mails are claimed and enqueued (`store.mail_entries.enqueue_new_mails`: the same dedup
   claim and stream as JMAP mail), then the cursor moves past them. A pass that dies after the
   XADD and before the save replays the page, and the claims enqueue nothing twice.
 - **UIDVALIDITY changed** (the mailbox was re-created, or the server lost its UID list): every
@@ -42,11 +42,8 @@ from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import (
-    Lock,
-    LockLost,
-    reconcile_lock,
-)
+from messageweave.store.locks import Lock, LockLost
+from messageweave.store.reconcile_state import reconcile_lock
 from messageweave.store.redis import Redis, text_of
 from messageweave.store.scripts import Script
 

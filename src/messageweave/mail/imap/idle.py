@@ -10,7 +10,7 @@ re-issued every `IDLE_RENEW_S` (RFC 2177: before the server's 30-minute cut).
   (`mail.holder.ReconnectCatchups`): mail that came while nobody idled is not left for the
   periodic pass.
 - Any news during IDLE (EXISTS, EXPUNGE, FETCH) asks for one exactly as an EventSource event
-  does (`store.mailbox.request_catchup` + `announce_catchup`): the catch-up pass stays the
+  does (`store.catchup.request_catchup` + `announce_catchup`): the catch-up pass stays the
   truth, the news only a hint. The account is the IMAP user name.
 - A connection that fails (refused, dropped, no such mailbox, no IDLE) closes them all and
   reconnects after a jittered backoff; only a completed IDLE round resets it, so a server that

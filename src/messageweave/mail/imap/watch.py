@@ -8,7 +8,7 @@ used); the account is the IMAP user name. The IMAP client's errors are the sourc
 `mail.errors` ones already (`mail.imap.errors`), so the scheduler, `POST /reconcile` and the
 auditor never ask which source they have.
 
-The audit, as the JMAP one (`mail.auditor`):
+The audit, as the JMAP one (`mail.gap_audit`):
 1. nothing before the catch-up's first pass (no `state:imap:cursor`); `since = max(baseline,
    now - window_s)`, the baseline `state:jmap:baseline_at` that the first pass records;
 2. per notify mailbox, `UID SEARCH SINCE` the day before `since`, INTERNALDATE fetched and
@@ -16,7 +16,7 @@ The audit, as the JMAP one (`mail.auditor`):
 3. mail the catch-up has not reached (a UID above the mailbox's cursor, or, when the
    UIDVALIDITY changed or the mailbox has no cursor yet, anything after the watermark) is
    `undiscovered`, the catch-up's to enqueue; every other listed mail is checked against the
-   ledger and re-enqueued once when nobody owns it (`mail.auditor.check`,
+   ledger and re-enqueued once when nobody owns it (`mail.gap_audit.check`,
    `store.gaps.check_and_claim`).
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
-from messageweave.mail import auditor
+from messageweave.mail import gap_audit
 from messageweave.mail.imap.catchup import (
     CatchupBusy,
     CatchupProgress,
@@ -114,7 +114,7 @@ class ImapWatch:
         return progress
 
     async def audit(self, redis: Redis, roles: Iterable[str], window_s: int, *,
-                    max_emails: int = auditor.AUDIT_MAX_EMAILS,
+                    max_emails: int = gap_audit.AUDIT_MAX_EMAILS,
                     names: AccountKeys = keys.DEFAULT) -> AuditResult:
         now = time.time()
         result = AuditResult(at=int(now))
@@ -135,7 +135,7 @@ class ImapWatch:
         if len(listed) > max_emails:
             listed, result.complete = listed[:max_emails], False
         result.undiscovered = sum(m.undiscovered for m in listed)
-        await auditor.check(redis, self.account, result,
+        await gap_audit.check(redis, self.account, result,
                             [m.id for m in listed if not m.undiscovered], names)
         return result
 

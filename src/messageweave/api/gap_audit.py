@@ -13,8 +13,8 @@ from messageweave.api.accounts import acting_account
 from messageweave.api.credentials import require_admin, require_enabled
 from messageweave.config.live import NotConfigured
 from messageweave.errors import invalid_request, service_unavailable
-from messageweave.mail.auditor import TRIGGER_API, run_audit
 from messageweave.mail.errors import MailError
+from messageweave.mail.gap_audit import TRIGGER_API, run_audit
 from messageweave.store import gaps
 
 log = logging.getLogger(__name__)

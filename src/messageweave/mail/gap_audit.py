@@ -51,7 +51,7 @@ from messageweave.ops import metrics
 from messageweave.ops.audit import record_audit
 from messageweave.store import gaps, keys
 from messageweave.store.keys import AccountKeys
-from messageweave.store.mailbox import claim_slot
+from messageweave.store.reconcile_state import claim_slot
 from messageweave.store.redis import Redis
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,53 @@
+"""A lease in Redis (`Lock`: `SET key owner NX EX ttl`, renewed and released by its owner only)
+and what its holder raises when it lost it (`LockLost`): the reconcile's lock
+(`store.reconcile_state.reconcile_lock`) and the poller's (`store.receivers`)."""
+
+from __future__ import annotations
+
+import secrets
+
+from messageweave.store.redis import Redis
+from messageweave.store.scripts import Script
+
+# KEYS: lock   ARGV: owner → 1 when released, 0 when someone else holds it.
+RELEASE_LOCK = Script("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+""", keys=("lock",), args=("owner",))
+
+# KEYS: lock   ARGV: owner, ttl (seconds) → 1 when renewed, 0 when the lease is lost.
+RENEW_LOCK = Script("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+""", keys=("lock",), args=("owner", "ttl"))
+
+
+class Lock:
+    """A lease in Redis: `SET key owner NX EX ttl`, renewed and released by owner only."""
+
+    def __init__(self, redis: Redis, key: str, ttl_s: int) -> None:
+        self.redis = redis
+        self.key = key
+        self.ttl_s = ttl_s
+        self.owner = secrets.token_hex(16)
+
+    async def acquire(self) -> bool:
+        return bool(await self.redis.set(self.key, self.owner, nx=True, ex=self.ttl_s))
+
+    async def renew(self) -> bool:
+        result = await RENEW_LOCK(self.redis, keys={"lock": self.key},
+                                  args={"owner": self.owner, "ttl": self.ttl_s})
+        return int(result) == 1
+
+    async def release(self) -> None:
+        await RELEASE_LOCK(self.redis, keys={"lock": self.key}, args={"owner": self.owner})
+
+
+class LockLost(Exception):
+    """A `Lock`'s lease expired or was taken over while its holder worked: whatever the holder
+    writes under the lock from then on is refused (the reconcile's cursor, the poller's offset),
+    and the holder stops."""
