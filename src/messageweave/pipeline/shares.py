@@ -28,12 +28,18 @@ def share(concurrency: int, stream: str, mail_streams: int) -> int:
     return max(1, concurrency // mail_streams)
 
 
+def rooms(streams: Sequence[str], held: Mapping[str, int], concurrency: int) -> dict[str, int]:
+    """How many more entries each of `streams` may run: its share less those it runs (the read
+    and the maintenance pass's recovery both stop a stream there)."""
+    mail_streams = sum(1 for s in streams if is_mail_stream(s))
+    return {s: share(concurrency, s, mail_streams) - held.get(s, 0) for s in streams}
+
+
 def readable(streams: Sequence[str], held: Mapping[str, int], concurrency: int,
              free: int) -> tuple[list[str], int]:
     """The streams with room for another entry, and how many to read from each: no stream is
     read past its share."""
-    mail_streams = sum(1 for s in streams if is_mail_stream(s))
-    room = {s: share(concurrency, s, mail_streams) - held.get(s, 0) for s in streams}
+    room = rooms(streams, held, concurrency)
     found = [s for s in streams if room[s] > 0]
     return found, min([max(1, free), *(room[s] for s in found)])
 

@@ -40,7 +40,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
@@ -56,7 +56,7 @@ from messageweave.pipeline.ledger import Ledger
 from messageweave.pipeline.replyless import finish_replyless
 from messageweave.services import Services
 from messageweave.store import keys
-from messageweave.store.streams import Entry, StreamStore, is_mail_stream
+from messageweave.store.streams import Entry, StreamStore
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class Worker:
 
     def spawn(self, entry: Entry) -> None:
         """Start processing `entry` in the background. Its stream's room is the caller's to
-        mind (`readable` for a read, `_room_of` for the maintenance pass's)."""
+        mind (`shares.readable` for a read, `shares.rooms` for the maintenance pass's)."""
         if self._take([entry]):
             self._start(entry)
 
@@ -386,7 +386,8 @@ class Worker:
             await self._ensure_groups(streams)  # not made by the read loop yet
             await self.deliverer.release_orphans()
             await self._drop_gone(streams)
-            for entry in await self._recoverable(50, hold=True, room=self._room_of):
+            room = shares.rooms(streams, self._held, self.options.concurrency)
+            for entry in await self._recoverable(50, hold=True, room=room):
                 self.spawn(entry)
             self._passes += 1
             if self._passes % TRIM_EVERY == 1:
@@ -394,13 +395,6 @@ class Worker:
                     await self.streams.trim(stream)
         finally:
             self._first_pass.set()
-
-    def _room_of(self, stream: str) -> int:
-        """How many more entries `stream` may run: its share of now less those it runs."""
-        streams = self._streams()
-        mail_streams = sum(1 for s in streams if is_mail_stream(s))
-        return (shares.share(self.options.concurrency, stream, mail_streams)
-                - self._held.get(stream, 0))
 
     async def _drop_gone(self, streams: list[str]) -> None:
         """Cancel the attempts of an account deleted meanwhile (its stream is in no account of
@@ -417,7 +411,7 @@ class Worker:
             await asyncio.wait(gone, timeout=self.options.shutdown_grace_s)
 
     async def _recoverable(self, limit: int, *, hold: bool = False,
-                           room: Callable[[str], int] | None = None) -> list[Entry]:
+                           room: Mapping[str, int] | None = None) -> list[Entry]:
         """Entries to (re)process now: dead consumers' work, due retries, stalled entries,
         oldest first in each stream (a chat's lane takes them in that order). With `hold`
         (the continuous worker), a dead consumer's entries whose backoff is not over are
@@ -426,7 +420,7 @@ class Worker:
         unique: list[Entry] = []
         seen: set[tuple[str, str]] = set()
         for stream in self._streams():
-            n = limit if room is None else min(limit, room(stream))
+            n = limit if room is None else min(limit, room.get(stream, 0))
             if n <= 0:
                 continue
             out = await self._claim_dead(stream, n, hold)
