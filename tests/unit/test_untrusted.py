@@ -94,12 +94,13 @@ def test_read_shows_reply_to_and_cleans_every_header_line_and_button() -> None:
     hostile = reading.Address(HOSTILE, "bob@example.org\r\nX")
     mail = MailText("M1", (hostile,), (hostile,), (), (hostile,), HOSTILE, None, None, (), (),
                     attachments=(Attachment("2", "b", HOSTILE, "text/plain", 10),))
-    [page] = reading.render(mail, CFG, lambda index: f"f{index}")
-    assert page.text.startswith(f"From: {SHOWN} <bob@example.org X>\n"
-                                f"Reply-To: {SHOWN} <bob@example.org X>\n")
-    assert f"Subject: {SHOWN}\n" in page.text and f"- {SHOWN} (10 B)" in page.text
-    assert page.keyboard is not None
-    assert not any(c in page.text + page.keyboard[0][0][0] for c in "\r\u202e\u200b\x00")
+    read = reading.render(mail, CFG)
+    [page], [(index, label)] = read.texts, read.attachments
+    assert index == 0
+    assert page.startswith(f"From: {SHOWN} <bob@example.org X>\n"
+                           f"Reply-To: {SHOWN} <bob@example.org X>\n")
+    assert f"Subject: {SHOWN}\n" in page and f"- {SHOWN} (10 B)" in page
+    assert not any(c in page + label for c in "\r\u202e\u200b\x00")
 
 
 def test_notifications_digests_and_search_hits_are_cleaned() -> None:

@@ -265,13 +265,16 @@ async def read_replies(source: MailReader, cfg: BusinessConfig, email_id: str,
                        chat_id: int, thread_id: int | None) -> list[ButtonReply] | None:
     """The messages of a Read of `email_id` (the button's and `/read`'s), the attachment
     buttons under the last; None when the mailbox does not have the mail."""
-    pages = await reading.read_pages(
-        source, cfg, email_id, lambda index: callback_data(cfg, FILE, email_id, index))
-    if pages is None:
+    found = await reading.read_pages(source, cfg, email_id)
+    if found is None:
         return None
-    return [ButtonReply(chat_id, page.text, SendOptions(thread_id=thread_id,
-                                                        keyboard=page.keyboard))
-            for page in pages]
+    signed = ((label, callback_data(cfg, FILE, email_id, index))
+              for index, label in found.attachments)
+    keyboard = tuple(((label, data),) for label, data in signed if data is not None) or None
+    last = len(found.texts) - 1
+    return [ButtonReply(chat_id, text, SendOptions(thread_id=thread_id,
+                                                   keyboard=keyboard if n == last else None))
+            for n, text in enumerate(found.texts)]
 
 
 async def _read(press: Press, button: Button, svc: AccountServices, cfg: BusinessConfig,

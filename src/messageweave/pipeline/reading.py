@@ -22,7 +22,7 @@ import functools
 import mimetypes
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from messageweave.chat import texts
@@ -53,16 +53,22 @@ MAX_LABEL_CHARS = 40
 _NOTE_RESERVE_UTF16 = 160  # room kept in the last message for the "… N more" line
 _UNSAFE_NAME = re.compile(r'[\\/:*?"<>|]')
 
-SignAttachmentButton = Callable[[int], str | None]
-"""The signed callback_data of the attachment button at an index (None: it does not fit)."""
-
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One message a press or a command answers with: a Read's page, a reply's draft."""
+    """One message a press or a command answers with: a reply's draft, a notice."""
 
     text: str
     keyboard: Keyboard | None = None
+
+
+@dataclass(frozen=True)
+class ReadPages:
+    """A Read's messages, and the labels of its attachment buttons (by the attachment's index
+    in the mail) for under the last one; the buttons' signed data is `pipeline.buttons`'s."""
+
+    texts: list[str]
+    attachments: list[tuple[int, str]]
 
 
 def allowed(cfg: BusinessConfig, chat_id: int) -> bool:
@@ -70,16 +76,16 @@ def allowed(cfg: BusinessConfig, chat_id: int) -> bool:
     return chat_id == cfg.telegram_chat_id or chat_id in cfg.chat_allowlist
 
 
-async def read_pages(source: MailReader, cfg: BusinessConfig, email_id: str,
-                     sign: SignAttachmentButton) -> list[ChatMessage] | None:
+async def read_pages(source: MailReader, cfg: BusinessConfig,
+                     email_id: str) -> ReadPages | None:
     """The messages of a Read; None when the mailbox does not have the mail."""
     mail = await source.read_email(email_id, text_cap=TEXT_CAP_BYTES)
     if mail is None:
         return None
-    return render(mail, cfg, sign)
+    return render(mail, cfg)
 
 
-def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> list[ChatMessage]:
+def render(mail: MailText, cfg: BusinessConfig) -> ReadPages:
     table = texts.table(cfg.bot_language)
     lines = [table["read_from"].format(value=_names(mail.sender))]
     if mail.reply_to:
@@ -99,16 +105,10 @@ def render(mail: MailText, cfg: BusinessConfig, sign: SignAttachmentButton) -> l
             name=display_name(a, table), size=size_text(a.size)) for a in mail.attachments)
     body = mail.text.strip() or table["summary_no_text"]
     pages = paginate("\n".join(lines) + "\n\n" + body, mail.text_truncated, table["read_more"])
-    rows = []
-    for index, attachment in enumerate(mail.attachments[:MAX_ATTACHMENT_BUTTONS]):
-        data = sign(index)
-        if data is not None:
-            label = table["button_attachment"].format(name=_cut(display_name(attachment, table),
-                                                                MAX_LABEL_CHARS))
-            rows.append(((label, data),))
-    keyboard = tuple(rows) or None
-    return [ChatMessage(text, keyboard if n == len(pages) - 1 else None)
-            for n, text in enumerate(pages)]
+    labels = [(index, table["button_attachment"].format(
+                  name=_cut(display_name(attachment, table), MAX_LABEL_CHARS)))
+              for index, attachment in enumerate(mail.attachments[:MAX_ATTACHMENT_BUTTONS])]
+    return ReadPages(pages, labels)
 
 
 def paginate(text: str, truncated: bool, more: str) -> list[str]:
