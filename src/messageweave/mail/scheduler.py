@@ -78,11 +78,13 @@ POLL_S = 10.0
 # client not connected): what it waits for sends no announcement.
 WAITING_S = 2.0
 RETRY_S = 0.2  # a catch-up refused while another pass held the lock is tried again this soon
-# The slots are checked every tenth of the shortest interval they serve, between these bounds;
+# The slots are checked every quarter of the shortest interval they serve, between these bounds
+# (15 s with the default 60 s intervals: a push that degrades is backed up within 15 s; every
+# tenth within 1–5 s was a fifth of an idle account's Redis round trips, issue #37);
 # `default` (the webhook's maintenance, the orphan sweep) every SLOT_CHECK_S.
 SLOT_CHECK_S = 1.0
-SLOT_CHECK_MAX_S = 5.0
-SLOT_CHECKS_PER_INTERVAL = 10
+SLOT_CHECK_MAX_S = 15.0
+SLOT_CHECKS_PER_INTERVAL = 4
 # The places of the failure lines (`RepeatLog`); a pass's is "<kind> reconcile".
 TICK = "scheduler tick"
 SWEEP = "orphan push subscription sweep"
@@ -130,15 +132,19 @@ async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> N
 async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
                       wake: asyncio.Event) -> None:
     due = min(timers.next_poll, timers.next_slot_check)
-    if await _woken(svc, wake, max(0.0, due - time.monotonic())):
+    changed = await _woken(svc, wake, max(0.0, due - time.monotonic()))
+    if changed:
         timers.next_slot_check = 0.0  # a new configuration: its intervals, at once
+    # The flag is taken when announced or polled for, not on a tick for the slots alone.
+    take = changed or wake.is_set() or time.monotonic() >= timers.next_poll
     wake.clear()  # before the tick: an announcement during it wakes the next one
-    timers.next_poll = time.monotonic() + POLL_S
+    if take:
+        timers.next_poll = time.monotonic() + POLL_S
     if svc.live_account != timers.watched:  # woken by its own account's pushes alone
         timers.watched = svc.live_account
         watch_catchups(svc.redis, wake, timers.watched or "")
     try:
-        await _tick(svc, timers, clock)
+        await _tick(svc, timers, clock, take=take)
     except Exception as exc:  # Redis down: every POLL_S, so counted, not logged each time
         raise_if_cancelling()
         timers.failures.failed(TICK, exc)
@@ -164,7 +170,8 @@ async def _woken(svc: MailContext, wake: asyncio.Event, within: float) -> bool:
     return not changed.cancelled() and changed.result()
 
 
-async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
+async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock, *,
+                take: bool = True) -> None:
     cfg = svc.config.config
     if cfg is None or not svc.live or not await svc.store.switched_on():
         timers.next_poll = time.monotonic() + WAITING_S
@@ -181,7 +188,7 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
             await _start_pass(svc, cfg, account)
         if webhook:
             await push.release_deferred(svc.redis, account, now=clock())
-        if await take_catchup(svc.redis, account, names=names):
+        if take and await take_catchup(svc.redis, account, names=names):
             if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account, names=names)
                 timers.next_poll = time.monotonic() + RETRY_S
@@ -194,6 +201,8 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
         await _tick_webhook(svc, timers, clock)
     degraded = (await read_in_force(svc.redis, cfg, clock(), names=names)).state == "degraded"
     periodic = await _periodic_due(svc, cfg, timers)
+    if cfg.reconcile_interval_s > 0:  # the next periodic pass on time, not a check later
+        timers.next_slot_check = min(timers.next_slot_check, timers.periodic_ends)
     backup = degraded and (await claim_slot(
         svc.redis, names.of(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE),
         cfg.degraded_reconcile_interval_s)).claimed
@@ -218,7 +227,7 @@ async def _periodic_due(svc: MailContext, cfg: BusinessConfig, timers: _Timers) 
 
 
 def _slot_gap(cfg: BusinessConfig, webhook: bool) -> float:
-    """How long until the next slot check: a tenth of the shortest interval it serves (the
+    """How long until the next slot check: a quarter of the shortest interval it serves (the
     degraded-push backup's always: push may degrade at any time), within `SLOT_CHECK_S` and
     `SLOT_CHECK_MAX_S`; `default`'s every `SLOT_CHECK_S` (its push maintenance)."""
     if webhook:

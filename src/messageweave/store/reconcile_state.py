@@ -66,15 +66,15 @@ async def save_cursor(
 
 
 # KEYS: slot   ARGV: ms (until the slot's end), interval (ms) → {1: claimed (run this interval's
-# job) or 0: taken, ms until the slot ends}. A slot taken for longer than `interval` (the
-# interval was lowered since) is cut to end within it.
+# job) or 0: taken, ms until the slot ends}. A slot taken for longer than one and a half
+# `interval`s (the most `slot_ms` gives: the interval was lowered since) is cut to end within it.
 CLAIM_SLOT = Script("""
 local interval = tonumber(ARGV[2])
 if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
   return {1, tonumber(ARGV[1])}
 end
 local left = redis.call('PTTL', KEYS[1])
-if left > interval or left < 0 then
+if left > interval * 1.5 or left < 0 then
   redis.call('PEXPIRE', KEYS[1], interval)
   left = interval
 end
@@ -90,13 +90,15 @@ class SlotClaim:
 
 def slot_ms(key: str, interval_s: int, now: float) -> int:
     """How long a slot claimed at `now` (Unix s) lasts: until its key's own phase of the
-    interval (a hash of the key), at most one interval. A slot claimed when it ran out ends at
-    that phase again, one interval on: every account's passes and audits keep their own second
-    of the interval, not the one in which the instance started and claimed them all together
-    (200 accounts' passes in the same second every minute, issue #37)."""
+    interval (a hash of the key), half an interval at least (so up to one and a half). A
+    slot claimed when it ran out ends at that phase again, one interval on: every account's
+    passes and audits keep their own second of the interval, not the one in which the
+    instance started and claimed them all together (200 accounts' passes in the same second
+    every minute, issue #37), and two of them are never less than half an interval apart."""
     interval = max(1, interval_s) * 1000
     phase = zlib.crc32(key.encode()) % interval
-    return interval - (int(now * 1000) - phase) % interval
+    left = interval - (int(now * 1000) - phase) % interval
+    return left if left * 2 >= interval else left + interval
 
 
 async def claim_slot(redis: Redis, key: str, interval_s: int) -> SlotClaim:

@@ -37,7 +37,7 @@ async def test_one_claim_per_interval(redis_client: aioredis.Redis) -> None:
     assert [claim.claimed for claim in claims] == [True, False, False]
     ends = (await redis_client.pttl(SLOT)) / 1000 + time.time()
     assert all(abs(time.time() + claim.left_s - ends) < 0.5 for claim in claims)
-    assert before < ends <= before + 30.1
+    assert before + 14.9 < ends <= before + 45.1  # half an interval at least
     assert abs(ends - (before + slot_ms(SLOT, 30, before) / 1000)) < 0.5
 
 
@@ -54,7 +54,7 @@ async def test_slots_claimed_together_end_spread_over_the_interval(
         assert (await claim_slot(redis_client, slot, 60)).claimed
     left = {slot: await redis_client.pttl(slot) for slot in slots}
     ends = sorted(left.values())
-    assert ends[0] < 10_000 and ends[-1] > 50_000  # over the whole minute...
+    assert 29_000 < ends[0] < 40_000 and ends[-1] > 80_000  # over a whole minute (30–90 s)...
     busiest = max(sum(1 for e in ends if start <= e < start + 6_000) for start in ends)
     assert busiest < 50  # ...no tenth of it holding a quarter of them
     slot = max(slots, key=left.__getitem__)  # claimed again, it ends at the same phase
