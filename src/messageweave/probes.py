@@ -29,13 +29,6 @@ from messageweave.chat.telegram import TelegramClient, TelegramSendError
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import CERTIFICATE_REMEDY, transport_kind
-from messageweave.mail.imap.errors import (
-    ImapAuthError,
-    ImapError,
-    ImapTlsError,
-    ImapTransportError,
-)
-from messageweave.mail.imap.watch import new_imap_client
 from messageweave.mail.jmap import build_ssl_context
 from messageweave.mail.kinds import kind_of
 
@@ -196,7 +189,16 @@ async def jmap_session_failure(cfg: BusinessConfig,
 async def imap_login_failure(cfg: BusinessConfig,
                              timeout_s: float = PROBE_TIMEOUT_S) -> ProbeFailure | None:
     """None when the IMAP server takes the login (then LOGOUT), else why not (never the
-    password: the client's errors leave it out)."""
+    password: the client's errors leave it out). The IMAP package is imported here, for an
+    IMAP wire only (`services.peers`)."""
+    from messageweave.mail.imap.errors import (
+        ImapAuthError,
+        ImapError,
+        ImapTlsError,
+        ImapTransportError,
+    )
+    from messageweave.mail.imap.watch import new_imap_client
+
     where = f"{cfg.imap_host}:{cfg.imap_port}"
     try:
         client = new_imap_client(cfg, OutboundConfig(jmap_timeout_ms=int(timeout_s * 1000)))

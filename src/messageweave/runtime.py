@@ -27,7 +27,8 @@ from messageweave.logs import add_secret_source, remove_secret_source
 from messageweave.mail.context import MailContext
 from messageweave.mail.eventsource import run_eventsource
 from messageweave.mail.gap_audit import run_auditor
-from messageweave.mail.imap.idle import run_idle
+from messageweave.mail.holder import UNWANTED_S
+from messageweave.mail.kinds import kind_of
 from messageweave.mail.scheduler import run_scheduler
 from messageweave.pipeline.draft import run_draft_expiry
 from messageweave.pipeline.polling import run_poller
@@ -105,6 +106,17 @@ def account_loops() -> tuple[tuple[str, Callable[[MailContext], Coroutine[Any, A
     supervisor (`run_accounts`); read each time an account's loops start."""
     return (("scheduler", run_scheduler), ("gap-auditor", run_auditor),
             ("jmap-eventsource", run_eventsource), ("imap-idle", run_idle))
+
+
+async def run_idle(svc: MailContext) -> None:
+    """The account's IMAP IDLE holder (`mail.imap.idle.run_idle`), once its configuration is
+    IMAP: the IMAP package is imported then, not by every instance (1.5 MB of an idle JMAP-only
+    instance, issue #37's idle RSS row). A new configuration ends the wait at once."""
+    while (cfg := svc.config.config) is None or kind_of(cfg).push != "idle":
+        await svc.config.changed_within(UNWANTED_S)
+    from messageweave.mail.imap import idle  # on first use: see the docstring
+
+    await idle.run_idle(svc)
 
 
 def _wanted(svc: Services) -> dict[str, AccountRuntime | None]:

@@ -21,7 +21,6 @@ line when an audit completes again).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -269,39 +268,45 @@ async def run_auditor(svc: MailContext, *, clock: Callable[[], float] = time.mon
     is 0. `clock` times the failure lines' once-a-minute (tests pass their own)."""
     failures = RepeatLog(log, clock=clock)
     while True:
-        await _logged_tick(svc, failures)
+        wait = await _logged_tick(svc, failures)
         raise_if_cancelling()
-        await asyncio.sleep(_gap(svc))
+        await svc.config.changed_within(wait)
 
 
 def _gap(svc: MailContext) -> float:
-    """How long until the slot is checked again: a tenth of `audit_interval_s`, between
-    `POLL_S` and `POLL_MAX_S` (a second per account was most of an idle instance's Redis
-    commands, issue #37)."""
+    """How long until the slot is checked again while it cannot be claimed (no configuration,
+    switched off, a failure): a tenth of `audit_interval_s`, between `POLL_S` and `POLL_MAX_S`
+    (a second per account was most of an idle instance's Redis commands, issue #37)."""
     cfg = svc.config.config
     interval = cfg.audit_interval_s if cfg is not None else 0
     return min(POLL_MAX_S, max(POLL_S, interval / CHECKS_PER_INTERVAL))
 
 
-async def _logged_tick(svc: MailContext, failures: RepeatLog) -> None:
+async def _logged_tick(svc: MailContext, failures: RepeatLog) -> float:
+    """One tick; how long until the next (a new configuration ends the wait early)."""
     try:
-        audited = await _tick(svc)
+        audited, wait = await _tick(svc)
     except Exception as exc:  # Redis or the mail server down: counted, not logged each second
         raise_if_cancelling()
         failures.failed(PERIODIC, exc)
-        return
+        return _gap(svc)
     if audited:
         failures.recovered(PERIODIC)
+    return wait
 
 
-async def _tick(svc: MailContext) -> bool:
-    """True when an audit ran to its end."""
+async def _tick(svc: MailContext) -> tuple[bool, float]:
+    """Whether an audit ran to its end, and how long until the slot is worth asking for again:
+    its end when it was claimed or taken (the slot check of every 1–5 s was a command a
+    second per idle account for an audit every 10 minutes, issue #37)."""
     cfg = svc.config.config
     if cfg is None or not svc.live or cfg.audit_interval_s <= 0:
-        return False
+        return False, _gap(svc)
     if not await svc.store.switched_on():
-        return False
-    if await claim_slot(svc.redis, svc.keys.of(keys.AUDIT_SCHEDULE), cfg.audit_interval_s):
+        return False, _gap(svc)
+    claim = await claim_slot(svc.redis, svc.keys.of(keys.AUDIT_SCHEDULE), cfg.audit_interval_s)
+    if claim.claimed:
+        started = time.monotonic()
         await run_audit(svc, TRIGGER_SCHEDULE)
-        return True
-    return False
+        return True, max(0.0, claim.left_s - (time.monotonic() - started))
+    return False, max(POLL_S, claim.left_s)

@@ -39,12 +39,11 @@ minute per place and class with a count, and one line on recovery.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 
-from messageweave.aio import every, raise_if_cancelling
+from messageweave.aio import cancel, every, raise_if_cancelling
 from messageweave.config.live import NotConfigured
 from messageweave.config.model import BusinessConfig
 from messageweave.logs import RepeatLog
@@ -70,14 +69,22 @@ from messageweave.store.reconcile_state import claim_slot, slot_free
 log = logging.getLogger(__name__)
 
 # The catch-up flag's poll: a safety net only, since a new flag wakes the schedulers at once
-# (`catchup_wakes`); 0.2 s per account was most of an idle instance's CPU (issue #37).
-POLL_S = 2.0
+# (`catchup_wakes`: this instance's directly, the others' through the subscription, which wakes
+# them all when it is made again), so only a signal lost on a live subscription waits for it.
+# 0.2 s per account was most of an idle instance's CPU, 2 s still a quarter of its Redis round
+# trips (issue #37).
+POLL_S = 10.0
+# The same while the account cannot act yet (no configuration, not live, switched off, its mail
+# client not connected): what it waits for sends no announcement.
+WAITING_S = 2.0
 RETRY_S = 0.2  # a catch-up refused while another pass held the lock is tried again this soon
-# The slots are checked every tenth of the shortest interval they serve, between these bounds;
+# The slots are checked every quarter of the shortest interval they serve, between these bounds
+# (15 s with the default 60 s intervals: a push that degrades is backed up within 15 s; every
+# tenth within 1–5 s was a fifth of an idle account's Redis round trips, issue #37);
 # `default` (the webhook's maintenance, the orphan sweep) every SLOT_CHECK_S.
 SLOT_CHECK_S = 1.0
-SLOT_CHECK_MAX_S = 5.0
-SLOT_CHECKS_PER_INTERVAL = 10
+SLOT_CHECK_MAX_S = 15.0
+SLOT_CHECKS_PER_INTERVAL = 4
 # The places of the failure lines (`RepeatLog`); a pass's is "<kind> reconcile".
 TICK = "scheduler tick"
 SWEEP = "orphan push subscription sweep"
@@ -105,6 +112,8 @@ class _Timers:
     next_slot_check: float = 0.0
     next_poll: float = 0.0  # the flag's poll, or a refused catch-up's retry
     watched: str | None = None  # the mail account whose announcements wake it (None: any)
+    periodic_ends: float = 0.0  # when the periodic slot ends (monotonic), as last claimed
+    slot_revision: int = -1  # the configuration's revision when it was claimed
     started: bool = False  # the start-up catch-up was asked for
     failures: RepeatLog = field(default_factory=lambda: RepeatLog(log))
 
@@ -123,16 +132,19 @@ async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> N
 async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
                       wake: asyncio.Event) -> None:
     due = min(timers.next_poll, timers.next_slot_check)
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(max(0.0, due - time.monotonic())):
-            await wake.wait()
+    changed = await _woken(svc, wake, max(0.0, due - time.monotonic()))
+    if changed:
+        timers.next_slot_check = 0.0  # a new configuration: its intervals, at once
+    # The flag is taken when announced or polled for, not on a tick for the slots alone.
+    take = changed or wake.is_set() or time.monotonic() >= timers.next_poll
     wake.clear()  # before the tick: an announcement during it wakes the next one
-    timers.next_poll = time.monotonic() + POLL_S
+    if take:
+        timers.next_poll = time.monotonic() + POLL_S
     if svc.live_account != timers.watched:  # woken by its own account's pushes alone
         timers.watched = svc.live_account
         watch_catchups(svc.redis, wake, timers.watched or "")
     try:
-        await _tick(svc, timers, clock)
+        await _tick(svc, timers, clock, take=take)
     except Exception as exc:  # Redis down: every POLL_S, so counted, not logged each time
         raise_if_cancelling()
         timers.failures.failed(TICK, exc)
@@ -142,21 +154,41 @@ async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
         timers.next_slot_check = timers.next_poll
 
 
-async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
+async def _woken(svc: MailContext, wake: asyncio.Event, within: float) -> bool:
+    """Wait up to `within` seconds for an announcement or a new configuration (a first one,
+    a changed interval: the next tick must not wait for the flag's poll); True for the
+    latter."""
+    if wake.is_set() or within <= 0:
+        return False
+    announced = asyncio.ensure_future(wake.wait())
+    changed = asyncio.ensure_future(svc.config.changed_within(within))
+    try:
+        await asyncio.wait([announced, changed], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel(announced)
+        await cancel(changed)
+    return not changed.cancelled() and changed.result()
+
+
+async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock, *,
+                take: bool = True) -> None:
     cfg = svc.config.config
     if cfg is None or not svc.live or not await svc.store.switched_on():
+        timers.next_poll = time.monotonic() + WAITING_S
         return
     names, webhook = svc.keys, svc.keys == keys.DEFAULT  # see `_tick_webhook`
     if svc.live_account is None and not webhook and kind_of(cfg).jmap_session:
         await _jmap_or_none(svc, timers)  # another account connects on first use: now
     account = svc.live_account
-    if account is not None:
+    if account is None:
+        timers.next_poll = time.monotonic() + WAITING_S
+    else:
         if not timers.started:
             timers.started = True
             await _start_pass(svc, cfg, account)
         if webhook:
             await push.release_deferred(svc.redis, account, now=clock())
-        if await take_catchup(svc.redis, account, names=names):
+        if take and await take_catchup(svc.redis, account, names=names):
             if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account, names=names)
                 timers.next_poll = time.monotonic() + RETRY_S
@@ -168,20 +200,34 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock) -> None:
     if webhook:
         await _tick_webhook(svc, timers, clock)
     degraded = (await read_in_force(svc.redis, cfg, clock(), names=names)).state == "degraded"
-    interval = cfg.reconcile_interval_s
-    periodic = interval > 0 and await claim_slot(svc.redis, names.of(keys.RECONCILE_SCHEDULE),
-                                                 interval)
-    backup = degraded and await claim_slot(
+    periodic = await _periodic_due(svc, cfg, timers)
+    if cfg.reconcile_interval_s > 0:  # the next periodic pass on time, not a check later
+        timers.next_slot_check = min(timers.next_slot_check, timers.periodic_ends)
+    backup = degraded and (await claim_slot(
         svc.redis, names.of(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE),
-        cfg.degraded_reconcile_interval_s)
+        cfg.degraded_reconcile_interval_s)).claimed
     if periodic or backup:
         await _pass(svc, "periodic" if periodic else "degraded-push", timers)
     if webhook:
         await _sweep(svc, cfg, timers)
 
 
+async def _periodic_due(svc: MailContext, cfg: BusinessConfig, timers: _Timers) -> bool:
+    """Whether this instance runs the periodic pass now (it claimed the slot). The slot is
+    not asked for again before it ends (`SlotClaim.left_s`), unless the configuration changed
+    meanwhile (a lowered interval cuts it): one claim per interval, not one per slot check."""
+    interval = cfg.reconcile_interval_s
+    now = time.monotonic()
+    if interval <= 0 or (timers.slot_revision == svc.config.revision
+                         and now < timers.periodic_ends):
+        return False
+    claim = await claim_slot(svc.redis, svc.keys.of(keys.RECONCILE_SCHEDULE), interval)
+    timers.slot_revision, timers.periodic_ends = svc.config.revision, now + claim.left_s
+    return claim.claimed
+
+
 def _slot_gap(cfg: BusinessConfig, webhook: bool) -> float:
-    """How long until the next slot check: a tenth of the shortest interval it serves (the
+    """How long until the next slot check: a quarter of the shortest interval it serves (the
     degraded-push backup's always: push may degrade at any time), within `SLOT_CHECK_S` and
     `SLOT_CHECK_MAX_S`; `default`'s every `SLOT_CHECK_S` (its push maintenance)."""
     if webhook:
@@ -196,9 +242,9 @@ async def _tick_webhook(svc: MailContext, timers: _Timers, clock: push.Clock) ->
     """The PushSubscription's maintenance: `default`'s only, the one account with a webhook
     push (reference §7.16; another account's `subscription` mode is `auto`,
     `eventsource.push_mode_of`)."""
-    if await current_registration(svc.redis) is not None and await claim_slot(
+    if await current_registration(svc.redis) is not None and (await claim_slot(
         svc.redis, keys.PUSH_MAINTENANCE_SCHEDULE, keys.PUSH_MAINTENANCE_INTERVAL_S
-    ):
+    )).claimed:
         outcome = await push.maintain(svc.redis, await _jmap_or_none(svc, timers),
                                       now=clock())
         if outcome not in ("ok", "off"):
@@ -207,8 +253,8 @@ async def _tick_webhook(svc: MailContext, timers: _Timers, clock: push.Clock) ->
 
 async def _sweep(svc: MailContext, cfg: BusinessConfig, timers: _Timers) -> None:
     """`default`'s orphaned PushSubscriptions, swept once per `ORPHAN_SWEEP_INTERVAL_S`."""
-    if kind_of(cfg).push_subscriptions and await claim_slot(
-            svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S):
+    if kind_of(cfg).push_subscriptions and (await claim_slot(
+            svc.redis, keys.ORPHAN_SWEEP_SCHEDULE, keys.ORPHAN_SWEEP_INTERVAL_S)).claimed:
         try:
             cleaned = await push.sweep_orphans(svc.redis, await svc.jmap())
         except (NotConfigured, JmapError) as exc:

@@ -14,18 +14,12 @@ the attempt runs and checked right before each Telegram call (`Ledger.gate`, the
 continuous worker, `POST /worker`, `messageweave drain` and other instances never send one entry
 twice (`docs/reference.md` §1.3.1).
 
-Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`):
-- a consumer whose heartbeat on a stream (`worker:heartbeat:{stream}:{consumer}`, 15 s, one per
-  stream, refreshed every `HEARTBEAT_INTERVAL_S`) is gone is dead there: its pending entries
-  there are claimed at once and it is removed from the stream's group;
-- entries whose backoff is over (`delivery:retry_due:{stream}`) are claimed and retried;
-  the continuous worker also takes a dead consumer's entries whose backoff is not over, and
-  each waits for it in its chat's lane, so the chat's later entries stay behind it; the read
-  loop reads new entries only after the first pass, so they queue behind those too;
-- this process's own pending entries idle for `OWN_IDLE_MS` (e.g. after a Redis error) are
-  retried unless this process is working on them; entries idle past the reference's threshold
-  on a live but stuck consumer are taken over with XAUTOCLAIM (the fallback);
-- streams are trimmed below what the group still needs.
+Recovery (the maintenance pass, every `MAINTENANCE_INTERVAL_S`; `pipeline.recovery`): a dead
+consumer's entries, due retries, stalled entries; only the streams that have anything pending
+or due are looked at closely, every stream on every `TRIM_EVERY`th pass. Each consumer's
+heartbeat on each stream it reads (`worker:heartbeat:{stream}:{consumer}`, 15 s) is refreshed
+every `HEARTBEAT_INTERVAL_S`, all in one round trip. Streams are trimmed below what the group
+still needs on the passes that look at every stream.
 
 The loops' Redis failures are logged through `logs.RepeatLog` (`Worker.failures`): class,
 reason and what to check, once a minute per loop and class with a count, one line on recovery.
@@ -40,7 +34,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
@@ -53,6 +47,7 @@ from messageweave.pipeline.attempt import BACKOFF_BASE_S, BACKOFF_CAP_S, Deliver
 from messageweave.pipeline.events import MailPrefetch, lane_of
 from messageweave.pipeline.governor import Governor
 from messageweave.pipeline.ledger import Ledger
+from messageweave.pipeline.recovery import Recovery
 from messageweave.pipeline.replyless import finish_replyless
 from messageweave.services import Services
 from messageweave.store import keys
@@ -61,8 +56,8 @@ from messageweave.store.streams import Entry, StreamStore
 log = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL_S = 2.0
-HEARTBEAT_INTERVAL_S = 2.0
-OWN_IDLE_MS = 10_000
+# Three beats per `WORKER_HEARTBEAT_TTL_S` (15 s): one lost beat never makes a live worker dead.
+HEARTBEAT_INTERVAL_S = 5.0
 TRIM_EVERY = 15  # maintenance passes
 MAX_BATCH = 10
 # The places of the failure lines (`RepeatLog`).
@@ -87,15 +82,6 @@ class WorkerOptions:
 def consumer_name() -> str:
     """Unique per process: host, pid and a random suffix (pids repeat across containers)."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def idle_threshold_ms(svc: Services) -> int:
-    """The XAUTOCLAIM idle time for one entry, the stuck fallback (reference §7: delivery
-    pipeline): twice what all of an entry's attempts may spend in the three peers' timeouts,
-    kept within 5 min and 6 h."""
-    o = svc.config.outbound
-    per = (o.max_retries + 1) * (o.jmap_timeout_ms + o.telegram_timeout_ms + o.llm_timeout_ms) * 2
-    return int(min(max(300_000, per), 21_600_000))
 
 
 @dataclass
@@ -134,6 +120,8 @@ class Worker:
         # s): each waits for it in its chat's lane (`_run_one`).
         self._not_before: dict[tuple[str, str], float] = {}
         self._first_pass = asyncio.Event()  # the maintenance loop's first pass is over
+        self.recovery = Recovery(svc, self.streams, self.ledger, self.consumer, self._active,
+                                 self._not_before)
         self.process = self.deliverer.process
         self._held: dict[str, int] = {}  # stream → its entries running (`shares`)
         self._grouped: set[str] = set()  # streams whose consumer group this worker made
@@ -346,7 +334,7 @@ class Worker:
         # chat's later entries of the batch are not attempted, but made due right after it.
         blocked: dict[int, float] = {}
         try:
-            taken += self._take(await self._recoverable(batch))
+            taken += self._take(await self.recovery.recoverable(streams, batch))
             taken += self._take(await self.streams.read_new(self.consumer, batch, None, streams))
             for entry in taken:
                 outcome = await self._drain_one(entry, blocked)
@@ -387,10 +375,12 @@ class Worker:
             await self.deliverer.release_orphans()
             await self._drop_gone(streams)
             room = shares.rooms(streams, self._held, self.options.concurrency)
-            for entry in await self._recoverable(50, hold=True, room=room):
+            tidy = self._passes % TRIM_EVERY == 0  # every stream looked at, and trimmed
+            for entry in await self.recovery.recoverable(streams, 50, hold=True, room=room,
+                                                         tidy=tidy):
                 self.spawn(entry)
             self._passes += 1
-            if self._passes % TRIM_EVERY == 1:
+            if tidy:
                 for stream in streams:
                     await self.streams.trim(stream)
         finally:
@@ -409,79 +399,6 @@ class Worker:
         if gone:
             log.info("stopped %d attempts of deleted accounts", len(gone))
             await asyncio.wait(gone, timeout=self.options.shutdown_grace_s)
-
-    async def _recoverable(self, limit: int, *, hold: bool = False,
-                           room: Mapping[str, int] | None = None) -> list[Entry]:
-        """Entries to (re)process now: dead consumers' work, due retries, stalled entries,
-        oldest first in each stream (a chat's lane takes them in that order). With `hold`
-        (the continuous worker), a dead consumer's entries whose backoff is not over are
-        taken too, to wait for it in their lanes (`_not_before`). With `room`, no more of a
-        stream than it has room for (its share: a stream at its share is left for later)."""
-        unique: list[Entry] = []
-        seen: set[tuple[str, str]] = set()
-        for stream in self._streams():
-            n = limit if room is None else min(limit, room.get(stream, 0))
-            if n <= 0:
-                continue
-            out = await self._claim_dead(stream, n, hold)
-            due = [i for i in await self.ledger.due(stream, n)
-                   if (stream, i) not in self._active]
-            claimed = await self.streams.claim(stream, self.consumer, due)
-            for gone in set(due) - {e.id for e in claimed}:
-                await self.ledger.forget_due(stream, gone)  # acked or trimmed meanwhile
-            out += claimed
-            out += await self._stalled(stream, n)
-            for entry in sorted(out, key=_stream_order):
-                key = (entry.stream, entry.id)
-                if key not in seen and key not in self._active:
-                    seen.add(key)
-                    unique.append(entry)
-        return unique
-
-    async def _claim_dead(self, stream: str, limit: int, hold: bool = False) -> list[Entry]:
-        out: list[Entry] = []
-        for name, pending in await self.streams.consumers(stream):
-            if name == self.consumer or await self.streams.alive(stream, name):
-                continue
-            if pending:
-                ids = await self.streams.pending_of(stream, name, limit)
-                claimed = await self.streams.claim(stream, self.consumer, ids)
-                log.info("claimed %d entries of dead consumer on %s", len(ids), stream)
-                out += await self._not_deferred(stream, claimed, hold)
-                if len(ids) < pending:
-                    continue
-            await self.streams.remove_consumer(stream, name)
-        return out
-
-    async def _not_deferred(self, stream: str, entries: list[Entry],
-                            hold: bool = False) -> list[Entry]:
-        """Leave out entries whose backoff is not over yet (the due set brings them back);
-        with `hold`, keep them, each to wait for its backoff in its lane (`_not_before`)."""
-        if not entries:
-            return []
-        waiting = await self.ledger.waiting(stream, [e.id for e in entries])
-        if hold:
-            for entry_id, due in waiting.items():
-                self._not_before[(stream, entry_id)] = due
-            return entries
-        return [e for e in entries if e.id not in waiting]
-
-    async def _stalled(self, stream: str, limit: int) -> list[Entry]:
-        own = await self.streams.idle_pending(stream, self.consumer, OWN_IDLE_MS, limit)
-        own = [i for i in own if (stream, i) not in self._active]
-        entries = await self._not_deferred(
-            stream, await self.streams.claim(stream, self.consumer, own))
-        stuck = await self.streams.autoclaim(stream, self.consumer, idle_threshold_ms(self.svc),
-                                             limit)
-        return entries + await self._not_deferred(stream, stuck)
-
-def _stream_order(entry: Entry) -> tuple[int, int]:
-    """A stream id (`{ms}-{seq}`) as numbers: the order the stream holds its entries in."""
-    ms, _, seq = entry.id.partition("-")
-    try:
-        return int(ms), int(seq or 0)
-    except ValueError:
-        return 0, 0
 
 
 async def run_worker(worker: Worker) -> None:

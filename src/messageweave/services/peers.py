@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from messageweave.chat import webhook_setup
@@ -29,14 +30,17 @@ from messageweave.config.live import (
 from messageweave.config.model import BusinessConfig
 from messageweave.config.outbound import OutboundConfig
 from messageweave.logs import failure_text, scrub
-from messageweave.mail.imap.source import ImapSource
-from messageweave.mail.imap.watch import ImapWatch, new_imap_client
 from messageweave.mail.jmap import JmapAccountError, JmapClient, JmapError
 from messageweave.mail.jmap_watch import JmapWatch
-from messageweave.mail.preflight import imap_preflight
 from messageweave.mail.smtp import SmtpSettings
 from messageweave.mail.source import MailSource
 from messageweave.mail.watch import MailWatch
+
+if TYPE_CHECKING:
+    from messageweave.mail.imap.source import ImapSource
+
+# The IMAP package (`mail.imap`, 1.5 MB) is imported where an IMAP wire is built, probed or
+# watched, not by every instance: a JMAP-only one never needs it (issue #37's idle RSS row).
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +109,9 @@ async def build_runtime(
     secrets = cfg.secrets()
     client: JmapClient | None = None
     if cfg.mail_source == "imap":
+        from messageweave.mail.imap.source import ImapSource
+        from messageweave.mail.imap.watch import new_imap_client
+
         try:  # no I/O: the source logs in on first use; `/ready`'s `mail` check probes it
             runtime.imap = ImapSource(new_imap_client(cfg, outbound), cfg)
         except ValueError as exc:  # the trust store (imap_ca_pem) cannot load
@@ -199,6 +206,8 @@ class Peers:
         runtime, warnings = await build_runtime(cfg, outbound)
         try:
             if cfg.mail_source == "imap" and runtime.imap is not None:
+                from messageweave.mail.preflight import imap_preflight
+
                 warnings += await imap_preflight(cfg)
                 if SmtpSettings.of(cfg) is None:
                     warnings.append(PeerWarning("replies", "smtp", SMTP_OFF))
@@ -254,6 +263,8 @@ class Peers:
         cfg = runtime.config
         if cfg.mail_source != "imap":
             return JmapWatch(await self.jmap(outbound))
+        from messageweave.mail.imap.watch import ImapWatch, new_imap_client
+
         try:
             new_imap_client(cfg, outbound)  # no I/O: the settings' errors surface here
         except ValueError as exc:

@@ -332,18 +332,23 @@ class StreamStore:
 
     # --- liveness -----------------------------------------------------------------------
     async def beat(self, consumer: str, streams: list[str]) -> None:
-        """One heartbeat per stream `consumer` reads, each in its stream's slot (§7.17)."""
+        """One heartbeat per stream `consumer` reads, each in its stream's slot (§7.17), all
+        in one round trip (on a cluster, one per node)."""
         now = str(int(time.time()))
-        for stream in streams:
-            await self.redis.set(keys.worker_heartbeat(stream, consumer), now,
-                                 ex=keys.WORKER_HEARTBEAT_TTL_S)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.set(keys.worker_heartbeat(stream, consumer), now,
+                         ex=keys.WORKER_HEARTBEAT_TTL_S)
+            await pipe.execute()
 
     async def alive(self, stream: str, consumer: str) -> bool:
         return bool(await self.redis.exists(keys.worker_heartbeat(stream, consumer)))
 
     async def stop_beating(self, consumer: str, streams: list[str]) -> None:
-        for stream in streams:  # one key per command: each stream's is in its own slot
-            await self.redis.delete(keys.worker_heartbeat(stream, consumer))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:  # one key per command: each stream's is in its own slot
+                pipe.delete(keys.worker_heartbeat(stream, consumer))
+            await pipe.execute()
 
     # --- trimming -----------------------------------------------------------------------
     async def trim(self, stream: str) -> None:

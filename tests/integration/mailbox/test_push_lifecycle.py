@@ -335,13 +335,17 @@ async def test_while_degraded_the_scheduler_reconciles_every_degraded_interval_o
     await eventually(lambda: seen(first.email_id), "a reconcile pass while degraded", 5)
     health = await push.health(redis_client, time.time())
     assert health.label == "degraded: server check failed"
-    assert 0 < await redis_client.ttl(keys.PUSH_DEGRADED_RECONCILE_SCHEDULE) <= interval
-    after_first = time.monotonic()
+    slot = keys.PUSH_DEGRADED_RECONCILE_SCHEDULE
+    first_left = await redis_client.pttl(slot) / 1000
+    assert interval / 2 - 1 < first_left <= interval * 1.5  # to the slot key's own phase
+    first_ends = time.monotonic() + first_left
     second = cyrus.append(user=mailbox.user, subject="while push is degraded 2")
-    await eventually(lambda: seen(second.email_id), "a second pass within the degraded interval",
-                     interval + 4)
-    # the next pass waited for the interval (a slot, not a hot loop)
-    assert time.monotonic() - after_first > interval / 2
+    await eventually(lambda: seen(second.email_id), "a second pass when the slot ends",
+                     first_left + 4)
+    # the next pass waited for the slot's end (a slot, not a hot loop), and the slot it took
+    # lasts a whole interval, to the same phase
+    assert time.monotonic() > first_ends - 0.5
+    assert await redis_client.pttl(slot) > (interval - 3) * 1000
     assert await redis_client.get(keys.RECONCILE_SCHEDULE) is None  # not the periodic schedule
     assert await enqueued(redis_client) == [first.email_id, second.email_id]
 

@@ -57,7 +57,7 @@ async def svc(embedded_redis_url: str, redis_client: aioredis.Redis) -> AsyncIte
 async def _periodic_tick(svc: Services, redis: aioredis.Redis, timers: scheduler._Timers) -> None:
     """One scheduler tick that owns the periodic slot (as after the slot expired)."""
     await redis.delete(keys.RECONCILE_SCHEDULE)
-    timers.next_slot_check = 0.0
+    timers.next_slot_check = timers.periodic_ends = 0.0
     await scheduler._tick(svc, timers, lambda: 1.0e9)
 
 

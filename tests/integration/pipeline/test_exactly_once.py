@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from messageweave.aio import cancel
+from messageweave.pipeline import recovery as recovery_module
 from messageweave.pipeline import worker as worker_module
 from messageweave.pipeline.worker import Worker
 from messageweave.store import keys
@@ -104,7 +105,7 @@ async def test_a_cron_batch_waiting_its_turn_is_not_reclaimed_as_stalled(
     reclaimed the rest as "stalled" and sent them, and the batch sent them again. Here the
     continuous worker runs beside a cron batch in one process (as in the app), sends take
     0.8 s, and the stalled threshold is cut to 100 ms so the pass looks at the batch at once."""
-    monkeypatch.setattr(worker_module, "OWN_IDLE_MS", 100)
+    monkeypatch.setattr(recovery_module, "OWN_IDLE_MS", 100)
     monkeypatch.setattr(worker_module, "MAINTENANCE_INTERVAL_S", 0.2)
     await cron_only.emulator.fail(token=cron_only.token, method="sendMessage", delay_ms=800)
     subjects = [f"batch {n}" for n in range(4)]
