@@ -65,6 +65,7 @@ from messageweave.store.catchup import catchup_wakes, request_catchup, take_catc
 from messageweave.store.locks import LockLost
 from messageweave.store.push import current_registration
 from messageweave.store.reconcile_state import claim_slot, slot_free
+from messageweave.store.together import on_grid
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,13 @@ async def run_pass(
                                 source=source, names=svc.keys)
 
 
+def _now() -> float:
+    """The event loop's clock: the schedulers' polls and slot checks are on its grid
+    (`store.together.on_grid`), so those of every account come in one turn of the loop and
+    their Redis commands in one round trip."""
+    return asyncio.get_running_loop().time()
+
+
 @dataclass
 class _Timers:
     next_slot_check: float = 0.0
@@ -132,14 +140,14 @@ async def run_scheduler(svc: MailContext, *, clock: push.Clock = time.time) -> N
 async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
                       wake: asyncio.Event) -> None:
     due = min(timers.next_poll, timers.next_slot_check)
-    changed = await _woken(svc, wake, max(0.0, due - time.monotonic()))
+    changed = await _woken(svc, wake, max(0.0, due - _now()))
     if changed:
         timers.next_slot_check = 0.0  # a new configuration: its intervals, at once
     # The flag is taken when announced or polled for, not on a tick for the slots alone.
-    take = changed or wake.is_set() or time.monotonic() >= timers.next_poll
+    take = changed or wake.is_set() or _now() >= timers.next_poll
     wake.clear()  # before the tick: an announcement during it wakes the next one
     if take:
-        timers.next_poll = time.monotonic() + POLL_S
+        timers.next_poll = _now() + on_grid(POLL_S)
     if svc.live_account != timers.watched:  # woken by its own account's pushes alone
         timers.watched = svc.live_account
         watch_catchups(svc.redis, wake, timers.watched or "")
@@ -150,7 +158,7 @@ async def _woken_tick(svc: MailContext, timers: _Timers, clock: push.Clock,
         timers.failures.failed(TICK, exc)
     else:
         timers.failures.recovered(TICK)
-    if timers.next_slot_check <= time.monotonic():  # not checked (no configuration, paused…)
+    if timers.next_slot_check <= _now():  # not checked (no configuration, paused…)
         timers.next_slot_check = timers.next_poll
 
 
@@ -174,14 +182,14 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock, *,
                 take: bool = True) -> None:
     cfg = svc.config.config
     if cfg is None or not svc.live or not await svc.store.switched_on():
-        timers.next_poll = time.monotonic() + WAITING_S
+        timers.next_poll = _now() + WAITING_S
         return
     names, webhook = svc.keys, svc.keys == keys.DEFAULT  # see `_tick_webhook`
     if svc.live_account is None and not webhook and kind_of(cfg).jmap_session:
         await _jmap_or_none(svc, timers)  # another account connects on first use: now
     account = svc.live_account
     if account is None:
-        timers.next_poll = time.monotonic() + WAITING_S
+        timers.next_poll = _now() + WAITING_S
     else:
         if not timers.started:
             timers.started = True
@@ -191,12 +199,12 @@ async def _tick(svc: MailContext, timers: _Timers, clock: push.Clock, *,
         if take and await take_catchup(svc.redis, account, names=names):
             if not await _pass(svc, "catch-up", timers):
                 await request_catchup(svc.redis, account, names=names)
-                timers.next_poll = time.monotonic() + RETRY_S
+                timers.next_poll = _now() + RETRY_S
             return
-    now = time.monotonic()
+    now = _now()
     if now < timers.next_slot_check:
         return
-    timers.next_slot_check = now + _slot_gap(cfg, webhook)
+    timers.next_slot_check = now + on_grid(_slot_gap(cfg, webhook))
     if webhook:
         await _tick_webhook(svc, timers, clock)
     degraded = (await read_in_force(svc.redis, cfg, clock(), names=names)).state == "degraded"
@@ -217,7 +225,7 @@ async def _periodic_due(svc: MailContext, cfg: BusinessConfig, timers: _Timers) 
     not asked for again before it ends (`SlotClaim.left_s`), unless the configuration changed
     meanwhile (a lowered interval cuts it): one claim per interval, not one per slot check."""
     interval = cfg.reconcile_interval_s
-    now = time.monotonic()
+    now = _now()
     if interval <= 0 or (timers.slot_revision == svc.config.revision
                          and now < timers.periodic_ends):
         return False

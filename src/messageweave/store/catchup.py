@@ -16,6 +16,7 @@ from messageweave.store import keys
 from messageweave.store.keys import AccountKeys
 from messageweave.store.redis import Redis, text_of
 from messageweave.store.redis_url import initialized
+from messageweave.store.together import together
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,10 @@ async def request_catchup(redis: Redis, account_id: str, *,
 
 async def take_catchup(redis: Redis, account_id: str, *,
                        names: AccountKeys = keys.DEFAULT) -> bool:
-    """Consume the pending catch-up (GETDEL): exactly one instance gets True."""
-    return await redis.getdel(names.reconcile_catchup(account_id)) is not None
+    """Consume the pending catch-up (GETDEL): exactly one instance gets True. Sent
+    `together` with the polls of the other accounts' schedulers (their grid)."""
+    key = names.reconcile_catchup(account_id)
+    return await together(redis, lambda pipe: pipe.getdel(key)) is not None
 
 
 class _CatchupWakes:

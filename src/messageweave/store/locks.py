@@ -8,6 +8,7 @@ import secrets
 
 from messageweave.store.redis import Redis
 from messageweave.store.scripts import Script
+from messageweave.store.together import together
 
 # KEYS: lock   ARGV: owner → 1 when released, 0 when someone else holds it.
 RELEASE_LOCK = Script("""
@@ -39,8 +40,10 @@ class Lock:
         return bool(await self.redis.set(self.key, self.owner, nx=True, ex=self.ttl_s))
 
     async def renew(self) -> bool:
-        result = await RENEW_LOCK(self.redis, keys={"lock": self.key},
-                                  args={"owner": self.owner, "ttl": self.ttl_s})
+        """Whether the lease is still ours (then its TTL starts again); sent `together` with
+        every other renewal of this turn of the loop (the leases of many accounts)."""
+        result = await together(self.redis, lambda pipe: RENEW_LOCK.queue(
+            pipe, keys={"lock": self.key}, args={"owner": self.owner, "ttl": self.ttl_s}))
         return int(result) == 1
 
     async def release(self) -> None:

@@ -22,6 +22,7 @@ from messageweave.store import keys
 from messageweave.store.locks import Lock, LockLost
 from messageweave.store.redis import Redis, text_of
 from messageweave.store.scripts import Script
+from messageweave.store.together import on_grid, together
 
 # KEYS: lock (the lease), offset   ARGV: owner, offset
 # → 1 stored (or already higher), 0 lease lost
@@ -101,7 +102,9 @@ async def write_status(redis: Redis, key: str, ttl_s: int, status: LoopStatus) -
 
 
 async def read_status(redis: Redis, key: str) -> LoopStatus | None:
-    raw = await redis.hgetall(key)
+    """The status at `key`, read `together` with the other accounts' (their schedulers' slot
+    checks read the push in force on one grid)."""
+    raw = await together(redis, lambda pipe: pipe.hgetall(key))
     if not raw:
         return None
     fields = {text_of(k) or "": text_of(v) or "" for k, v in raw.items()}
@@ -120,13 +123,16 @@ def _int(raw: str | None) -> int:
 async def hold(lock: Lock, body: Callable[[], Awaitable[None]], renew_s: float) -> bool:
     """Run `body` while holding `lock`: False at once when another instance holds it. The lease
     is renewed every `renew_s` beside the body; a renewal that finds it gone cancels the body
-    and raises `LockLost`. Released on the way out, whatever happened."""
+    and raises `LockLost`. Released on the way out, whatever happened. The renewals are on
+    the grid of `renew_s` (`store.together.on_grid`: the next is half to one and a half
+    `renew_s` away), so the leases of every account of the instance go out in one round
+    trip."""
     if not await lock.acquire():
         return False
     body_task = asyncio.ensure_future(body())
     try:
         while True:
-            done, _ = await asyncio.wait({body_task}, timeout=renew_s)
+            done, _ = await asyncio.wait({body_task}, timeout=on_grid(renew_s))
             if done:
                 body_task.result()
                 return True
