@@ -81,7 +81,7 @@ from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.keys import AccountKeys
-from messageweave.store.locks import Lock, LockLost
+from messageweave.store.locks import Lock, LockLease, LockLost
 from messageweave.store.mail_entries import mark_not_notified
 from messageweave.store.reconcile_state import read_cursor, reconcile_lock
 from messageweave.store.reconcile_state import save_cursor as _save_cursor
@@ -142,33 +142,6 @@ def parse_cursor(raw: str) -> Walk | Replay | None:
 # ---------------------------------------------------------------------------------- pass
 
 
-class _Lease:
-    """Renews the lock every RECONCILE_LOCK_RENEW_S; `lost` once a renewal fails."""
-
-    def __init__(self, lock: Lock, renew_every_s: float) -> None:
-        self.lock = lock
-        self.lost = False
-        self._every = renew_every_s
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="reconcile-lease")
-
-    async def _run(self) -> None:
-        while not self.lost:
-            await asyncio.sleep(self._every)
-            try:
-                self.lost = not await self.lock.renew()
-            except Exception:  # a Redis error: we cannot prove we still own the lease
-                self.lost = True
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
 class Reconciler:
     """One pass over the mailbox of `client`'s account; `run()` owns no lock (see `reconcile`)."""
 
@@ -181,7 +154,7 @@ class Reconciler:
         *,
         budget: Budget | None = None,
         on_progress: ProgressCallback | None = None,
-        lease: _Lease | None = None,
+        lease: LockLease | None = None,
         digest_threshold: int = 0,
         names: AccountKeys = keys.DEFAULT,
     ) -> None:
@@ -410,7 +383,7 @@ async def reconcile(
 
     JMAP and Redis errors propagate (the cursor keeps its last checkpoint)."""
     lock = reconcile_lock(redis, names)
-    lease = _Lease(lock, renew_every_s)
+    lease = LockLease(lock, renew_every_s)
     reconciler = Reconciler(redis, client, lock, roles, budget=budget, on_progress=on_progress,
                             lease=lease, digest_threshold=digest_threshold, names=names)
     if not await lock.acquire():

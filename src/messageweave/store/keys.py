@@ -233,8 +233,11 @@ ratelimit_push_verify = DEFAULT.ratelimit_push_verify
 # --- reconcile -----------------------------------------------------------------------------
 RECONCILE_CURSOR = DEFAULT.named("state:jmap:since")
 RECONCILE_LOCK = DEFAULT.named("lock:reconcile")
-RECONCILE_LOCK_TTL_S = 60
-RECONCILE_LOCK_RENEW_S = 30
+# A pass's lease: what a pass killed mid-way (kill -9, a crash) holds the account's next pass
+# off for; 60 s / 30 s until session 17, which left a restarted instance's mail waiting up to a
+# minute after a kill during a burst (tests/integration/imap/test_imap_faults.py).
+RECONCILE_LOCK_TTL_S = 15
+RECONCILE_LOCK_RENEW_S = 5
 # Unix seconds: mail received before this instant was already covered by the stored cursor; a
 # re-baseline walks only mail received after it (moved forward by every successful pass).
 RECONCILE_WATERMARK = DEFAULT.named("state:jmap:watermark")

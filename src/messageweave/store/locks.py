@@ -4,6 +4,8 @@ and what its holder raises when it lost it (`LockLost`): the reconcile's lock
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 
 from messageweave.store.redis import Redis
@@ -54,3 +56,33 @@ class LockLost(Exception):
     """A `Lock`'s lease expired or was taken over while its holder worked: whatever the holder
     writes under the lock from then on is refused (the reconcile's cursor, the poller's offset),
     and the holder stops."""
+
+
+class LockLease:
+    """A `Lock` held by a pass while it works: renewed every `renew_every_s` beside it (each
+    renewal `together` with the others of its turn); `lost` once a renewal finds it gone or
+    cannot tell (a Redis error). The pass checks `lost` before it writes; its writes' scripts
+    check the owner anyway."""
+
+    def __init__(self, lock: Lock, renew_every_s: float) -> None:
+        self.lock = lock
+        self.lost = False
+        self._every = renew_every_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="pass-lease")
+
+    async def _run(self) -> None:
+        while not self.lost:
+            await asyncio.sleep(self._every)
+            try:
+                self.lost = not await self.lock.renew()
+            except Exception:  # a Redis error: we cannot prove we still own the lease
+                self.lost = True
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

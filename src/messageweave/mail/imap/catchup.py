@@ -21,8 +21,9 @@ newest INTERNALDATE seen in any of them (`state:imap:watermark`).
   entry each, then saves the cursors (as the JMAP reconcile does; a crash replays them).
 
 Every save is one Lua script that writes only while the pass owns the lock; the lease is renewed
-before each page, so a long backlog keeps it and a pass that lost it stops without moving the
-cursor. Email ids are `mail.imap.ids.mail_id`.
+before each page and every `RECONCILE_LOCK_RENEW_S` beside the pass (`store.locks.LockLease`: a
+slow page outlasts the lock's 15 s TTL), so a long backlog keeps it and a pass that lost it
+stops without moving the cursor. Email ids are `mail.imap.ids.mail_id`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from messageweave.ops import metrics
 from messageweave.store import keys
 from messageweave.store.gaps import record_baseline
 from messageweave.store.keys import AccountKeys
-from messageweave.store.locks import Lock, LockLost
+from messageweave.store.locks import Lock, LockLease, LockLost
 from messageweave.store.reconcile_state import reconcile_lock
 from messageweave.store.redis import Redis, text_of
 from messageweave.store.scripts import Script
@@ -246,6 +247,8 @@ async def catch_up(redis: Redis, client: ImapClient, mailboxes: Sequence[str], a
     lock = reconcile_lock(redis, names)
     if not await lock.acquire():
         raise CatchupBusy("another catch-up pass is running")
+    lease = LockLease(lock, keys.RECONCILE_LOCK_RENEW_S)  # a page may outlast the lock's TTL
+    lease.start()
     catchup = ImapCatchup(redis, client, lock, mailboxes, account,
                           digest_threshold=digest_threshold, seconds=seconds, names=names)
     ok = False
@@ -254,6 +257,7 @@ async def catch_up(redis: Redis, client: ImapClient, mailboxes: Sequence[str], a
         ok = True
         return progress
     finally:
+        await lease.stop()
         metrics.observe_reconcile(ok)
         if catchup.progress.enqueued:
             metrics.observe_ingest(source, catchup.progress.enqueued)
