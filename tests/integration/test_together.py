@@ -9,7 +9,9 @@ others waiting forever; the loops not meeting on one grid, so nothing shares a r
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
+import weakref
 
 import pytest
 import redis.asyncio as aioredis
@@ -106,6 +108,18 @@ async def test_renewals_on_a_cluster_reach_each_keys_node(
         taken = await asyncio.gather(
             *(together(redis, lambda pipe, key=key: pipe.getdel(key)) for key in flags))
         assert [t is not None for t in taken] == [n == 5 for n in range(30)]
+
+
+async def test_a_client_let_go_is_not_kept_alive(embedded_redis_url: str) -> None:
+    """Catches the clients' registry holding each client for good (its entry's value kept a
+    reference to its key): every client a process ever used, with its pool, never freed."""
+    client = await open_redis(embedded_redis_url)
+    assert await together(client, lambda pipe: pipe.ping()) is True
+    await client.aclose()
+    gone = weakref.ref(client)
+    del client
+    gc.collect()
+    assert gone() is None
 
 
 @pytest.mark.parametrize("every_s", [1.0, 5.0, 10.0, 15.0])

@@ -29,31 +29,33 @@ Queue = Callable[[Pipeline], object]  # queues one command on the pipeline it is
 
 
 class _Turn:
-    """The commands one Redis client was asked for in the current turn of the loop."""
+    """The commands one Redis client was asked for in the current turn of the loop. It holds
+    no reference to the client (`_TURNS` is keyed weakly on it): the client is handed in."""
 
-    def __init__(self, redis: Redis) -> None:
-        self.redis = redis
+    def __init__(self) -> None:
         self._queued: list[tuple[Queue, asyncio.Future[Any]]] = []
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def run(self, queue: Queue) -> Any:
+    async def run(self, redis: Redis, queue: Queue) -> Any:
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
-        if not self._queued:
-            loop.call_soon(self._send)  # after every task woken in this turn queued its own
+        if not self._queued:  # after every task woken in this turn queued its own
+            loop.call_soon(self._send, redis)
         self._queued.append((queue, reply))
         return await reply
 
-    def _send(self) -> None:
+    def _send(self, redis: Redis) -> None:
         queued, self._queued = self._queued, []
-        task = asyncio.ensure_future(self._round_trip(queued))
+        task = asyncio.ensure_future(self._round_trip(redis, queued))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def _round_trip(self, queued: list[tuple[Queue, asyncio.Future[Any]]]) -> None:
+    @staticmethod
+    async def _round_trip(redis: Redis, queued: list[tuple[Queue, asyncio.Future[Any]]]
+                          ) -> None:
         waiting = [(queue, reply) for queue, reply in queued if not reply.done()]
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
+            async with redis.pipeline(transaction=False) as pipe:
                 for queue, _ in waiting:
                     queue(pipe)
                 replies = await pipe.execute(raise_on_error=False)
@@ -82,8 +84,8 @@ async def together(redis: Redis, queue: Queue) -> Any:
     asked for on `redis` in this turn of the event loop, in one round trip."""
     turn = _TURNS.get(redis)
     if turn is None:
-        turn = _TURNS[redis] = _Turn(redis)
-    return await turn.run(queue)
+        turn = _TURNS[redis] = _Turn()
+    return await turn.run(redis, queue)
 
 
 def on_grid(every_s: float) -> float:
