@@ -59,14 +59,15 @@ class _Turn:
                 for queue, _ in waiting:
                     queue(pipe)
                 replies = await pipe.execute(raise_on_error=False)
-        except BaseException as exc:
-            failure = exc if isinstance(exc, Exception) else asyncio.CancelledError()
+        except Exception as exc:  # the round trip failed: every caller of it learns why
             for _, reply in waiting:
                 if not reply.done():
-                    reply.set_exception(failure)
-            if not isinstance(exc, Exception):
-                raise
+                    reply.set_exception(exc)
             return
+        except BaseException:  # the round trip itself cancelled (the loop closing): theirs too
+            for _, reply in waiting:
+                reply.cancel()
+            raise
         for (_, reply), value in zip(waiting, replies, strict=True):
             if reply.done():
                 continue

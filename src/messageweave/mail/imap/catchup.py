@@ -247,10 +247,10 @@ async def catch_up(redis: Redis, client: ImapClient, mailboxes: Sequence[str], a
     lock = reconcile_lock(redis, names)
     if not await lock.acquire():
         raise CatchupBusy("another catch-up pass is running")
-    lease = LockLease(lock, keys.RECONCILE_LOCK_RENEW_S)  # a page may outlast the lock's TTL
-    lease.start()
     catchup = ImapCatchup(redis, client, lock, mailboxes, account,
                           digest_threshold=digest_threshold, seconds=seconds, names=names)
+    lease = LockLease(lock, keys.RECONCILE_LOCK_RENEW_S)  # a page may outlast the lock's TTL
+    lease.start()
     ok = False
     try:
         progress = await catchup.run()
